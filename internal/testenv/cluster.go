@@ -1,0 +1,175 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cluster is a Redis Cluster of masters only, each a redis-server process.
+type Cluster struct {
+	t     testing.TB
+	Nodes []*Redis
+	ids   []string
+}
+
+// StartCluster starts masters cluster-enabled redis-server processes, assigns
+// the 16384 slots evenly, joins them and waits for cluster_state:ok on every
+// node.
+func StartCluster(t testing.TB, masters int) *Cluster {
+	t.Helper()
+	if masters < 1 {
+		t.Fatalf("StartCluster: masters must be >= 1, got %d", masters)
+	}
+	c := &Cluster{t: t}
+	for i := 0; i < masters; i++ {
+		c.Nodes = append(c.Nodes, StartRedis(t, RedisOptions{Cluster: true}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i, n := range c.Nodes {
+		cl := n.Client()
+		lo := i * 16384 / masters
+		hi := (i+1)*16384/masters - 1
+		if err := cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+			t.Fatalf("cluster: add slots %d-%d to %s: %v", lo, hi, n.Addr(), err)
+		}
+		id, err := cl.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatalf("cluster: CLUSTER MYID on %s: %v", n.Addr(), err)
+		}
+		c.ids = append(c.ids, id)
+	}
+	first := c.Nodes[0].Client()
+	for _, n := range c.Nodes[1:] {
+		if err := first.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", n.Port, n.BusPort).Err(); err != nil {
+			t.Fatalf("cluster: MEET %s: %v", n.Addr(), err)
+		}
+	}
+	c.WaitOK(ctx)
+	return c
+}
+
+// Addrs are the masters' host:port, for a ClusterClient.
+func (c *Cluster) Addrs() []string {
+	var a []string
+	for _, n := range c.Nodes {
+		a = append(a, n.Addr())
+	}
+	return a
+}
+
+// Client returns a ClusterClient for the cluster, closed at test end.
+func (c *Cluster) Client() *redis.ClusterClient {
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	c.t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// NodeID is the cluster node id of Nodes[i].
+func (c *Cluster) NodeID(i int) string { return c.ids[i] }
+
+// WaitOK waits until every node reports cluster_state:ok and knows every
+// master, failing the test at ctx's deadline.
+func (c *Cluster) WaitOK(ctx context.Context) {
+	c.t.Helper()
+	var last string
+	for {
+		ok := true
+		for _, n := range c.Nodes {
+			cl := redis.NewClient(&redis.Options{Addr: n.Addr()})
+			info, err := cl.ClusterInfo(ctx).Result()
+			_ = cl.Close()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") ||
+				!strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(c.Nodes))) {
+				ok = false
+				last = fmt.Sprintf("%s: %v %s", n.Addr(), err, info)
+				break
+			}
+		}
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			c.t.Fatalf("cluster did not reach cluster_state:ok: %s", last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// SlotOwner returns the index of the node that serves slot.
+func (c *Cluster) SlotOwner(ctx context.Context, slot int) int {
+	c.t.Helper()
+	shards, err := c.Nodes[0].Client().ClusterShards(ctx).Result()
+	if err != nil {
+		c.t.Fatalf("CLUSTER SHARDS: %v", err)
+	}
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if int64(slot) < r.Start || int64(slot) > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role != "master" {
+					continue
+				}
+				for i := range c.Nodes {
+					if c.ids[i] == n.ID {
+						return i
+					}
+				}
+			}
+		}
+	}
+	c.t.Fatalf("no node serves slot %d", slot)
+	return -1
+}
+
+// BeginSlotMigration marks slot IMPORTING on dst and MIGRATING on src: from now
+// on src answers ASK for keys it no longer has, as during a live resharding.
+func (c *Cluster) BeginSlotMigration(ctx context.Context, slot, src, dst int) error {
+	if err := c.Nodes[dst].Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", c.ids[src]).Err(); err != nil {
+		return fmt.Errorf("SETSLOT %d IMPORTING on %s: %w", slot, c.Nodes[dst].Addr(), err)
+	}
+	if err := c.Nodes[src].Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", c.ids[dst]).Err(); err != nil {
+		return fmt.Errorf("SETSLOT %d MIGRATING on %s: %w", slot, c.Nodes[src].Addr(), err)
+	}
+	return nil
+}
+
+// MoveSlotKeys MIGRATEs up to count keys of slot from src to dst and returns
+// how many it moved.
+func (c *Cluster) MoveSlotKeys(ctx context.Context, slot, src, dst, count int) (int, error) {
+	s := c.Nodes[src].Client()
+	keys, err := s.ClusterGetKeysInSlot(ctx, slot, count).Result()
+	if err != nil {
+		return 0, fmt.Errorf("GETKEYSINSLOT %d on %s: %w", slot, c.Nodes[src].Addr(), err)
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	args := []any{"MIGRATE", "127.0.0.1", c.Nodes[dst].Port, "", 0, 5000, "KEYS"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	if err := s.Do(ctx, args...).Err(); err != nil {
+		return 0, fmt.Errorf("MIGRATE %d keys of slot %d to %s: %w", len(keys), slot, c.Nodes[dst].Addr(), err)
+	}
+	return len(keys), nil
+}
+
+// FinishSlotMigration assigns slot to dst on every node, ending a migration.
+func (c *Cluster) FinishSlotMigration(ctx context.Context, slot, dst int) error {
+	for _, n := range c.Nodes {
+		if err := n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", c.ids[dst]).Err(); err != nil {
+			return fmt.Errorf("SETSLOT %d NODE on %s: %w", slot, n.Addr(), err)
+		}
+	}
+	return nil
+}
