@@ -1,0 +1,273 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// nameRE is what channel, category and segment names may look like: they end
+// up in Redis keys, metric labels and object names.
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// problems collects validation errors, each prefixed with the key it is about.
+type problems []string
+
+func (p *problems) add(field, format string, args ...any) {
+	*p = append(*p, field+": "+fmt.Sprintf(format, args...))
+}
+
+func (p problems) err() error {
+	if len(p) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(p, "\n"))
+}
+
+// Validate checks every key and returns all problems at once, one per line,
+// each naming its key.
+func (c *Config) Validate() error {
+	var p problems
+	c.Kafka.validate(&p)
+	c.Redis.validate(&p)
+	c.Capping.validate(&p)
+	c.Segments.validate(&p)
+	c.Worker.validate(&p)
+	c.HTTP.validate(&p)
+	c.Log.validate(&p)
+	return p.err()
+}
+
+func positive(p *problems, field string, d Duration) {
+	if d <= 0 {
+		p.add(field, "must be above 0, got %s", time.Duration(d))
+	}
+}
+
+func oneOf(p *problems, field, v string, allowed ...string) {
+	if !slices.Contains(allowed, v) {
+		p.add(field, "%q is not one of %s", v, strings.Join(allowed, ", "))
+	}
+}
+
+func hostPort(p *problems, field, v string) {
+	if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+		p.add(field, "%q is not host:port", v)
+	}
+}
+
+func (k *Kafka) validate(p *problems) {
+	if len(k.Brokers) == 0 {
+		p.add("kafka.brokers", "at least one broker is required")
+	}
+	for i, b := range k.Brokers {
+		hostPort(p, fmt.Sprintf("kafka.brokers[%d]", i), b)
+	}
+	if k.ClientID == "" {
+		p.add("kafka.client_id", "is required")
+	}
+	if k.GroupID == "" {
+		p.add("kafka.group_id", "is required")
+	}
+	t := k.Topics
+	for _, f := range []struct{ key, v string }{
+		{"kafka.topics.input", t.Input}, {"kafka.topics.deliveries", t.Deliveries}, {"kafka.topics.dead_letter", t.DeadLetter},
+	} {
+		if f.v == "" {
+			p.add(f.key, "is required")
+		}
+	}
+	outs := map[string]string{"kafka.topics.deliveries": t.Deliveries, "kafka.topics.dead_letter": t.DeadLetter}
+	if t.Suppressed != "" {
+		outs["kafka.topics.suppressed"] = t.Suppressed
+	}
+	seen := map[string]string{}
+	for _, key := range []string{"kafka.topics.deliveries", "kafka.topics.suppressed", "kafka.topics.dead_letter"} {
+		v, ok := outs[key]
+		if !ok || v == "" {
+			continue
+		}
+		if v == t.Input {
+			p.add(key, "%q is also the input topic; capper would consume its own output", v)
+		}
+		if other, dup := seen[v]; dup {
+			p.add(key, "%q is also %s; every outcome needs its own topic", v, other)
+		}
+		seen[v] = key
+	}
+	k.TLS.validate(p, "kafka.tls")
+	switch k.SASL.Mechanism {
+	case "", "none":
+	case "plain", "scram-sha-256", "scram-sha-512":
+		if k.SASL.Username == "" {
+			p.add("kafka.sasl.username", "is required with mechanism %s", k.SASL.Mechanism)
+		}
+		if k.SASL.Password == "" {
+			p.add("kafka.sasl.password", "is required with mechanism %s: set %s or kafka.sasl.password_file",
+				k.SASL.Mechanism, EnvName("kafka.sasl.password"))
+		}
+	default:
+		p.add("kafka.sasl.mechanism", "%q is not one of none, plain, scram-sha-256, scram-sha-512", k.SASL.Mechanism)
+	}
+	oneOf(p, "kafka.compression", k.Compression, "none", "gzip", "snappy", "lz4", "zstd")
+	oneOf(p, "kafka.start_offset", k.StartOffset, "earliest", "latest")
+	positive(p, "kafka.fetch_max_wait", k.FetchMaxWait)
+	positive(p, "kafka.session_timeout", k.SessionTimeout)
+	positive(p, "kafka.rebalance_timeout", k.RebalanceTimeout)
+	positive(p, "kafka.heartbeat_interval", k.HeartbeatInterval)
+	positive(p, "kafka.write_timeout", k.WriteTimeout)
+	if k.HeartbeatInterval >= k.SessionTimeout && k.SessionTimeout > 0 {
+		p.add("kafka.heartbeat_interval", "must be below kafka.session_timeout (%s)", k.SessionTimeout.D())
+	}
+	if k.MaxIntentBytes <= 0 {
+		p.add("kafka.max_intent_bytes", "must be above 0, got %d", k.MaxIntentBytes)
+	}
+}
+
+func (t *TLS) validate(p *problems, prefix string) {
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		p.add(prefix+".cert_file", "cert_file and key_file go together")
+	}
+	if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.ServerName != "" || t.InsecureSkipVerify) {
+		p.add(prefix+".enabled", "is false but other TLS keys are set; set enabled: true")
+	}
+}
+
+func (r *Redis) validate(p *problems) {
+	oneOf(p, "redis.mode", r.Mode, "single", "cluster", "sentinel")
+	if len(r.Addrs) == 0 {
+		p.add("redis.addrs", "at least one address is required")
+	}
+	for i, a := range r.Addrs {
+		hostPort(p, fmt.Sprintf("redis.addrs[%d]", i), a)
+	}
+	switch r.Mode {
+	case "single":
+		if len(r.Addrs) > 1 {
+			p.add("redis.addrs", "mode single takes one address, got %d (use mode cluster or sentinel)", len(r.Addrs))
+		}
+	case "cluster":
+		if r.DB != 0 {
+			p.add("redis.db", "Redis Cluster has only database 0")
+		}
+	case "sentinel":
+		if r.MasterName == "" {
+			p.add("redis.master_name", "is required with mode sentinel")
+		}
+	}
+	if r.Mode != "sentinel" && r.MasterName != "" {
+		p.add("redis.master_name", "is only used with mode sentinel")
+	}
+	if r.DB < 0 {
+		p.add("redis.db", "must not be negative")
+	}
+	r.TLS.validate(p, "redis.tls")
+	positive(p, "redis.dial_timeout", r.DialTimeout)
+	positive(p, "redis.read_timeout", r.ReadTimeout)
+	positive(p, "redis.write_timeout", r.WriteTimeout)
+	if r.PoolSize < 0 {
+		p.add("redis.pool_size", "must not be negative (0 = go-redis default)")
+	}
+	if r.MaxRetries < -1 {
+		p.add("redis.max_retries", "must be -1 (no retries) or more")
+	}
+}
+
+func (c *Capping) validate(p *problems) {
+	oneOf(p, "capping.algorithm", c.Algorithm, "sliding_log", "sliding_window")
+	if c.KeyPrefix == "" || strings.ContainsAny(c.KeyPrefix, "{} ") {
+		// A brace would change the Redis Cluster hash tag and split a user's keys.
+		p.add("capping.key_prefix", "%q must be non-empty, without braces or spaces", c.KeyPrefix)
+	}
+	if c.SubIntervals < 1 || c.SubIntervals > 1440 {
+		p.add("capping.sub_intervals", "must be between 1 and 1440, got %d", c.SubIntervals)
+	}
+	positive(p, "capping.idempotency_window", c.IdempotencyWindow)
+	positive(p, "capping.clock_skew_warn", c.ClockSkewWarn)
+	if len(c.Channels) == 0 {
+		p.add("capping.channels", "at least one channel is required")
+	}
+	names(p, "capping.channels", c.Channels)
+	names(p, "capping.exempt_categories", c.ExemptCategories)
+	seen := map[string]bool{}
+	for i, s := range c.Segments {
+		field := fmt.Sprintf("capping.segments[%d]", i)
+		switch {
+		case s.Name == "none":
+			p.add(field+".name", `"none" is reserved for users in no segment (they get capping.default_policy)`)
+		case !nameRE.MatchString(s.Name):
+			p.add(field+".name", "%q must match %s", s.Name, nameRE)
+		case seen[s.Name]:
+			p.add(field+".name", "segment %q is listed twice", s.Name)
+		}
+		seen[s.Name] = true
+		limits(p, fmt.Sprintf("%s (segment %q).limits", field, s.Name), s.Limits)
+	}
+	limits(p, "capping.default_policy.limits", c.DefaultPolicy.Limits)
+}
+
+func names(p *problems, field string, list []string) {
+	seen := map[string]bool{}
+	for i, n := range list {
+		if !nameRE.MatchString(n) {
+			p.add(fmt.Sprintf("%s[%d]", field, i), "%q must match %s", n, nameRE)
+		}
+		if seen[n] {
+			p.add(fmt.Sprintf("%s[%d]", field, i), "%q is listed twice", n)
+		}
+		seen[n] = true
+	}
+}
+
+// limits checks what only the file can get wrong (a missing max). The cap
+// rules themselves (window range, duplicate names, channels) are checked by
+// capping.Rules.Validate, so they are defined in one place.
+func limits(p *problems, field string, ls []Limit) {
+	for i, l := range ls {
+		if l.Max == nil {
+			p.add(fmt.Sprintf("%s[%d] (limit %q).max", field, i, l.Name), "is required (0 means never)")
+		}
+	}
+}
+
+func (s *Segments) validate(p *problems) {
+	if s.Required && s.Source == "" {
+		p.add("segments.source", "is required when segments.required is true")
+	}
+	if s.Source != "" && strings.Contains(s.Source, "://") &&
+		!strings.HasPrefix(s.Source, "file://") && !strings.HasPrefix(s.Source, "s3://") {
+		p.add("segments.source", "%q: use a directory path, file:///path or s3://bucket/prefix", s.Source)
+	}
+	if s.PollInterval < Duration(time.Second) {
+		p.add("segments.poll_interval", "must be at least 1s, got %s", s.PollInterval.D())
+	}
+	if s.S3.Endpoint != "" && !strings.HasPrefix(s.S3.Endpoint, "http://") && !strings.HasPrefix(s.S3.Endpoint, "https://") {
+		p.add("segments.s3.endpoint", "%q must be an http:// or https:// URL", s.S3.Endpoint)
+	}
+}
+
+func (w *Worker) validate(p *problems) {
+	if w.BatchSize < 1 || w.BatchSize > 10000 {
+		p.add("worker.batch_size", "must be between 1 and 10000, got %d", w.BatchSize)
+	}
+	positive(p, "worker.batch_wait", w.BatchWait)
+	oneOf(p, "worker.on_redis_error", w.OnRedisError, "wait", "allow")
+	positive(p, "worker.retry_initial", w.RetryInitial)
+	if w.RetryMax < w.RetryInitial {
+		p.add("worker.retry_max", "must be at least worker.retry_initial (%s)", w.RetryInitial.D())
+	}
+	positive(p, "worker.shutdown_timeout", w.ShutdownTimeout)
+}
+
+func (h *HTTP) validate(p *problems) {
+	hostPort(p, "http.address", h.Address)
+}
+
+func (l *Log) validate(p *problems) {
+	oneOf(p, "log.level", l.Level, "debug", "info", "warn", "error")
+	oneOf(p, "log.format", l.Format, "json", "text")
+}
