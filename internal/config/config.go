@@ -393,3 +393,6 @@ func (c *Config) readSecretFiles(baseDir string) error {
 	}
 	return nil
 }
+
+// String writes the duration as in the config file.
+func (d Duration) String() string { return model.Duration(d).String() }

@@ -28,6 +28,8 @@ var badFiles = map[string][]string{
 	"batch-size.bad.yaml":         {"worker.batch_size", "between 1 and 10000"},
 	"two-docs.bad.yaml":           {"more than one YAML document"},
 	"bad-source.bad.yaml":         {"segments.source", "gs://bucket/segments"},
+	"window-range.bad.yaml":       {"capping", `segment "new"`, `limit "burst"`, "window 30s out of range"},
+	"unknown-channel.bad.yaml":    {"capping", `segment "new"`, `limit "daily"`, "fax"},
 }
 
 func TestBadFiles(t *testing.T) {

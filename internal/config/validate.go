@@ -35,6 +35,7 @@ func (c *Config) Validate() error {
 	c.Kafka.validate(&p)
 	c.Redis.validate(&p)
 	c.Capping.validate(&p)
+	c.validateRules(&p)
 	c.Segments.validate(&p)
 	c.Worker.validate(&p)
 	c.HTTP.validate(&p)

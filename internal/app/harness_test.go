@@ -1,0 +1,448 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/audit"
+	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/demo"
+	"github.com/capper-dev/capper/internal/segments"
+	"github.com/capper-dev/capper/internal/testenv"
+)
+
+// Topics of the end-to-end tests.
+const (
+	tIn   = "send-intents"
+	tDel  = "deliveries"
+	tSup  = "suppressed"
+	tDLQ  = "send-intents-dlq"
+	e2eS3 = "capper-segments"
+)
+
+// fastClock runs factor times faster than the wall clock from a fixed start,
+// so that minute-long windows roll over within a test. Every worker of a
+// test shares one, as replicas share (roughly) one time.
+type fastClock struct {
+	base   time.Time
+	start  time.Time
+	factor time.Duration
+}
+
+func newFastClock(factor time.Duration) *fastClock {
+	return &fastClock{base: time.Date(2026, 11, 21, 16, 0, 0, 0, time.UTC), start: time.Now(), factor: factor}
+}
+
+func (c *fastClock) Now() time.Time { return c.base.Add(time.Since(c.start) * c.factor) }
+
+// e2e is one end-to-end environment: Kafka, S3 and Redis as real servers,
+// and the config a worker gets to run against them.
+type e2e struct {
+	t      *testing.T
+	kafka  *testenv.Kafka
+	s3     *testenv.S3
+	redis  *testenv.Redis   // single mode
+	clus   *testenv.Cluster // cluster mode
+	clock  *fastClock
+	store  segments.Store
+	inputs int // records produced so far
+}
+
+func newE2E(t *testing.T, mode string, redisArgs ...string) *e2e {
+	t.Helper()
+	e := &e2e{t: t, clock: newFastClock(600)}
+	switch mode {
+	case "single":
+		e.redis = testenv.StartRedis(t, testenv.RedisOptions{Args: redisArgs})
+	case "cluster":
+		e.clus = testenv.StartCluster(t, 3)
+	default:
+		t.Fatalf("mode %q", mode)
+	}
+	e.kafka = testenv.StartKafka(t, 4, []string{tIn, tDel, tSup, tDLQ})
+	e.s3 = testenv.StartS3(t, e2eS3)
+	e.s3.SetEnv(t)
+	st, err := OpenSegmentStore(context.Background(), e.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.store = st
+	return e
+}
+
+// e2ePolicy has minute-scale windows so they roll over under the fast clock
+// (1 real second = 10 minutes), a channel-scoped limit and a max 0 limit.
+const e2ePolicy = `
+capping:
+  segments:
+    - name: new
+      limits:
+        - {name: per-minute, window: 1m, max: 1}
+        - {name: per-5m, window: 5m, max: 2}
+    - name: active
+      limits:
+        - {name: per-minute, window: 1m, max: 3}
+        - {name: per-10m, window: 10m, max: 6}
+        - {name: sms-10m, window: 10m, max: 1, channel: sms}
+    - name: dormant
+      limits:
+        - {name: per-5m, window: 5m, max: 1}
+        - {name: no-sms, window: 1m, max: 0, channel: sms}
+  default_policy:
+    limits:
+      - {name: per-minute, window: 1m, max: 2}
+`
+
+func (e *e2e) config() *config.Config {
+	e.t.Helper()
+	cfg, err := config.Parse([]byte(e2ePolicy), nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg.Kafka.Brokers = e.kafka.Addrs
+	cfg.Kafka.GroupID = "capper-e2e"
+	cfg.Kafka.FetchMaxWait = config.Duration(100 * time.Millisecond)
+	cfg.Kafka.SessionTimeout = config.Duration(6 * time.Second) // kfake's minimum
+	cfg.Kafka.RebalanceTimeout = config.Duration(6 * time.Second)
+	cfg.Kafka.HeartbeatInterval = config.Duration(200 * time.Millisecond)
+	if e.redis != nil {
+		cfg.Redis.Mode, cfg.Redis.Addrs = "single", []string{e.redis.Addr()}
+	} else {
+		cfg.Redis.Mode, cfg.Redis.Addrs = "cluster", e.clus.Addrs()
+	}
+	cfg.Redis.ReadTimeout = config.Duration(500 * time.Millisecond)
+	cfg.Redis.DialTimeout = config.Duration(300 * time.Millisecond)
+	cfg.Segments.Source = "s3://" + e2eS3 + "/prod"
+	cfg.Segments.S3 = config.S3{Region: e.s3.Region, Endpoint: e.s3.URL, UsePathStyle: true}
+	cfg.Segments.PollInterval = config.Duration(time.Second)
+	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg.Worker.BatchSize = 100
+	cfg.Worker.BatchWait = config.Duration(20 * time.Millisecond)
+	cfg.Worker.RetryInitial = config.Duration(20 * time.Millisecond)
+	cfg.Worker.RetryMax = config.Duration(300 * time.Millisecond)
+	cfg.Worker.ShutdownTimeout = config.Duration(15 * time.Second)
+	if err := cfg.Validate(); err != nil {
+		e.t.Fatal(err)
+	}
+	return cfg
+}
+
+// publish builds and publishes a synthetic snapshot of users [0, users).
+func (e *e2e) publish(users int, seed uint64) *segments.Manifest {
+	e.t.Helper()
+	m, err := demo.BuildSnapshot(context.Background(), e.store, users, seed, e.clock.Now)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+// produce writes records to the input topic, keyed as given.
+func (e *e2e) produce(msgs []kafka.Message) {
+	e.t.Helper()
+	w := &kafka.Writer{Addr: kafka.TCP(e.kafka.Addrs...), Topic: tIn, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond, BatchSize: 500, Balancer: &kafka.Murmur2Balancer{}, BatchBytes: 32 << 20}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		e.t.Fatalf("produce %d intents: %v", len(msgs), err)
+	}
+	e.inputs += len(msgs)
+}
+
+// worker is one running capper worker (app.Run in a goroutine).
+type worker struct {
+	name   string
+	cancel context.CancelFunc
+	done   chan error
+	http   string
+	reg    *prometheus.Registry
+	log    *syncBuf
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs a worker with cfg until stop; it fails the test if the worker
+// does not come up.
+func (e *e2e) start(name string, cfg *config.Config) *worker {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &worker{name: name, cancel: cancel, done: make(chan error, 1), reg: prometheus.NewRegistry(), log: &syncBuf{}}
+	started := make(chan string, 1)
+	logger := slog.New(slog.NewJSONHandler(w.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	go func() {
+		w.done <- Run(ctx, Options{Config: cfg, Logger: logger, Registry: w.reg, Now: e.clock.Now, Version: "test",
+			Started: func(addr string) { started <- addr }})
+	}()
+	select {
+	case w.http = <-started:
+	case err := <-w.done:
+		e.t.Fatalf("worker %s did not start: %v\n%s", name, err, w.log)
+	case <-time.After(30 * time.Second):
+		e.t.Fatalf("worker %s did not start in 30s\n%s", name, w.log)
+	}
+	e.t.Cleanup(func() {
+		cancel()
+		select {
+		case <-w.done:
+		case <-time.After(30 * time.Second):
+		}
+		if e.t.Failed() {
+			e.t.Logf("worker %s log (tail):\n%s", name, tail(w.log.String(), 4000))
+		}
+	})
+	return w
+}
+
+// stop ends the worker as SIGTERM would and returns Run's result.
+func (w *worker) stop(t *testing.T) error {
+	t.Helper()
+	w.cancel()
+	select {
+	case err := <-w.done:
+		w.done <- err // keep it for the cleanup
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("worker %s did not stop in 30s", w.name)
+		return nil
+	}
+}
+
+func (w *worker) get(path string) (int, string) {
+	resp, err := http.Get("http://" + w.http + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+// outputs is what the three output topics hold.
+type outputs struct {
+	deliveries, suppressed, dlq []kafka.Message
+}
+
+func (e *e2e) read() outputs {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var o outputs
+	var err error
+	for _, x := range []struct {
+		topic string
+		dst   *[]kafka.Message
+	}{{tDel, &o.deliveries}, {tSup, &o.suppressed}, {tDLQ, &o.dlq}} {
+		if *x.dst, err = audit.ReadTopic(ctx, e.kafka.Addrs, x.topic); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return o
+}
+
+func header(m kafka.Message, key string) string {
+	for _, h := range m.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// sources maps each input record (capper-source) to the output topics that
+// hold it.
+func (o outputs) sources() map[string]map[string]int {
+	m := map[string]map[string]int{}
+	for _, x := range []struct {
+		topic string
+		msgs  []kafka.Message
+	}{{tDel, o.deliveries}, {tSup, o.suppressed}, {tDLQ, o.dlq}} {
+		for _, r := range x.msgs {
+			src := header(r, "capper-source")
+			if m[src] == nil {
+				m[src] = map[string]int{}
+			}
+			m[src][x.topic]++
+		}
+	}
+	return m
+}
+
+// waitDrained waits until every produced input has an outcome.
+func (e *e2e) waitDrained(timeout time.Duration, workers ...*worker) outputs {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		o := e.read()
+		if n := len(o.sources()); n >= e.inputs {
+			return o
+		} else if time.Now().After(deadline) {
+			var logs []string
+			for _, w := range workers {
+				logs = append(logs, w.name+":\n"+tail(w.log.String(), 3000))
+			}
+			e.t.Fatalf("only %d of %d inputs have an outcome after %s\n%s", n, e.inputs, timeout, strings.Join(logs, "\n"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// verify checks the invariants on everything produced so far: each input
+// offset is in exactly one output topic (maybe more than once: at least
+// once), repeats of an input carry its id, and the audit finds no window
+// above its limit.
+func (e *e2e) verify(o outputs, cfg *config.Config) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	in, err := audit.ReadTopic(ctx, e.kafka.Addrs, tIn)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(in) != e.inputs {
+		e.t.Fatalf("input topic holds %d records, produced %d", len(in), e.inputs)
+	}
+	src := o.sources()
+	for _, r := range in {
+		key := fmt.Sprintf("%s/%d/%d", tIn, r.Partition, r.Offset)
+		topics := src[key]
+		switch len(topics) {
+		case 0:
+			e.t.Errorf("input %s has no outcome: lost", key)
+		case 1:
+		default:
+			e.t.Errorf("input %s is in several output topics: %v", key, topics)
+		}
+		delete(src, key)
+	}
+	if len(src) > 0 {
+		e.t.Errorf("%d outputs name no input: %v", len(src), keys(src))
+	}
+	// Every copy of an input carries the input's bytes, so its id.
+	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed, o.dlq} {
+		seen := map[string]string{}
+		for _, r := range x {
+			s := header(r, "capper-source")
+			if v, ok := seen[s]; ok && v != string(r.Value) {
+				e.t.Errorf("input %s delivered twice with different values", s)
+			}
+			seen[s] = string(r.Value)
+		}
+	}
+	sends, err := audit.Sends(o.deliveries)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if v := audit.Check(cfg.Rules(), sends); len(v) > 0 {
+		for i, x := range v {
+			if i == 10 {
+				break
+			}
+			e.t.Errorf("audit: %s", x)
+		}
+		e.t.Fatalf("audit: %d violations", len(v))
+	}
+}
+
+func keys(m map[string]map[string]int) []string {
+	var k []string
+	for s := range m {
+		k = append(k, s)
+	}
+	sort.Strings(k)
+	if len(k) > 5 {
+		k = k[:5]
+	}
+	return k
+}
+
+func count(msgs []kafka.Message, key, value string) int {
+	n := 0
+	for _, m := range msgs {
+		if header(m, key) == value {
+			n++
+		}
+	}
+	return n
+}
+
+func TestMain(m *testing.M) {
+	// The S3 store uses the AWS default credential chain; keep a developer's
+	// ~/.aws out of the tests.
+	os.Setenv("AWS_CONFIG_FILE", os.DevNull)
+	os.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
+	os.Exit(m.Run())
+}
+
+// metric returns the value of the series name{labels} in w's registry: a
+// counter's or gauge's value, a histogram's sample count; 0 when absent.
+func metric(t *testing.T, w *worker, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := w.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
+}

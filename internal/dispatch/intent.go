@@ -1,0 +1,165 @@
+package dispatch
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Intent is the part of a send-intent capper reads. Everything else in the
+// value (payload, unknown fields) is forwarded untouched with the original
+// bytes.
+type Intent struct {
+	ID         string
+	UserID     uint64
+	CampaignID string
+	Channel    string
+	Category   string
+	CreatedAt  time.Time // zero when absent
+}
+
+// DefaultCategory is the category of an intent that names none.
+const DefaultCategory = "marketing"
+
+// Limits on fields, from the event contract (design.md).
+const (
+	maxIDBytes       = 128
+	maxCampaignBytes = 256
+	maxCategoryBytes = 64
+)
+
+// InvalidError says why an intent cannot be decided. Its text goes into the
+// dead-letter record's capper-error header, so it names the field.
+type InvalidError struct {
+	Field  string // the JSON field, "value" or "key"
+	Reason string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Reason }
+
+func invalid(field, format string, args ...any) *InvalidError {
+	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Decoder validates intents against the configured channels and size limit.
+type Decoder struct {
+	channels []string
+	maxBytes int
+}
+
+// NewDecoder returns a Decoder for the given channels; maxBytes bounds the
+// value size (0 = 64 KiB).
+func NewDecoder(channels []string, maxBytes int) *Decoder {
+	if maxBytes <= 0 {
+		maxBytes = 64 << 10
+	}
+	return &Decoder{channels: slices.Clone(channels), maxBytes: maxBytes}
+}
+
+// wire is the JSON shape. user_id stays raw because the contract accepts a
+// number or a decimal string, and a float64 would silently round ids above 2^53.
+type wire struct {
+	ID         *string         `json:"id"`
+	UserID     json.RawMessage `json:"user_id"`
+	CampaignID *string         `json:"campaign_id"`
+	Channel    *string         `json:"channel"`
+	Category   *string         `json:"category"`
+	CreatedAt  *string         `json:"created_at"`
+}
+
+// Decode validates one record. key is the record key, which the contract
+// says is the user id in decimal: a mismatch would put the user's intents on
+// different partitions and lose their order, so it is rejected too.
+func (d *Decoder) Decode(key, value []byte) (Intent, error) {
+	if len(value) > d.maxBytes {
+		return Intent{}, invalid("value", "%d bytes, above the limit of %d (kafka.max_intent_bytes)", len(value), d.maxBytes)
+	}
+	var w wire
+	if err := json.Unmarshal(value, &w); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return Intent{}, invalid(te.Field, "must be a JSON %s, got %s", te.Type.Kind(), te.Value)
+		}
+		return Intent{}, invalid("value", "not a JSON object: %s", truncate(err.Error(), 120))
+	}
+	var in Intent
+	switch {
+	case w.ID == nil:
+		return Intent{}, invalid("id", "is required")
+	case len(*w.ID) == 0 || len(*w.ID) > maxIDBytes:
+		return Intent{}, invalid("id", "must be 1 to %d bytes, got %d", maxIDBytes, len(*w.ID))
+	}
+	in.ID = *w.ID
+	uid, err := parseUserID(w.UserID)
+	if err != nil {
+		return Intent{}, err
+	}
+	in.UserID = uid
+	switch {
+	case w.CampaignID == nil:
+		return Intent{}, invalid("campaign_id", "is required")
+	case len(*w.CampaignID) == 0 || len(*w.CampaignID) > maxCampaignBytes:
+		return Intent{}, invalid("campaign_id", "must be 1 to %d bytes, got %d", maxCampaignBytes, len(*w.CampaignID))
+	}
+	in.CampaignID = *w.CampaignID
+	switch {
+	case w.Channel == nil:
+		return Intent{}, invalid("channel", "is required")
+	case !slices.Contains(d.channels, *w.Channel):
+		return Intent{}, invalid("channel", "%q is not a configured channel (%s)", truncate(*w.Channel, 40), strings.Join(d.channels, ", "))
+	}
+	in.Channel = *w.Channel
+	in.Category = DefaultCategory
+	if w.Category != nil {
+		if len(*w.Category) == 0 || len(*w.Category) > maxCategoryBytes {
+			return Intent{}, invalid("category", "must be 1 to %d bytes when present, got %d", maxCategoryBytes, len(*w.Category))
+		}
+		in.Category = *w.Category
+	}
+	if w.CreatedAt != nil {
+		t, err := time.Parse(time.RFC3339Nano, *w.CreatedAt)
+		if err != nil {
+			return Intent{}, invalid("created_at", "%q is not an RFC 3339 time", truncate(*w.CreatedAt, 40))
+		}
+		in.CreatedAt = t
+	}
+	if !bytes.Equal(key, strconv.AppendUint(nil, in.UserID, 10)) {
+		return Intent{}, invalid("key", "%q is not the user_id %d in decimal (intents are keyed by user)", truncate(string(key), 40), in.UserID)
+	}
+	return in, nil
+}
+
+func parseUserID(raw json.RawMessage) (uint64, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, invalid("user_id", "is required")
+	}
+	s := string(raw)
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return 0, invalid("user_id", "is not a valid JSON string")
+		}
+	}
+	// ParseUint rejects signs, fractions and exponents: 1e3 or 42.0 are not ids.
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || (len(s) > 1 && s[0] == '0') {
+		return 0, invalid("user_id", "%s is not an unsigned 64-bit integer", truncate(string(raw), 40))
+	}
+	return v, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cut on a rune boundary so the header stays valid UTF-8.
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,177 @@
+package dispatch
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
+)
+
+// KafkaOptions are the broker settings shared by the reader and the writers.
+type KafkaOptions struct {
+	Brokers  []string
+	ClientID string
+	GroupID  string
+	TLS      *tls.Config    // nil: plaintext
+	SASL     sasl.Mechanism // nil: none; see NewSASL
+	// Compression of the output topics: "none", "gzip", "snappy", "lz4", "zstd".
+	Compression       string
+	StartOffset       string // "earliest" (default) or "latest", for a group with no committed offset
+	FetchMaxWait      time.Duration
+	SessionTimeout    time.Duration
+	RebalanceTimeout  time.Duration
+	HeartbeatInterval time.Duration
+	WriteTimeout      time.Duration
+	// BatchSize is the worker's batch size: a writer batch holds a whole
+	// worker batch so that one WriteMessages is one produce per partition.
+	BatchSize int
+	Logger    *slog.Logger
+}
+
+// NewSASL returns the kafka-go mechanism for "plain", "scram-sha-256" or
+// "scram-sha-512", or nil for "" and "none".
+func NewSASL(mechanism, username, password string) (sasl.Mechanism, error) {
+	switch mechanism {
+	case "", "none":
+		return nil, nil
+	case "plain":
+		return plain.Mechanism{Username: username, Password: password}, nil
+	case "scram-sha-256":
+		return scram.Mechanism(scram.SHA256, username, password)
+	case "scram-sha-512":
+		return scram.Mechanism(scram.SHA512, username, password)
+	}
+	return nil, fmt.Errorf("kafka sasl: unknown mechanism %q", mechanism)
+}
+
+func (o KafkaOptions) compression() (kafka.Compression, error) {
+	switch o.Compression {
+	case "", "none":
+		return 0, nil
+	case "gzip":
+		return kafka.Gzip, nil
+	case "snappy":
+		return kafka.Snappy, nil
+	case "lz4":
+		return kafka.Lz4, nil
+	case "zstd":
+		return kafka.Zstd, nil
+	}
+	return 0, fmt.Errorf("kafka compression: unknown codec %q", o.Compression)
+}
+
+func (o KafkaOptions) withDefaults() KafkaOptions {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.FetchMaxWait, 250*time.Millisecond)
+	def(&o.SessionTimeout, 30*time.Second)
+	def(&o.RebalanceTimeout, 30*time.Second)
+	def(&o.HeartbeatInterval, 3*time.Second)
+	def(&o.WriteTimeout, 10*time.Second)
+	if o.BatchSize <= 0 {
+		o.BatchSize = 500
+	}
+	if o.ClientID == "" {
+		o.ClientID = "capper"
+	}
+	return o
+}
+
+// NewReader returns a consumer-group reader for topic, set up against
+// kafka-go's defaults that do not fit a worker that must not lose intents:
+//   - CommitInterval 0: commits are synchronous, so CommitMessages returns the
+//     commit's error (with an interval, errors are only logged).
+//   - MaxWait lowered from 10s: a long fetch wait also stalls rebalances and
+//     Close.
+//   - QueueCapacity above the batch size, so a batch fills from memory.
+func NewReader(o KafkaOptions, topic string) (*kafka.Reader, error) {
+	o = o.withDefaults()
+	start := kafka.FirstOffset
+	switch o.StartOffset {
+	case "", "earliest":
+	case "latest":
+		start = kafka.LastOffset
+	default:
+		return nil, fmt.Errorf("kafka start_offset: %q is not earliest or latest", o.StartOffset)
+	}
+	cfg := kafka.ReaderConfig{
+		Brokers: o.Brokers,
+		GroupID: o.GroupID,
+		Topic:   topic,
+		Dialer: &kafka.Dialer{
+			ClientID:      o.ClientID,
+			Timeout:       10 * time.Second,
+			DualStack:     true,
+			TLS:           o.TLS,
+			SASLMechanism: o.SASL,
+		},
+		QueueCapacity:         2 * o.BatchSize,
+		MaxWait:               o.FetchMaxWait,
+		ReadBatchTimeout:      max(o.FetchMaxWait, time.Second),
+		CommitInterval:        0,
+		HeartbeatInterval:     o.HeartbeatInterval,
+		SessionTimeout:        o.SessionTimeout,
+		RebalanceTimeout:      o.RebalanceTimeout,
+		JoinGroupBackoff:      time.Second,
+		WatchPartitionChanges: true,
+		StartOffset:           start,
+		ErrorLogger:           errorLogger(o.Logger, "kafka reader"),
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("kafka reader for %s: %w", topic, err)
+	}
+	return kafka.NewReader(cfg), nil
+}
+
+// NewWriter returns a writer for topic, set up against kafka-go's defaults
+// that would lose or slow outcomes:
+//   - RequiredAcks all (the default is none: a write would "succeed" before
+//     any broker has the record, and the commit that follows could lose it).
+//   - BatchTimeout 1ms (the default 1s would add a second to every batch).
+//   - A key-hash balancer (the default round-robin would scatter a user's
+//     outcomes over partitions and lose their order). Murmur2 is the Java
+//     client's partitioner, so records keyed by user land where a Java
+//     producer would put them.
+func NewWriter(o KafkaOptions, topic string) (*kafka.Writer, error) {
+	o = o.withDefaults()
+	codec, err := o.compression()
+	if err != nil {
+		return nil, err
+	}
+	return &kafka.Writer{
+		Addr:         kafka.TCP(o.Brokers...),
+		Topic:        topic,
+		Balancer:     &kafka.Murmur2Balancer{},
+		RequiredAcks: kafka.RequireAll,
+		BatchSize:    o.BatchSize,
+		BatchTimeout: time.Millisecond,
+		WriteTimeout: o.WriteTimeout,
+		ReadTimeout:  o.WriteTimeout,
+		MaxAttempts:  3, // the worker retries on top, with its own backoff
+		Compression:  codec,
+		Transport: &kafka.Transport{
+			ClientID:    o.ClientID,
+			DialTimeout: 10 * time.Second,
+			TLS:         o.TLS,
+			SASL:        o.SASL,
+		},
+		ErrorLogger: errorLogger(o.Logger, "kafka writer "+topic),
+	}, nil
+}
+
+func errorLogger(l *slog.Logger, component string) kafka.Logger {
+	if l == nil {
+		return nil
+	}
+	return kafka.LoggerFunc(func(msg string, args ...any) {
+		l.Warn(fmt.Sprintf(msg, args...), "component", component)
+	})
+}

@@ -1,0 +1,507 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/segments"
+)
+
+// Reader is what the worker needs of a consumer-group reader (*kafka.Reader).
+type Reader interface {
+	FetchMessage(ctx context.Context) (kafka.Message, error)
+	CommitMessages(ctx context.Context, msgs ...kafka.Message) error
+}
+
+// Writer is one output topic (*kafka.Writer with RequiredAcks=all).
+type Writer interface {
+	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
+}
+
+// Decider decides a batch against the caps (*capping.Engine).
+type Decider interface {
+	Decide(ctx context.Context, reqs []capping.Request) ([]capping.Decision, error)
+}
+
+// Snapshots gives the segment snapshot in use (*segments.Current). A nil
+// snapshot puts every user in no segment.
+type Snapshots interface {
+	Load() *segments.Snapshot
+}
+
+// Options configures a Worker. Reader, Deliveries, DeadLetter, Decider,
+// Snapshots and Decoder are required.
+type Options struct {
+	Reader     Reader
+	Deliveries Writer
+	Suppressed Writer // nil: capped intents are counted, then dropped
+	DeadLetter Writer
+	Decider    Decider
+	Snapshots  Snapshots
+	Decoder    *Decoder
+
+	BatchSize int           // default 500
+	BatchWait time.Duration // default 50ms: a batch closes this long after its first intent
+
+	// Shadow forwards everything; would-be-capped intents are marked
+	// shadow-capped. The zero value enforces.
+	Shadow bool
+	// FailOpen forwards intents that Redis could not decide as allowed
+	// (marked capper-unchecked) instead of waiting for Redis.
+	FailOpen bool
+
+	RetryInitial time.Duration // default 100ms: backoff after a Redis or Kafka error
+	RetryMax     time.Duration // default 5s
+	// ShutdownTimeout bounds the batch in flight once Run's context ends
+	// (default 25s); past it the batch is abandoned uncommitted and will be
+	// redelivered.
+	ShutdownTimeout time.Duration
+
+	Now        func() time.Time
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Worker consumes send-intents in micro-batches, decides them, writes every
+// outcome and commits the batch's offsets only after Kafka acknowledged all
+// of its outcomes. One batch is in flight at a time, which keeps a user's
+// intents in partition order end to end.
+type Worker struct {
+	o       Options
+	m       *metrics
+	ready   atomic.Pointer[error] // nil pointer: ready
+	batches atomic.Int64
+}
+
+// New checks the options and registers the worker's metrics.
+func New(o Options) (*Worker, error) {
+	switch {
+	case o.Reader == nil:
+		return nil, errors.New("dispatch: Reader is required")
+	case o.Deliveries == nil || o.DeadLetter == nil:
+		return nil, errors.New("dispatch: Deliveries and DeadLetter writers are required")
+	case o.Decider == nil:
+		return nil, errors.New("dispatch: Decider is required")
+	case o.Snapshots == nil:
+		return nil, errors.New("dispatch: Snapshots is required")
+	case o.Decoder == nil:
+		return nil, errors.New("dispatch: Decoder is required")
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 500
+	}
+	if o.BatchWait <= 0 {
+		o.BatchWait = 50 * time.Millisecond
+	}
+	if o.RetryInitial <= 0 {
+		o.RetryInitial = 100 * time.Millisecond
+	}
+	if o.RetryMax < o.RetryInitial {
+		o.RetryMax = max(5*time.Second, o.RetryInitial)
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 25 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Worker{o: o, m: newMetrics(o.Registerer)}, nil
+}
+
+// Ready reports whether the worker can decide: an error while Redis is
+// failing and intents are waiting (for /readyz).
+func (w *Worker) Ready() error {
+	if p := w.ready.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Batches is the number of batches committed so far.
+func (w *Worker) Batches() int64 { return w.batches.Load() }
+
+// Run consumes until ctx ends, then finishes the batch in flight (decide,
+// write, commit) within ShutdownTimeout and returns nil. It returns an error
+// when the reader fails or the batch in flight could not be finished in time.
+func (w *Worker) Run(ctx context.Context) error {
+	// work outlives ctx by up to ShutdownTimeout, so that a fetched batch is
+	// finished and committed after a SIGTERM instead of being redelivered.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stopTimer := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(w.o.ShutdownTimeout, cancelWork)
+		context.AfterFunc(work, func() { t.Stop() })
+	})
+	defer stopTimer()
+
+	batch := make([]kafka.Message, 0, w.o.BatchSize)
+	for {
+		var err error
+		batch, err = w.fetch(ctx, batch[:0])
+		if len(batch) > 0 {
+			if perr := w.process(work, batch); perr != nil {
+				return fmt.Errorf("batch of %d intents left uncommitted (it will be redelivered): %w", len(batch), perr)
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("fetch send-intents: %w", err)
+		}
+	}
+}
+
+// fetch blocks for the first intent, then collects more until the batch is
+// full or BatchWait has passed since the first.
+func (w *Worker) fetch(ctx context.Context, batch []kafka.Message) ([]kafka.Message, error) {
+	first, err := w.o.Reader.FetchMessage(ctx)
+	if err != nil {
+		return batch, err
+	}
+	batch = append(batch, first)
+	bctx, cancel := context.WithTimeout(ctx, w.o.BatchWait)
+	defer cancel()
+	for len(batch) < w.o.BatchSize {
+		m, err := w.o.Reader.FetchMessage(bctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return batch, ctx.Err() // stopping: finish what was fetched
+			}
+			if bctx.Err() != nil {
+				return batch, nil // the batch's wait is over
+			}
+			return batch, err
+		}
+		batch = append(batch, m)
+	}
+	return batch, nil
+}
+
+// item is one intent of a batch on its way to an output topic.
+type item struct {
+	invalid   *InvalidError
+	segment   string
+	req       int // index in the batch's requests
+	decision  capping.Decision
+	unchecked bool // failed open: Redis could not decide
+}
+
+func (w *Worker) process(ctx context.Context, batch []kafka.Message) error {
+	start := time.Now()
+	snap := w.o.Snapshots.Load()
+	items := make([]item, len(batch))
+	reqs := make([]capping.Request, 0, len(batch))
+	for i := range batch {
+		in, err := w.o.Decoder.Decode(batch[i].Key, batch[i].Value)
+		if err != nil {
+			items[i].invalid = err.(*InvalidError)
+			continue
+		}
+		items[i].segment = snap.Lookup(in.UserID)
+		items[i].req = len(reqs)
+		reqs = append(reqs, capping.Request{
+			UserID: in.UserID, Segment: items[i].segment, IntentID: in.ID,
+			Channel: in.Channel, Category: in.Category,
+		})
+	}
+
+	decisions, unchecked, decidedAt, err := w.decide(ctx, reqs)
+	if err != nil {
+		return err
+	}
+	for i := range items {
+		if items[i].invalid == nil {
+			items[i].decision = decisions[items[i].req]
+			items[i].unchecked = unchecked[items[i].req]
+		}
+	}
+
+	out := w.route(batch, items, snap.Version(), decidedAt)
+	if err := w.writeAll(ctx, out); err != nil {
+		return err
+	}
+	if err := w.commit(ctx, batch); err != nil {
+		return err
+	}
+	w.batches.Add(1)
+	w.observe(batch, items, start)
+	return nil
+}
+
+// decide asks the Decider until every request has an answer. Requests that
+// failed are retried with capped exponential backoff (nothing undecided is
+// forwarded and nothing is committed meanwhile), unless FailOpen is set.
+// It returns the decision time of each request, as sent to Redis.
+func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.Decision, []bool, []time.Time, error) {
+	out := make([]capping.Decision, len(reqs))
+	unchecked := make([]bool, len(reqs))
+	at := make([]time.Time, len(reqs))
+	pending := make([]int, len(reqs))
+	for i := range pending {
+		pending[i] = i
+	}
+	sub := make([]capping.Request, 0, len(reqs))
+	backoff := w.o.RetryInitial
+	for attempt := 1; len(pending) > 0; attempt++ {
+		// The decision time is taken per attempt: a retried intent is decided
+		// now, not when it first arrived.
+		now := w.o.Now().Truncate(time.Millisecond)
+		sub = sub[:0]
+		for _, i := range pending {
+			r := reqs[i]
+			r.At = now
+			sub = append(sub, r)
+		}
+		t0 := time.Now()
+		ds, err := w.o.Decider.Decide(ctx, sub)
+		w.m.decision.Observe(time.Since(t0).Seconds())
+		if err != nil && ctx.Err() != nil {
+			return nil, nil, nil, fmt.Errorf("decide: %w", err)
+		}
+		var still []int
+		var lastErr error
+		for j, i := range pending {
+			switch {
+			case err != nil:
+				lastErr = err
+			case ds[j].Err != nil:
+				lastErr = ds[j].Err
+			default:
+				out[i], at[i] = ds[j], now
+				continue
+			}
+			still = append(still, i)
+		}
+		if len(still) == 0 {
+			w.ready.Store(nil)
+			return out, unchecked, at, nil
+		}
+		if w.o.FailOpen {
+			for _, i := range still {
+				out[i] = capping.Decision{Outcome: capping.Allowed}
+				unchecked[i], at[i] = true, now
+			}
+			w.o.Logger.Warn("redis could not decide; failing open as configured",
+				"intents", len(still), "error", lastErr)
+			return out, unchecked, at, nil
+		}
+		notReady := fmt.Errorf("redis cannot decide %d intents: %w", len(still), lastErr)
+		w.ready.Store(&notReady)
+		w.m.redisRetries.Add(float64(len(still)))
+		if attempt == 1 || attempt%10 == 0 {
+			w.o.Logger.Warn("redis could not decide; waiting and retrying", "intents", len(still),
+				"attempt", attempt, "backoff", backoff, "error", lastErr)
+		}
+		if err := sleep(ctx, backoff); err != nil {
+			return nil, nil, nil, fmt.Errorf("decide: %w (last redis error: %v)", err, lastErr)
+		}
+		backoff = min(2*backoff, w.o.RetryMax)
+		pending = still
+	}
+	return out, unchecked, at, nil
+}
+
+// Header names of the output contract (design.md).
+const (
+	HeaderDecision   = "capper-decision"
+	HeaderSegment    = "capper-segment"
+	HeaderSnapshot   = "capper-snapshot"
+	HeaderLimit      = "capper-limit"
+	HeaderRetryAfter = "capper-retry-after-ms"
+	HeaderError      = "capper-error"
+	// Additions where the design is silent (README, "Output topics").
+	HeaderDecidedAt = "capper-decided-at" // RFC 3339, ms: the time the caps were checked at
+	HeaderDuplicate = "capper-duplicate"  // "true": this id was allowed before (a redelivery)
+	HeaderUnchecked = "capper-unchecked"  // "true": failed open, Redis did not decide
+	HeaderSource    = "capper-source"     // <topic>/<partition>/<offset> of the input record
+)
+
+// Decision header values.
+const (
+	DecisionAllowed      = "allowed"
+	DecisionExempt       = "exempt"
+	DecisionShadowCapped = "shadow-capped"
+	DecisionCapped       = "capped"
+)
+
+// TimeLayout is the format of capper-decided-at.
+const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+type outputs struct {
+	deliveries, suppressed, deadLetter []kafka.Message
+}
+
+func (w *Worker) route(batch []kafka.Message, items []item, version string, at []time.Time) outputs {
+	var o outputs
+	for i := range batch {
+		it := &items[i]
+		if it.invalid != nil {
+			o.deadLetter = append(o.deadLetter, forward(&batch[i],
+				kafka.Header{Key: HeaderError, Value: []byte(it.invalid.Error())}))
+			continue
+		}
+		d := it.decision
+		common := []kafka.Header{
+			{Key: HeaderSegment, Value: []byte(it.segment)},
+			{Key: HeaderSnapshot, Value: []byte(version)},
+			{Key: HeaderDecidedAt, Value: []byte(at[it.req].UTC().Format(TimeLayout))},
+		}
+		switch d.Outcome {
+		case capping.Exempt:
+			o.deliveries = append(o.deliveries, forward(&batch[i], append(common, hdr(HeaderDecision, DecisionExempt))...))
+		case capping.Allowed, capping.Duplicate:
+			h := append(common, hdr(HeaderDecision, DecisionAllowed))
+			if d.Outcome == capping.Duplicate {
+				h = append(h, hdr(HeaderDuplicate, "true"))
+			}
+			if it.unchecked {
+				h = append(h, hdr(HeaderUnchecked, "true"))
+			}
+			o.deliveries = append(o.deliveries, forward(&batch[i], h...))
+		case capping.Denied:
+			h := append(common, hdr(HeaderLimit, d.Limit),
+				hdr(HeaderRetryAfter, strconv.FormatInt(d.RetryAfter.Milliseconds(), 10)))
+			if w.o.Shadow {
+				o.deliveries = append(o.deliveries, forward(&batch[i], append(h, hdr(HeaderDecision, DecisionShadowCapped))...))
+			} else if w.o.Suppressed != nil {
+				o.suppressed = append(o.suppressed, forward(&batch[i], append(h, hdr(HeaderDecision, DecisionCapped))...))
+			}
+		}
+	}
+	return o
+}
+
+func hdr(k, v string) kafka.Header { return kafka.Header{Key: k, Value: []byte(v)} }
+
+// forward copies the record's key and value bytes untouched, keeps its
+// headers except capper-* ones (capper owns that namespace, so an upstream
+// producer cannot forge a decision) and adds ours.
+func forward(m *kafka.Message, add ...kafka.Header) kafka.Message {
+	h := make([]kafka.Header, 0, len(m.Headers)+len(add)+1)
+	for _, x := range m.Headers {
+		if !strings.HasPrefix(x.Key, "capper-") {
+			h = append(h, x)
+		}
+	}
+	h = append(h, add...)
+	h = append(h, kafka.Header{Key: HeaderSource, Value: source(m)})
+	return kafka.Message{Key: m.Key, Value: m.Value, Headers: h}
+}
+
+// writeAll writes the three topics in parallel and returns when every record
+// is acknowledged, or with an error when ctx ends first.
+func source(m *kafka.Message) []byte {
+	b := make([]byte, 0, len(m.Topic)+24)
+	b = append(b, m.Topic...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(m.Partition), 10)
+	b = append(b, '/')
+	return strconv.AppendInt(b, m.Offset, 10)
+}
+
+func (w *Worker) writeAll(ctx context.Context, o outputs) error {
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i, t := range []struct {
+		name string
+		wr   Writer
+		msgs []kafka.Message
+	}{
+		{"deliveries", w.o.Deliveries, o.deliveries},
+		{"suppressed", w.o.Suppressed, o.suppressed},
+		{"dead_letter", w.o.DeadLetter, o.deadLetter},
+	} {
+		if len(t.msgs) == 0 || t.wr == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.write(ctx, t.name, t.wr, t.msgs)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// write retries until every record is acknowledged. After a partial failure
+// only the failed records are sent again; the others are already in the log
+// (a retry of a record whose ack was lost duplicates it, with the same id).
+func (w *Worker) write(ctx context.Context, topic string, wr Writer, msgs []kafka.Message) error {
+	backoff := w.o.RetryInitial
+	for attempt := 1; ; attempt++ {
+		err := wr.WriteMessages(ctx, msgs...)
+		if err == nil {
+			return nil
+		}
+		w.m.writeErrors.WithLabelValues(topic).Inc()
+		if ctx.Err() != nil {
+			return fmt.Errorf("write %d records to %s: %w", len(msgs), topic, err)
+		}
+		var werrs kafka.WriteErrors
+		if errors.As(err, &werrs) && len(werrs) == len(msgs) {
+			failed := msgs[:0:0]
+			for j, e := range werrs {
+				if e != nil {
+					failed = append(failed, msgs[j])
+				}
+			}
+			msgs = failed
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			w.o.Logger.Warn("kafka write failed; retrying", "topic", topic, "records", len(msgs),
+				"attempt", attempt, "error", err)
+		}
+		if len(msgs) == 0 {
+			return nil
+		}
+		if err := sleep(ctx, backoff); err != nil {
+			return fmt.Errorf("write %d records to %s: %w", len(msgs), topic, err)
+		}
+		backoff = min(2*backoff, w.o.RetryMax)
+	}
+}
+
+// commit commits the batch's offsets in one call. A failed commit is not
+// retried: the outcomes are already written, so the worst case is a
+// redelivery (answered duplicate by Redis), and the next batch's commit
+// covers these offsets anyway. This is also why a stale commit after a
+// rebalance (segmentio/kafka-go#1308) can only cause redelivery: every
+// offset committed here was fully processed by this worker.
+func (w *Worker) commit(ctx context.Context, batch []kafka.Message) error {
+	if err := w.o.Reader.CommitMessages(ctx, batch...); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		w.m.commitErrors.Inc()
+		w.o.Logger.Warn("offset commit failed; the batch may be redelivered", "intents", len(batch), "error", err)
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
