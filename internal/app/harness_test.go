@@ -153,7 +153,7 @@ func (e *e2e) publish(users int, seed uint64) *segments.Manifest {
 func (e *e2e) produce(msgs []kafka.Message) {
 	e.t.Helper()
 	w := &kafka.Writer{Addr: kafka.TCP(e.kafka.Addrs...), Topic: tIn, RequiredAcks: kafka.RequireAll,
-		BatchTimeout: time.Millisecond, BatchSize: 500, Balancer: &kafka.Murmur2Balancer{}, BatchBytes: 32 << 20}
+		BatchTimeout: time.Millisecond, BatchSize: 500, Balancer: &kafka.Murmur2Balancer{}}
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -452,7 +452,7 @@ func (w *Worker) write(ctx context.Context, topic string, wr Writer, msgs []kafk
 		}
 		w.m.writeErrors.WithLabelValues(topic).Inc()
 		if ctx.Err() != nil {
-			return fmt.Errorf("write %d records to %s: %w", len(msgs), topic, err)
+			return fmt.Errorf("write %d records to %s: %s", len(msgs), topic, summarize(err))
 		}
 		var werrs kafka.WriteErrors
 		if errors.As(err, &werrs) && len(werrs) == len(msgs) {
@@ -466,16 +466,31 @@ func (w *Worker) write(ctx context.Context, topic string, wr Writer, msgs []kafk
 		}
 		if attempt == 1 || attempt%10 == 0 {
 			w.o.Logger.Warn("kafka write failed; retrying", "topic", topic, "records", len(msgs),
-				"attempt", attempt, "error", err)
+				"attempt", attempt, "error", summarize(err))
 		}
 		if len(msgs) == 0 {
 			return nil
 		}
-		if err := sleep(ctx, backoff); err != nil {
-			return fmt.Errorf("write %d records to %s: %w", len(msgs), topic, err)
+		if serr := sleep(ctx, backoff); serr != nil {
+			return fmt.Errorf("write %d records to %s: %w (last error: %s)", len(msgs), topic, serr, summarize(err))
 		}
 		backoff = min(2*backoff, w.o.RetryMax)
 	}
+}
+
+// summarize shortens kafka.WriteErrors, whose text lists every record's
+// error (thousands of lines for one failed batch), to a count and the first.
+func summarize(err error) string {
+	var werrs kafka.WriteErrors
+	if !errors.As(err, &werrs) {
+		return err.Error()
+	}
+	for _, e := range werrs {
+		if e != nil {
+			return fmt.Sprintf("%d of %d records failed, first: %v", werrs.Count(), len(werrs), e)
+		}
+	}
+	return err.Error()
 }
 
 // commit commits the batch's offsets in one call. A failed commit is not

@@ -1,0 +1,448 @@
+// Package demo owns `capper demo`: the whole pipeline on one machine with
+// nothing installed. It builds a synthetic snapshot with the segment-builder's
+// code, starts an in-process Kafka broker (kfake) and Redis (miniredis, which
+// runs the same Lua script; or a real Redis), produces a campaign blast, runs
+// the real worker (the code of `capper run`) until the input is drained, then
+// reports what happened and audits the deliveries read back from Kafka.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/schollz/progressbar/v3"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"golang.org/x/term"
+
+	"github.com/capper-dev/capper/internal/app"
+	"github.com/capper-dev/capper/internal/audit"
+	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/segments"
+)
+
+// Options sizes and points the demo.
+type Options struct {
+	Users     int    // default 20000
+	Intents   int    // default 40000
+	RedisAddr string // "" = embedded miniredis
+	Seed      int64
+	Out       io.Writer // the report
+	Progress  io.Writer // progress: a bar on a terminal, else a line every few seconds
+}
+
+// policy is the demo's caps: the segments of configs/capper.yaml.
+const policy = `
+capping:
+  segments:
+    - name: new
+      limits:
+        - {name: daily, window: 24h, max: 1}
+        - {name: weekly, window: 7d, max: 3}
+    - name: active
+      limits:
+        - {name: daily, window: 24h, max: 3}
+        - {name: weekly, window: 7d, max: 10}
+        - {name: sms-weekly, window: 7d, max: 1, channel: sms}
+    - name: dormant
+      limits:
+        - {name: daily, window: 24h, max: 1}
+        - {name: weekly, window: 7d, max: 2}
+  default_policy:
+    limits:
+      - {name: daily, window: 24h, max: 1}
+      - {name: weekly, window: 7d, max: 3}
+`
+
+const (
+	topicIn  = "send-intents"
+	topicDel = "deliveries"
+	topicSup = "suppressed"
+	topicDLQ = "send-intents-dlq"
+)
+
+// Run runs the demo and returns an error when anything failed, including an
+// audit that found a user above a limit.
+func Run(ctx context.Context, o Options) error {
+	if o.Users <= 0 {
+		o.Users = 20000
+	}
+	if o.Intents <= 0 {
+		o.Intents = 40000
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	start := time.Now()
+	dir, err := os.MkdirTemp("", "capper-demo-")
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer os.RemoveAll(dir)
+
+	step := func(format string, args ...any) { fmt.Fprintf(o.Progress, "- "+format+"\n", args...) }
+	store, err := segments.OpenStore(ctx, dir, segments.StoreOptions{})
+	if err != nil {
+		return err
+	}
+	m, err := BuildSnapshot(ctx, store, o.Users, uint64(o.Seed), time.Now)
+	if err != nil {
+		return err
+	}
+	step("snapshot %s: %s", m.Version, describeSegments(m))
+
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topicIn, topicDel, topicSup, topicDLQ))
+	if err != nil {
+		return fmt.Errorf("demo: start kafka: %w", err)
+	}
+	defer broker.Close()
+	redisAddr := o.RedisAddr
+	if redisAddr == "" {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return fmt.Errorf("demo: start embedded redis: %w", err)
+		}
+		defer mr.Close()
+		redisAddr = mr.Addr()
+		step("kafka (kfake) at %s, redis (embedded miniredis) at %s", broker.ListenAddrs()[0], redisAddr)
+	} else {
+		step("kafka (kfake) at %s, redis at %s", broker.ListenAddrs()[0], redisAddr)
+	}
+
+	cfg, err := demoConfig(broker.ListenAddrs(), redisAddr, dir)
+	if err != nil {
+		return err
+	}
+	msgs := Blast(BlastOptions{Users: o.Users, Intents: o.Intents, Seed: uint64(o.Seed)})
+	if err := produce(ctx, broker.ListenAddrs(), msgs); err != nil {
+		return err
+	}
+	step("produced %d send-intents (%d campaigns, repeats, malformed and transactional ones)", len(msgs), 6)
+
+	reg := prometheus.NewRegistry()
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	t0 := time.Now()
+	go func() {
+		done <- app.Run(runCtx, app.Options{Config: cfg, Logger: quiet, Registry: reg, Version: "demo",
+			Started: func(string) { close(started) }})
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		return fmt.Errorf("demo: worker did not start: %w", err)
+	}
+	if err := waitDrained(ctx, reg, len(msgs), o.Progress, done); err != nil {
+		return err
+	}
+	elapsed := time.Since(t0)
+	stop()
+	if err := <-done; err != nil {
+		return fmt.Errorf("demo: worker: %w", err)
+	}
+
+	outs, err := readOutputs(ctx, broker.ListenAddrs())
+	if err != nil {
+		return err
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return fmt.Errorf("demo: metrics: %w", err)
+	}
+	writeReport(o.Out, mfs, outs, len(msgs), elapsed)
+	fmt.Fprintf(o.Out, "total time: %s\n\n", time.Since(start).Round(time.Millisecond))
+	return auditDeliveries(o.Out, cfg, outs.deliveries)
+}
+
+func describeSegments(m *segments.Manifest) string {
+	var parts []string
+	for _, s := range m.Segments {
+		parts = append(parts, fmt.Sprintf("%s %d", s.Name, s.Users))
+	}
+	return strings.Join(parts, ", ") + " users"
+}
+
+func demoConfig(brokers []string, redisAddr, dir string) (*config.Config, error) {
+	cfg, err := config.Parse([]byte(policy), nil)
+	if err != nil {
+		return nil, fmt.Errorf("demo config: %w", err)
+	}
+	cfg.Kafka.Brokers = brokers
+	cfg.Kafka.GroupID = "capper-demo"
+	cfg.Kafka.FetchMaxWait = config.Duration(100 * time.Millisecond)
+	cfg.Kafka.SessionTimeout = config.Duration(6 * time.Second)
+	cfg.Kafka.HeartbeatInterval = config.Duration(500 * time.Millisecond)
+	cfg.Redis.Addrs = []string{redisAddr}
+	cfg.Segments.Source = dir
+	cfg.HTTP.Address = "127.0.0.1:0"
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("demo config: %w", err)
+	}
+	return cfg, nil
+}
+
+func produce(ctx context.Context, brokers []string, msgs []kafka.Message) error {
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topicIn, RequiredAcks: kafka.RequireAll,
+		Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, BatchSize: 1000}
+	defer w.Close()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		var werrs kafka.WriteErrors
+		if errors.As(err, &werrs) {
+			return fmt.Errorf("demo: produce send-intents: %d of %d records failed", werrs.Count(), len(werrs))
+		}
+		return fmt.Errorf("demo: produce send-intents: %w", err)
+	}
+	return nil
+}
+
+// waitDrained follows capper_intents_total until every intent has an outcome.
+func waitDrained(ctx context.Context, reg *prometheus.Registry, total int, progress io.Writer, done <-chan error) error {
+	var bar *progressbar.ProgressBar
+	if f, ok := progress.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(progress),
+			progressbar.OptionSetDescription("deciding"), progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(), progressbar.OptionSetItsString("intents"), progressbar.OptionClearOnFinish())
+	}
+	lastLine := time.Now()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n := int(sumCounter(reg, "capper_intents_total"))
+		if bar != nil {
+			_ = bar.Set(n)
+		} else if time.Since(lastLine) > 3*time.Second {
+			fmt.Fprintf(progress, "  %d/%d intents decided\n", n, total)
+			lastLine = time.Now()
+		}
+		if n >= total {
+			if bar != nil {
+				_ = bar.Finish()
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-done:
+			return fmt.Errorf("demo: worker stopped early: %v", err)
+		case <-tick.C:
+		}
+	}
+}
+
+func sumCounter(reg *prometheus.Registry, name string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+type outputs struct{ deliveries, suppressed, dlq []kafka.Message }
+
+func readOutputs(ctx context.Context, brokers []string) (outputs, error) {
+	var o outputs
+	var err error
+	if o.deliveries, err = audit.ReadTopic(ctx, brokers, topicDel); err != nil {
+		return o, err
+	}
+	if o.suppressed, err = audit.ReadTopic(ctx, brokers, topicSup); err != nil {
+		return o, err
+	}
+	o.dlq, err = audit.ReadTopic(ctx, brokers, topicDLQ)
+	return o, err
+}
+
+// row is one segment's line of the report.
+type row struct {
+	intents, allowed, exempt, duplicates, capped, deadLettered int
+	byLimit                                                    map[string]int
+}
+
+func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, elapsed time.Duration) {
+	rows := map[string]*row{}
+	get := func(seg string) *row {
+		if rows[seg] == nil {
+			rows[seg] = &row{byLimit: map[string]int{}}
+		}
+		return rows[seg]
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "capper_intents_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var outcome, seg string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "outcome":
+					outcome = l.GetValue()
+				case "segment":
+					seg = l.GetValue()
+				}
+			}
+			if seg == "" {
+				seg = "(malformed)"
+			}
+			n := int(m.GetCounter().GetValue())
+			r := get(seg)
+			r.intents += n
+			switch outcome {
+			case "allowed":
+				r.allowed += n
+			case "duplicate":
+				r.duplicates += n
+			case "exempt":
+				r.exempt += n
+			case "capped":
+				r.capped += n
+			case "invalid":
+				r.deadLettered += n
+			}
+		}
+	}
+	for _, m := range o.suppressed {
+		get(headerOf(m, "capper-segment")).byLimit[headerOf(m, "capper-limit")]++
+	}
+	names := make([]string, 0, len(rows))
+	for n := range rows {
+		names = append(names, n)
+	}
+	order := map[string]int{"new": 0, "active": 1, "dormant": 2, "none": 3, "(malformed)": 4}
+	sort.Slice(names, func(i, j int) bool { return order[names[i]] < order[names[j]] })
+
+	fmt.Fprintf(w, "\ncapper demo: %d send-intents\n\n", total)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "segment\tintents\tallowed\tcapped\t(by limit)\texempt\tduplicates\tdead-lettered\t")
+	var sum row
+	for _, n := range names {
+		r := rows[n]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t\n", n, r.intents, r.allowed, r.capped, limits(r.byLimit), r.exempt, r.duplicates, r.deadLettered)
+		sum.intents += r.intents
+		sum.allowed += r.allowed
+		sum.capped += r.capped
+		sum.exempt += r.exempt
+		sum.duplicates += r.duplicates
+		sum.deadLettered += r.deadLettered
+	}
+	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t\t%d\t%d\t%d\t\n", sum.intents, sum.allowed, sum.capped, sum.exempt, sum.duplicates, sum.deadLettered)
+	_ = tw.Flush()
+	p50, p99 := quantile(mfs, "capper_decision_duration_seconds", 0.5), quantile(mfs, "capper_decision_duration_seconds", 0.99)
+	batches := quantileCount(mfs, "capper_batch_size")
+	fmt.Fprintf(w, "\nthroughput: %.0f intents/s (%d intents in %s, %d batches)\n", float64(total)/elapsed.Seconds(), total, elapsed.Round(time.Millisecond), batches)
+	fmt.Fprintf(w, "decision latency per batch (one Redis pipeline): p50 %s, p99 %s\n", fmtSeconds(p50), fmtSeconds(p99))
+}
+
+func limits(m map[string]int) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+func headerOf(m kafka.Message, key string) string {
+	for _, h := range m.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// quantile estimates a quantile from a histogram's buckets by linear
+// interpolation inside the bucket, as Prometheus' histogram_quantile does.
+func quantile(mfs []*dto.MetricFamily, name string, q float64) float64 {
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		total := float64(h.GetSampleCount())
+		if total == 0 {
+			return 0
+		}
+		rank := q * total
+		prevBound, prevCount := 0.0, 0.0
+		for _, b := range h.GetBucket() {
+			c := float64(b.GetCumulativeCount())
+			if c >= rank {
+				if c == prevCount {
+					return b.GetUpperBound()
+				}
+				return prevBound + (b.GetUpperBound()-prevBound)*(rank-prevCount)/(c-prevCount)
+			}
+			prevBound, prevCount = b.GetUpperBound(), c
+		}
+		return prevBound
+	}
+	return 0
+}
+
+func quantileCount(mfs []*dto.MetricFamily, name string) uint64 {
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+func fmtSeconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(10 * time.Microsecond).String()
+}
+
+// ErrAudit is returned when the audit finds a user above a limit.
+var ErrAudit = errors.New("audit failed")
+
+// auditDeliveries checks the deliveries read back from Kafka and prints the
+// verdict: "audit: ok, ..." or the violations (and then returns ErrAudit).
+func auditDeliveries(w io.Writer, cfg *config.Config, deliveries []kafka.Message) error {
+	sends, err := audit.Sends(deliveries)
+	if err != nil {
+		return fmt.Errorf("demo: audit: %w", err)
+	}
+	v := audit.Check(cfg.Rules(), sends)
+	if len(v) == 0 {
+		fmt.Fprintf(w, "audit: ok, no user above any limit (%d deliveries checked against every window)\n", len(sends))
+		return nil
+	}
+	fmt.Fprintf(w, "audit: %d violations\n", len(v))
+	for i, x := range v {
+		if i == 20 {
+			fmt.Fprintf(w, "  ... and %d more\n", len(v)-20)
+			break
+		}
+		fmt.Fprintf(w, "  %s\n", x)
+	}
+	return fmt.Errorf("%w: %d windows above their limit", ErrAudit, len(v))
+}
