@@ -28,9 +28,13 @@ import (
 type Options struct {
 	Config *config.Config
 	Logger *slog.Logger
-	// Registry receives every metric; nil makes a new one. The process
-	// and Go collectors are added to it.
+	// Registry receives every metric and serves /metrics; nil makes a new
+	// one. The process and Go collectors are added to it.
 	Registry *prometheus.Registry
+	// Registerer, when set, is what the components register their metrics
+	// with instead of Registry (it must pass them on to Registry); tests use
+	// it to list every metric the worker defines.
+	Registerer prometheus.Registerer
 	// Now is the decision clock; nil is time.Now.
 	Now     func() time.Time
 	Version string
@@ -55,7 +59,11 @@ func Run(ctx context.Context, o Options) (err error) {
 	if now == nil {
 		now = time.Now
 	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var regr prometheus.Registerer = reg
+	if o.Registerer != nil {
+		regr = o.Registerer
+	}
+	regr.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, name := range cfg.IgnoredEnv {
 		log.Warn("environment variable matches no config key; ignored", "name", name)
 	}
@@ -70,13 +78,13 @@ func Run(ctx context.Context, o Options) (err error) {
 			err = fmt.Errorf("close redis: %w", cerr)
 		}
 	}()
-	engine, err := NewEngine(ctx, cfg, rdb, reg, log)
+	engine, err := NewEngine(ctx, cfg, rdb, regr, log)
 	if err != nil {
 		return err
 	}
 
 	var current segments.Current
-	watcher, err := startSegments(ctx, cfg, &current, reg, log, now)
+	watcher, err := startSegments(ctx, cfg, &current, regr, log, now)
 	if err != nil {
 		return err
 	}
@@ -111,7 +119,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		ShutdownTimeout: cfg.Worker.ShutdownTimeout.D(),
 		Now:             now,
 		Logger:          log,
-		Registerer:      reg,
+		Registerer:      regr,
 	})
 	if err != nil {
 		_ = reader.Close()

@@ -76,7 +76,7 @@ type TLS struct {
 type SASL struct {
 	Mechanism    string `yaml:"mechanism"`
 	Username     string `yaml:"username"`
-	Password     Secret `yaml:"password"`
+	Password     Secret `yaml:"password,omitempty"`
 	PasswordFile string `yaml:"password_file"`
 }
 
@@ -86,9 +86,9 @@ type Redis struct {
 	Addrs            []string `yaml:"addrs"`
 	MasterName       string   `yaml:"master_name"`
 	Username         string   `yaml:"username"`
-	Password         Secret   `yaml:"password"`
+	Password         Secret   `yaml:"password,omitempty"`
 	PasswordFile     string   `yaml:"password_file"`
-	SentinelPassword Secret   `yaml:"sentinel_password"`
+	SentinelPassword Secret   `yaml:"sentinel_password,omitempty"`
 	DB               int      `yaml:"db"`
 	TLS              TLS      `yaml:"tls"`
 	DialTimeout      Duration `yaml:"dial_timeout"`
@@ -353,8 +353,11 @@ func (d Duration) MarshalYAML() (any, error) { return model.Duration(d).String()
 // matching *_file key, and it is masked when the config is printed.
 type Secret string
 
-// UnmarshalYAML refuses an inline secret.
+// UnmarshalYAML refuses an inline secret (an empty value is no secret).
 func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && n.Value == "" {
+		return nil
+	}
 	return fmt.Errorf("line %d: secrets are not read from the config file; set the environment variable or the *_file key instead", n.Line)
 }
 

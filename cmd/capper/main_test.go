@@ -1,0 +1,343 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/audit"
+	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/demo"
+	"github.com/capper-dev/capper/internal/segments"
+	"github.com/capper-dev/capper/internal/testenv"
+)
+
+// These tests run the built binary as a user (or Kubernetes) would.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "capper-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "capper")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version=v0.0.0-test", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build capper:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func capper(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return o.String(), e.String(), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), 0
+}
+
+func TestVersion(t *testing.T) {
+	out, _, code := capper(t, nil, "version")
+	if code != 0 || !strings.HasPrefix(out, "capper v0.0.0-test (go") {
+		t.Fatalf("version: %d %q", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{"frobnicate"}, {"run"}, {"inspect", "--config", "../../configs/capper.yaml", "--user", "x"}} {
+		_, errOut, code := capper(t, nil, args...)
+		if code != 2 || errOut == "" {
+			t.Errorf("capper %v: exit %d, stderr %q; want 2 and a message", args, code, errOut)
+		}
+	}
+	out, _, code := capper(t, nil, "--help")
+	if code != 0 || !strings.Contains(out, "check-config") {
+		t.Errorf("--help: exit %d, %q", code, out)
+	}
+}
+
+func TestCheckConfig(t *testing.T) {
+	out, errOut, code := capper(t, []string{"CAPPER_REDIS_PASSWORD=hunter2", "CAPPER_WORKER_BATCH_SIZE=250"},
+		"check-config", "--config", "../../configs/capper.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if strings.Contains(out, "hunter2") || !strings.Contains(out, "password: <masked>") {
+		t.Fatalf("secret not masked:\n%s", out)
+	}
+	if !strings.Contains(out, "batch_size: 250") {
+		t.Fatalf("environment override not in the effective config:\n%s", out)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("worker:\n  batch_sise: 10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = capper(t, nil, "check-config", "--config", bad)
+	if code != 1 || !strings.Contains(errOut, `line 2: unknown key "batch_sise"`) {
+		t.Fatalf("bad config: exit %d, %q", code, errOut)
+	}
+}
+
+// stack is a Kafka broker, a Redis and a snapshot directory, with a config
+// file for the binary.
+type stack struct {
+	kafka *testenv.Kafka
+	redis *testenv.Redis
+	cfg   *config.Config
+	path  string
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	s := &stack{
+		kafka: testenv.StartKafka(t, 4, []string{"send-intents", "deliveries", "suppressed", "send-intents-dlq"}),
+		redis: testenv.StartRedis(t, testenv.RedisOptions{}),
+	}
+	dir := t.TempDir()
+	st, err := segments.OpenStore(context.Background(), dir, segments.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := demo.BuildSnapshot(context.Background(), st, 500, 1, time.Now); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadWithEnv("../../configs/capper.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Kafka.Brokers = s.kafka.Addrs
+	cfg.Kafka.SessionTimeout = config.Duration(6 * time.Second)
+	cfg.Kafka.HeartbeatInterval = config.Duration(200 * time.Millisecond)
+	cfg.Kafka.FetchMaxWait = config.Duration(100 * time.Millisecond)
+	cfg.Redis.Addrs = []string{s.redis.Addr()}
+	cfg.Segments.Source = "file://" + dir
+	cfg.HTTP.Address = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfg.Worker.BatchSize = 100
+	cfg.Worker.ShutdownTimeout = config.Duration(10 * time.Second)
+	y, err := cfg.Effective()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cfg, s.path = cfg, filepath.Join(t.TempDir(), "capper.yaml")
+	if err := os.WriteFile(s.path, y, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// proc is a running `capper run`.
+type proc struct {
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan error // Wait's result
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs `capper run` and waits until /readyz answers 200.
+func (s *stack) start(t *testing.T) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binary, "run", "--config", s.path), logs: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.done })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if code, _ := httpGet("http://" + s.cfg.HTTP.Address + "/readyz"); code == 200 {
+			return p
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err
+			t.Fatalf("capper run exited (%v) before becoming ready:\n%s", err, p.logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("capper run did not become ready:\n%s", p.logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// wait returns the process's exit, failing the test after timeout.
+func (p *proc) wait(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return err
+	case <-time.After(timeout):
+		t.Fatalf("capper run did not exit in %s:\n%s", timeout, p.logs)
+		return nil
+	}
+}
+
+func (s *stack) outcomes(t *testing.T) map[string]int {
+	t.Helper()
+	m := map[string]int{}
+	for _, topic := range []string{"deliveries", "suppressed", "send-intents-dlq"} {
+		msgs, err := audit.ReadTopic(context.Background(), s.kafka.Addrs, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range msgs {
+			for _, h := range r.Headers {
+				if h.Key == "capper-source" {
+					m[string(h.Value)]++
+				}
+			}
+		}
+	}
+	return m
+}
+
+func (s *stack) waitOutcomes(t *testing.T, n int, logs *syncBuffer) map[string]int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		m := s.outcomes(t)
+		if len(m) >= n {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d inputs have an outcome\n%s", len(m), n, logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *stack) audit(t *testing.T) {
+	t.Helper()
+	del, err := audit.ReadTopic(context.Background(), s.kafka.Addrs, "deliveries")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sends, err := audit.Sends(del)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := audit.Check(s.cfg.Rules(), sends); len(v) > 0 {
+		t.Fatalf("audit: %d violations, first %s", len(v), v[0])
+	}
+}
+
+// TestRunSIGTERM: `capper run` against real servers, then SIGTERM: it exits
+// 0, having committed everything it processed.
+func TestRunSIGTERM(t *testing.T) {
+	s := newStack(t)
+	p := s.start(t)
+	msgs := demo.Blast(demo.BlastOptions{Users: 500, Intents: 1000, Seed: 3})
+	s.kafka.Produce(t, "send-intents", msgs)
+	s.waitOutcomes(t, len(msgs), p.logs)
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("capper run after SIGTERM: %v\n%s", err, p.logs)
+	}
+	if d := time.Since(start); d > s.cfg.Worker.ShutdownTimeout.D()+5*time.Second {
+		t.Fatalf("shutdown took %s", d)
+	}
+	total := int64(0)
+	for _, off := range s.kafka.Committed(t, s.cfg.Kafka.GroupID, "send-intents", 4) {
+		total += max(off, 0)
+	}
+	if total != int64(len(msgs)) {
+		t.Fatalf("committed %d of %d offsets at exit", total, len(msgs))
+	}
+	if !strings.Contains(p.logs.String(), `"msg":"capper stopped"`) {
+		t.Fatalf("no orderly stop in the log:\n%s", p.logs)
+	}
+	s.audit(t)
+}
+
+// TestKill9: the worker process is killed (SIGKILL) in the middle of a
+// stream; a new one takes over. Nothing is lost, no cap is exceeded, and an
+// input delivered twice is the same record (same id).
+func TestKill9(t *testing.T) {
+	s := newStack(t)
+	first := s.start(t)
+	msgs := demo.Blast(demo.BlastOptions{Users: 500, Intents: 6000, Seed: 4})
+	go func() {
+		for i := 0; i < len(msgs); i += 200 {
+			w := &kafka.Writer{Addr: kafka.TCP(s.kafka.Addrs...), Topic: "send-intents", RequiredAcks: kafka.RequireAll,
+				BatchTimeout: time.Millisecond, Balancer: &kafka.Murmur2Balancer{}}
+			_ = w.WriteMessages(context.Background(), msgs[i:min(i+200, len(msgs))]...)
+			w.Close()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	for len(s.outcomes(t)) < 1500 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := first.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.wait(t, 10*time.Second)
+	second := s.start(t)
+	got := s.waitOutcomes(t, len(msgs), second.logs)
+	s.audit(t)
+	for src, n := range got {
+		if n > 2 {
+			t.Errorf("input %s has %d outcomes", src, n)
+		}
+	}
+}
+
+func httpGet(url string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
