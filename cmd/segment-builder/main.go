@@ -1,12 +1,206 @@
-// Command segment-builder builds and publishes segment snapshots (see README.md).
+// Command segment-builder builds a segment snapshot (one roaring bitmap per
+// segment) from CSV/TSV rows or per-segment id lists, verifies that segments
+// are mutually exclusive, and publishes it to a directory or S3 for capper
+// workers to load.
+//
+//	segment-builder --input PATH|URL [--input ...] --out DIR|file://DIR|s3://BUCKET/PREFIX
+//	                [--config FILE] [--on-conflict error|priority] [--max-errors N] [--dry-run]
+//
+// Exit status: 0 published (or built, with --dry-run); 1 the build or the
+// publish failed (conflicts, bad input, unreadable input, store errors);
+// 2 the command line or the config is wrong. A failed build publishes
+// nothing.
+//
+// Conflicts are reported with the file:line of both rows. The first row's
+// position is found by re-reading the inputs for the reported users only;
+// stdin cannot be re-read, so a first row read from stdin is reported
+// without its line.
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/segments"
 )
 
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+type cli struct {
+	Input      []string `name:"input" short:"i" sep:"none" placeholder:"PATH|URL" help:"Rows to read (repeatable): a CSV/TSV file of user_id,segment; a directory of <segment>.txt id lists; - for stdin; an s3://bucket/key object. .gz is read transparently."`
+	Out        string   `name:"out" short:"o" placeholder:"DIR|file://DIR|s3://BUCKET/PREFIX" help:"Where to publish the snapshot (default: segments.source from --config)."`
+	Config     string   `name:"config" placeholder:"FILE" help:"capper config: segment names must be its capping.segments, in its priority order."`
+	OnConflict string   `name:"on-conflict" enum:"error,priority" default:"error" help:"A user in two segments: error fails the build; priority keeps the segment that comes first in the config."`
+	MaxErrors  int      `name:"max-errors" default:"0" placeholder:"N" help:"Malformed lines to tolerate (and list) before failing."`
+	DryRun     bool     `name:"dry-run" help:"Build and report, publish nothing."`
+	Keep       int      `name:"keep" default:"5" placeholder:"N" help:"Snapshot versions to keep in the store (the one LATEST names is never deleted)."`
+	Progress   string   `name:"progress" enum:"auto,always,never" default:"auto" help:"Progress on stderr: auto shows it when stderr is a terminal."`
+
+	S3Region    string `name:"s3-region" placeholder:"REGION" help:"S3 region (default: the AWS default chain, or the config's segments.s3.region)."`
+	S3Endpoint  string `name:"s3-endpoint" placeholder:"URL" help:"S3-compatible endpoint, e.g. http://minio:9000."`
+	S3PathStyle bool   `name:"s3-path-style" help:"Path-style S3 addressing (most S3-compatible stores need it)."`
+}
+
 func main() {
-	fmt.Fprintln(os.Stderr, "segment-builder: not built yet")
-	os.Exit(1)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var c cli
+	exited := false
+	parser, err := kong.New(&c,
+		kong.Name("segment-builder"),
+		kong.Description("Build a segment snapshot (one roaring bitmap per segment) and publish it."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(int) { exited = true }), // --help: print, then return here
+	)
+	if err != nil {
+		fmt.Fprintf(stderr, "segment-builder: %v\n", err)
+		return exitUsage
+	}
+	if _, err := parser.Parse(args); err != nil || exited {
+		if exited {
+			return exitOK
+		}
+		return usageError(stderr, err)
+	}
+	opts, err := c.options()
+	if err != nil {
+		return usageError(stderr, err)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if err := build(ctx, c, opts, stdin, stdout, stderr, logger); err != nil {
+		fmt.Fprintf(stderr, "segment-builder: %v\n", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+func usageError(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "segment-builder: %v\nRun segment-builder --help for usage.\n", err)
+	return exitUsage
+}
+
+// options checks the flags together and reads the config.
+type options struct {
+	segments []string // config order, empty without --config
+	policy   segments.ConflictPolicy
+	out      string
+	s3       segments.S3Options
+}
+
+func (c cli) options() (options, error) {
+	var o options
+	if len(c.Input) == 0 {
+		return o, errors.New("missing --input")
+	}
+	policy, err := segments.ParseConflictPolicy(c.OnConflict)
+	if err != nil {
+		return o, err
+	}
+	o.policy, o.out = policy, c.Out
+	if c.Config != "" {
+		cfg, err := config.Load(c.Config)
+		if err != nil {
+			return o, err
+		}
+		o.segments = cfg.SegmentNames()
+		if o.out == "" {
+			o.out = cfg.Segments.Source
+		}
+		o.s3 = segments.S3Options{Region: cfg.Segments.S3.Region, Endpoint: cfg.Segments.S3.Endpoint, UsePathStyle: cfg.Segments.S3.UsePathStyle}
+	}
+	if policy == segments.ConflictPriority && c.Config == "" {
+		return o, errors.New("--on-conflict=priority needs --config for the segment order")
+	}
+	if o.out == "" && !c.DryRun {
+		return o, errors.New("missing --out (or a config with segments.source)")
+	}
+	if c.MaxErrors < 0 {
+		return o, fmt.Errorf("--max-errors=%d: must be 0 or more", c.MaxErrors)
+	}
+	if c.Keep < 1 {
+		return o, fmt.Errorf("--keep=%d: must be at least 1", c.Keep)
+	}
+	if c.S3Region != "" {
+		o.s3.Region = c.S3Region
+	}
+	if c.S3Endpoint != "" {
+		o.s3.Endpoint = c.S3Endpoint
+	}
+	o.s3.UsePathStyle = o.s3.UsePathStyle || c.S3PathStyle
+	return o, nil
+}
+
+func build(ctx context.Context, c cli, o options, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) error {
+	start := time.Now()
+	var store segments.Store
+	if !c.DryRun {
+		// Open the destination first: a wrong --out should not cost a
+		// whole build.
+		st, err := segments.OpenStore(ctx, o.out, segments.StoreOptions{S3: o.s3})
+		if err != nil {
+			return err
+		}
+		store = st
+	}
+	inputs, err := segments.ResolveInputs(ctx, c.Input, segments.InputOptions{Stdin: stdin, S3: o.s3})
+	if err != nil {
+		return err
+	}
+	bar := newProgress(c.Progress, stderr, inputs)
+	b := segments.NewBuilder(segments.BuilderOptions{
+		Segments:   o.segments,
+		OnConflict: o.policy,
+		MaxErrors:  c.MaxErrors,
+		Logger:     logger,
+		Progress:   bar.update,
+	})
+	for _, in := range inputs {
+		if err := b.ReadInput(ctx, in); err != nil {
+			bar.done()
+			return fmt.Errorf("build failed, nothing published: %w", err)
+		}
+	}
+	bar.done()
+	result, err := b.Finish(ctx)
+	if err != nil {
+		return fmt.Errorf("build failed, nothing published: %w", err)
+	}
+	if n := len(result.BadLines); n > 0 {
+		fmt.Fprintf(stderr, "segment-builder: skipped %d malformed lines (--max-errors=%d):\n", n, c.MaxErrors)
+		for _, l := range result.BadLines {
+			fmt.Fprintf(stderr, "  %s\n", l)
+		}
+	}
+	if err := result.WriteSummary(stdout, time.Since(start)); err != nil {
+		return err
+	}
+	if c.DryRun {
+		fmt.Fprintf(stdout, "dry run: nothing published (version would be %s)\n", result.Manifest(time.Now()).Version)
+		return nil
+	}
+	m, err := segments.Publish(ctx, store, result, segments.PublishOptions{Keep: c.Keep, Logger: logger})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "published %s to %s\n", m.Version, store)
+	return nil
 }

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/capper-dev/capper/internal/segments"
+	"github.com/capper-dev/capper/internal/testenv"
+)
+
+const testConfig = `capping:
+  segments:
+    - name: new
+      limits: [{name: daily, window: 24h, max: 1}, {name: weekly, window: 168h, max: 3}]
+    - name: active
+      limits: [{name: daily, window: 24h, max: 3}]
+    - name: dormant
+      limits: [{name: daily, window: 24h, max: 1}]
+`
+
+// buildBinary compiles segment-builder as a user would get it.
+func buildBinary(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "segment-builder")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runBinary(t *testing.T, bin string, stdin []byte, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{code: code, stdout: out.String(), stderr: errOut.String()}
+}
+
+func (r result) want(t *testing.T, code int, stdout, stderr []string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, code, r.stdout, r.stderr)
+	}
+	for _, s := range stdout {
+		if !strings.Contains(r.stdout, s) {
+			t.Fatalf("stdout does not contain %q:\n%s", s, r.stdout)
+		}
+	}
+	for _, s := range stderr {
+		if !strings.Contains(r.stderr, s) {
+			t.Fatalf("stderr does not contain %q:\n%s", s, r.stderr)
+		}
+	}
+}
+
+func write(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func gzipped(t *testing.T, s string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write([]byte(s))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func load(t *testing.T, url string, opts segments.StoreOptions) *segments.Snapshot {
+	t.Helper()
+	st, err := segments.OpenStore(context.Background(), url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := segments.Load(context.Background(), st, segments.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func wantNothingPublished(t *testing.T, out string) {
+	t.Helper()
+	if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a failed build wrote %s (%v)", out, err)
+	}
+}
+
+func TestBinary(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	cfg := write(t, dir, "capper.yaml", testConfig)
+
+	t.Run("files, directory and config", func(t *testing.T) {
+		in := write(t, dir, "rows/a.csv", "user_id,segment\n1,new\n2,new\n3,active\n")
+		write(t, dir, "lists/active.txt", "10\n11\n")
+		out := filepath.Join(t.TempDir(), "store")
+		r := runBinary(t, bin, nil, nil, "--input", in, "--input", filepath.Join(dir, "lists"), "--out", out, "--config", cfg)
+		r.want(t, 0, []string{"segment  users  bytes  bits/user", "new          2", "active       3", "dormant      0", "total        5", "rows read 5", "published "}, nil)
+		s := load(t, out, segments.StoreOptions{})
+		for id, want := range map[uint64]string{1: "new", 2: "new", 3: "active", 10: "active", 11: "active", 12: segments.None} {
+			if got := s.Lookup(id); got != want {
+				t.Errorf("Lookup(%d) = %q, want %q", id, got, want)
+			}
+		}
+		var names []string
+		for _, in := range s.Segments() {
+			names = append(names, in.Name)
+		}
+		if strings.Join(names, ",") != "new,active,dormant" {
+			t.Fatalf("segments %v: want the config's order", names)
+		}
+		if !strings.Contains(r.stdout, "published "+s.Version()+" to "+out) {
+			t.Fatalf("stdout names another version:\n%s", r.stdout)
+		}
+	})
+
+	t.Run("gzip on stdin, file URL out", func(t *testing.T) {
+		out := t.TempDir()
+		r := runBinary(t, bin, gzipped(t, "5\tnew\n6\tactive\n"), nil, "--input", "-", "--out", "file://"+out)
+		r.want(t, 0, []string{"rows read 2"}, nil)
+		s := load(t, "file://"+out, segments.StoreOptions{})
+		if s.Lookup(5) != "new" || s.Lookup(6) != "active" {
+			t.Fatal("wrong lookups")
+		}
+	})
+
+	t.Run("64-bit ids", func(t *testing.T) {
+		out := t.TempDir()
+		rows := fmt.Sprintf("%d,new\n%d,active\n", uint64(math.MaxUint64), uint64(7))
+		runBinary(t, bin, []byte(rows), nil, "-i", "-", "-o", out).want(t, 0, []string{"id bits 64"}, nil)
+		s := load(t, out, segments.StoreOptions{})
+		if s.IDBits() != 64 || s.Lookup(math.MaxUint64) != "new" || s.Lookup(7) != "active" {
+			t.Fatalf("bits %d", s.IDBits())
+		}
+		var m map[string]any
+		data, err := os.ReadFile(filepath.Join(out, "snapshots", s.Version(), "manifest.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &m); err != nil || m["id_bits"] != 64.0 {
+			t.Fatalf("manifest id_bits: %v %v", m["id_bits"], err)
+		}
+	})
+
+	t.Run("conflict fails with both positions", func(t *testing.T) {
+		a := write(t, dir, "conflict/a.csv", "1,new\n2,new\n")
+		b := write(t, dir, "conflict/b.csv", "9,active\n2,active\n")
+		out := filepath.Join(t.TempDir(), "store")
+		r := runBinary(t, bin, nil, nil, "--input", a, "--input", b, "--out", out)
+		r.want(t, 1, nil, []string{"build failed, nothing published", "1 user is in more than one segment",
+			fmt.Sprintf(`user 2: "new" at %s:2 and "active" at %s:2`, a, b)})
+		wantNothingPublished(t, out)
+	})
+
+	t.Run("conflict first seen on stdin", func(t *testing.T) {
+		b := write(t, dir, "conflict/c.csv", "4,active\n")
+		r := runBinary(t, bin, []byte("4,new\n"), nil, "--input", "-", "--input", b, "--dry-run")
+		r.want(t, 1, nil, []string{fmt.Sprintf(`user 4: "new" at <stdin> (line not kept: stdin is read once) and "active" at %s:1`, b)})
+	})
+
+	t.Run("priority resolves by config order", func(t *testing.T) {
+		a := write(t, dir, "prio/a.csv", "1,dormant\n2,active\n1,active\n2,new\n3,dormant\n")
+		out := t.TempDir()
+		r := runBinary(t, bin, nil, nil, "--input", a, "--out", out, "--config", cfg, "--on-conflict", "priority")
+		r.want(t, 0, []string{"conflicts resolved 2"}, nil)
+		s := load(t, out, segments.StoreOptions{})
+		if s.Lookup(1) != "active" || s.Lookup(2) != "new" || s.Lookup(3) != "dormant" {
+			t.Fatalf("lookups %s %s %s", s.Lookup(1), s.Lookup(2), s.Lookup(3))
+		}
+	})
+
+	t.Run("malformed line fails, nothing published", func(t *testing.T) {
+		a := write(t, dir, "bad/a.csv", "user_id,segment\n1,new\noops\n2,new\n")
+		out := filepath.Join(t.TempDir(), "store")
+		r := runBinary(t, bin, nil, nil, "--input", a, "--out", out)
+		r.want(t, 1, nil, []string{fmt.Sprintf(`%s:3: want 2 fields, user_id,segment (line "oops")`, a)})
+		wantNothingPublished(t, out)
+
+		r = runBinary(t, bin, nil, nil, "--input", a, "--out", out, "--max-errors", "1")
+		r.want(t, 0, []string{"bad lines 1"}, []string{"skipped 1 malformed lines (--max-errors=1)", fmt.Sprintf(`%s:3: want 2 fields`, a)})
+	})
+
+	t.Run("unknown segment lists the config's", func(t *testing.T) {
+		a := write(t, dir, "unknown/a.csv", "1,new\n2,vip\n")
+		r := runBinary(t, bin, nil, nil, "--input", a, "--config", cfg, "--dry-run")
+		r.want(t, 1, nil, []string{fmt.Sprintf(`%s:2: unknown segment "vip" (the config's segments are: new, active, dormant)`, a)})
+	})
+
+	t.Run("dry run publishes nothing", func(t *testing.T) {
+		a := write(t, dir, "dry/a.csv", "1,new\n")
+		out := filepath.Join(t.TempDir(), "store")
+		r := runBinary(t, bin, nil, nil, "--input", a, "--out", out, "--dry-run")
+		r.want(t, 0, []string{"dry run: nothing published (version would be "}, nil)
+		wantNothingPublished(t, out)
+	})
+
+	t.Run("usage errors", func(t *testing.T) {
+		a := write(t, dir, "usage/a.csv", "1,new\n")
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--out", t.TempDir()}, "missing --input"},
+			{[]string{"--input", a}, "missing --out"},
+			{[]string{"--input", a, "--out", "x", "--on-conflict", "priority"}, "--on-conflict=priority needs --config for the segment order"},
+			{[]string{"--input", a, "--out", "x", "--on-conflict", "first"}, "--on-conflict must be one of"},
+			{[]string{"--input", a, "--out", "x", "--bogus"}, "unknown flag --bogus"},
+			{[]string{"--input", a, "--out", "x", "--config", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
+		} {
+			runBinary(t, bin, nil, nil, c.args...).want(t, 2, nil, []string{c.want})
+		}
+		runBinary(t, bin, nil, nil, "--help").want(t, 0, []string{"Usage: segment-builder", "--on-conflict"}, nil)
+		runBinary(t, bin, nil, nil, "--input", filepath.Join(dir, "nope.csv"), "--dry-run").want(t, 1, nil, []string{"nope.csv: no such file or directory"})
+	})
+
+	t.Run("s3 out through the default credential chain", func(t *testing.T) {
+		s3 := testenv.StartS3(t, "capper")
+		env := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey, "AWS_REGION=" + s3.Region, "AWS_EC2_METADATA_DISABLED=true"}
+		a := write(t, dir, "s3/a.csv", "1,new\n2,active\n")
+		r := runBinary(t, bin, nil, env, "--input", a, "--out", "s3://capper/segments", "--s3-endpoint", s3.URL, "--s3-path-style")
+		r.want(t, 0, []string{"to s3://capper/segments"}, nil)
+		s3.SetEnv(t)
+		s := load(t, "s3://capper/segments", segments.StoreOptions{S3: segments.S3Options{Endpoint: s3.URL, UsePathStyle: true}})
+		if s.Lookup(1) != "new" || s.Lookup(2) != "active" {
+			t.Fatal("wrong lookups from S3")
+		}
+	})
+}

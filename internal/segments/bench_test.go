@@ -1,0 +1,155 @@
+package segments
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	benchUsers          = 50_000_000
+	lookupTargetNs      = 250.0
+	benchRandomLookups  = 1 << 20
+	benchSegmentsNumber = 4
+)
+
+// benchSegmentOf spreads dense ids over 4 segments of different sizes
+// (40/30/20/10 %), pseudo-randomly so that every bitmap container is mixed.
+func benchSegmentOf(id uint64) string {
+	h := id * 0x9e3779b97f4a7c15 // Fibonacci hashing: cheap and well spread
+	switch r := (h >> 32) % 10; {
+	case r < 4:
+		return "active"
+	case r < 7:
+		return "new"
+	case r < 9:
+		return "dormant"
+	default:
+		return "lapsed"
+	}
+}
+
+// bench50M builds the 50M-user snapshot once per benchmark binary run.
+var bench50M = sync.OnceValues(func() (*Build, error) {
+	b := NewBuilder(BuilderOptions{Segments: []string{"new", "active", "dormant", "lapsed"}})
+	for id := uint64(0); id < benchUsers; id++ {
+		if err := b.Add(id, benchSegmentOf(id), Position{}); err != nil {
+			return nil, err
+		}
+	}
+	return b.Finish(context.Background())
+})
+
+// publishedBench50M publishes the 50M snapshot to a fresh directory store.
+func publishedBench50M(b *testing.B) Store {
+	b.Helper()
+	build, err := bench50M()
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := openDir(b, b.TempDir())
+	if _, err := Publish(context.Background(), st, build, PublishOptions{Now: fixedNow(t0)}); err != nil {
+		b.Fatal(err)
+	}
+	return st
+}
+
+var lookupSink string
+
+// BenchmarkLookup50M: random users against 50M dense ids in 4 segments, the
+// snapshot loaded from a directory store as a worker would.
+func BenchmarkLookup50M(b *testing.B) {
+	st := publishedBench50M(b)
+	s, err := Load(context.Background(), st, LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	ids := make([]uint64, benchRandomLookups)
+	for i := range ids {
+		ids[i] = r.Uint64N(benchUsers)
+	}
+	var c Current
+	c.Store(s)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		lookupSink = c.Lookup(ids[i&(benchRandomLookups-1)])
+	}
+	nsPerOp := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+	b.ReportMetric(nsPerOp/lookupTargetNs, "x-of-250ns-target")
+}
+
+// BenchmarkLookup50MParallel: the same, from all cores at once.
+func BenchmarkLookup50MParallel(b *testing.B) {
+	st := publishedBench50M(b)
+	s, err := Load(context.Background(), st, LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var c Current
+	c.Store(s)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var seed sync.Mutex
+	n := uint64(0)
+	b.RunParallel(func(pb *testing.PB) {
+		seed.Lock()
+		n++
+		r := rand.New(rand.NewPCG(n, 3))
+		seed.Unlock()
+		var sink string
+		for pb.Next() {
+			sink = c.Lookup(r.Uint64N(benchUsers))
+		}
+		_ = sink
+	})
+}
+
+// BenchmarkLoad50M: LATEST -> manifest -> objects, with every check, from a
+// directory store.
+func BenchmarkLoad50M(b *testing.B) {
+	st := publishedBench50M(b)
+	var bytes int64
+	var index int
+	b.ResetTimer()
+	for b.Loop() {
+		s, err := Load(context.Background(), st, LoadOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		index = s.IndexBytes()
+		bytes = 0
+		for _, in := range s.Segments() {
+			bytes += in.Bytes
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/load")
+	b.ReportMetric(float64(bytes)/(1<<20), "MiB")
+	// The dense-range lookup index, in memory on top of the bitmaps.
+	b.ReportMetric(float64(index)/(1<<20), "index-MiB")
+	b.ReportMetric(float64(bytes)/benchUsers, "bytes/user")
+	b.SetBytes(bytes)
+}
+
+// BenchmarkBuilderAdd50M: the in-process build of the same 50M users through
+// Builder.Add (no parsing), serialization and self-check included.
+func BenchmarkBuilderAdd50M(b *testing.B) {
+	for b.Loop() {
+		start := time.Now()
+		bl := NewBuilder(BuilderOptions{Segments: []string{"new", "active", "dormant", "lapsed"}})
+		for id := uint64(0); id < benchUsers; id++ {
+			if err := bl.Add(id, benchSegmentOf(id), Position{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		build, err := bl.Finish(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(benchUsers/time.Since(start).Seconds(), "rows/s")
+		b.ReportMetric(float64(build.Bytes())/float64(build.Users()), "bytes/user")
+	}
+}

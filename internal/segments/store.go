@@ -1,0 +1,124 @@
+package segments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"path/filepath"
+	"strings"
+)
+
+// Store is where snapshots live: a directory or an S3 bucket/prefix. Keys are
+// slash-separated and relative to the store's root. A missing object is an
+// error wrapping fs.ErrNotExist.
+type Store interface {
+	// Get opens an object for reading; size is -1 when the store cannot tell.
+	Get(ctx context.Context, key string) (rc io.ReadCloser, size int64, err error)
+	// GetIfChanged reads a small object unless its ETag still equals etag
+	// (then it returns ErrNotModified): how the watcher polls LATEST with one
+	// small round trip. An empty etag always reads.
+	GetIfChanged(ctx context.Context, key, etag string) (data []byte, newETag string, err error)
+	// Put writes an object; readers see either the old or the whole new
+	// content, never a part.
+	Put(ctx context.Context, key string, r io.Reader) error
+	// List returns the keys that start with prefix, in no particular order.
+	List(ctx context.Context, prefix string) ([]string, error)
+	// Delete removes an object; a missing object is not an error.
+	Delete(ctx context.Context, key string) error
+	// String names the store in messages ("/data/segments", "s3://b/p").
+	String() string
+}
+
+// ErrNotModified is GetIfChanged's answer for an unchanged object.
+var ErrNotModified = errors.New("not modified")
+
+// maxSmallObject bounds what GetIfChanged and the manifest reader accept.
+const maxSmallObject = 1 << 20
+
+// StoreOptions configures OpenStore.
+type StoreOptions struct {
+	S3 S3Options
+}
+
+// S3Options configures an S3 store. Credentials come from the AWS default
+// chain (environment, shared config, instance/pod roles).
+type S3Options struct {
+	// Region overrides the region from the environment/shared config.
+	Region string
+	// Endpoint is the base URL of an S3-compatible store (MinIO, gofakes3,
+	// ...); empty means AWS.
+	Endpoint string
+	// UsePathStyle addresses buckets as endpoint/bucket instead of
+	// bucket.endpoint; most S3-compatible stores need it.
+	UsePathStyle bool
+	// PartSize is the multipart part size; objects larger than one part are
+	// uploaded in parts. Default 16 MiB, minimum 5 MiB (S3's limit).
+	PartSize int64
+}
+
+// OpenStore opens the store at rawURL: "/path" or "relative/path" (a
+// directory), "file:///path", or "s3://bucket[/prefix]".
+func OpenStore(ctx context.Context, rawURL string, opts StoreOptions) (Store, error) {
+	switch {
+	case rawURL == "":
+		return nil, errors.New("open store: empty location")
+	case strings.HasPrefix(rawURL, "s3://"):
+		bucket, prefix, err := parseS3URL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("open store %s: %w", rawURL, err)
+		}
+		st, err := newS3Store(ctx, bucket, prefix, opts.S3)
+		if err != nil {
+			return nil, fmt.Errorf("open store %s: %w", rawURL, err)
+		}
+		return st, nil
+	case strings.HasPrefix(rawURL, "file://"):
+		dir, err := fileURLPath(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("open store %s: %w", rawURL, err)
+		}
+		return newDirStore(dir), nil
+	case strings.Contains(rawURL, "://"):
+		return nil, fmt.Errorf("open store %s: unsupported scheme (want a directory, file:// or s3://)", rawURL)
+	default:
+		return newDirStore(rawURL), nil
+	}
+}
+
+func fileURLPath(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	if u.Host != "" && u.Host != "localhost" {
+		return "", fmt.Errorf("file URL with host %q: want file:///absolute/path", u.Host)
+	}
+	if u.Path == "" {
+		return "", errors.New("file URL without a path")
+	}
+	return filepath.FromSlash(u.Path), nil
+}
+
+// parseS3URL splits s3://bucket/some/prefix into "bucket" and "some/prefix".
+func parseS3URL(raw string) (bucket, key string, err error) {
+	rest := strings.TrimPrefix(raw, "s3://")
+	bucket, key, _ = strings.Cut(rest, "/")
+	if bucket == "" {
+		return "", "", errors.New("no bucket in S3 URL (want s3://bucket/prefix)")
+	}
+	return bucket, key, nil
+}
+
+// readSmall reads at most limit bytes; more is an error.
+func readSmall(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("larger than %d bytes", limit)
+	}
+	return data, nil
+}
