@@ -111,7 +111,7 @@ type stack struct {
 	path  string
 }
 
-func newStack(t *testing.T) *stack {
+func newStack(t testing.TB) *stack {
 	t.Helper()
 	s := &stack{
 		kafka: testenv.StartKafka(t, 4, []string{"send-intents", "deliveries", "suppressed", "send-intents-dlq"}),
@@ -138,15 +138,54 @@ func newStack(t *testing.T) *stack {
 	cfg.HTTP.Address = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg.Worker.BatchSize = 100
 	cfg.Worker.ShutdownTimeout = config.Duration(10 * time.Second)
-	y, err := cfg.Effective()
+	s.cfg, s.path = cfg, filepath.Join(t.TempDir(), "capper.yaml")
+	s.writeConfig(t)
+	return s
+}
+
+// writeConfig writes s.cfg to the file the binary reads.
+func (s *stack) writeConfig(t testing.TB) {
+	t.Helper()
+	y, err := s.cfg.Effective()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cfg, s.path = cfg, filepath.Join(t.TempDir(), "capper.yaml")
 	if err := os.WriteFile(s.path, y, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return s
+}
+
+// createTopic adds a topic with 4 partitions.
+func (s *stack) createTopic(t testing.TB, topic string) {
+	t.Helper()
+	c := &kafka.Client{Addr: kafka.TCP(s.kafka.Addrs...), Timeout: 10 * time.Second}
+	resp, err := c.CreateTopics(context.Background(), &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 4, ReplicationFactor: 1}}})
+	if err == nil {
+		err = resp.Errors[topic]
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
+
+// waitCommitted waits until the group has committed n offsets of topic.
+func (s *stack) waitCommitted(t testing.TB, topic string, n int, p *proc) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		sum := int64(0)
+		for _, off := range s.kafka.Committed(t, s.cfg.Kafka.GroupID, topic, 4) {
+			sum += max(off, 0)
+		}
+		if sum >= int64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("committed %d of %d\n%s", sum, n, p.logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // proc is a running `capper run`.
@@ -174,7 +213,7 @@ func (s *syncBuffer) String() string {
 }
 
 // start runs `capper run` and waits until /readyz answers 200.
-func (s *stack) start(t *testing.T) *proc {
+func (s *stack) start(t testing.TB) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(binary, "run", "--config", s.path), logs: &syncBuffer{}, done: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
@@ -202,7 +241,7 @@ func (s *stack) start(t *testing.T) *proc {
 }
 
 // wait returns the process's exit, failing the test after timeout.
-func (p *proc) wait(t *testing.T, timeout time.Duration) error {
+func (p *proc) wait(t testing.TB, timeout time.Duration) error {
 	t.Helper()
 	select {
 	case err := <-p.done:

@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"bytes"
@@ -34,7 +34,7 @@ func TestEndToEnd(t *testing.T) {
 				time.Sleep(time.Duration(50+i%100) * time.Millisecond)
 			}
 			o := e.waitDrained(90*time.Second, w)
-			e.verify(o, cfg)
+			e.verify(o, cfg, false)
 
 			// Every kind of outcome happened, and the metrics agree with the topics.
 			allowed := count(o.deliveries, "capper-decision", "allowed")
@@ -86,7 +86,7 @@ func TestRebalance(t *testing.T) {
 	}
 	e.produce(msgs[2500:])
 	o := e.waitDrained(120*time.Second, a, b)
-	e.verify(o, cfg)
+	e.verify(o, cfg, true)
 	batchesB := metric(t, b, "capper_batch_size")
 	if batchesB == 0 {
 		t.Fatalf("worker b never got a partition")
@@ -135,7 +135,7 @@ func TestRedisRestart(t *testing.T) {
 
 	e.redis.Restart()
 	o := e.waitDrained(90*time.Second, w)
-	e.verify(o, cfg)
+	e.verify(o, cfg, false)
 	if code, body := w.get("/readyz"); code != 200 {
 		t.Fatalf("/readyz = %d %q after Redis came back", code, body)
 	}
@@ -166,7 +166,7 @@ func TestSnapshotSwap(t *testing.T) {
 	})
 	e.produce(msgs[600:])
 	o := e.waitDrained(60*time.Second, w)
-	e.verify(o, cfg)
+	e.verify(o, cfg, false)
 	late := 0
 	for _, r := range append(o.deliveries, o.suppressed...) {
 		if header(r, "capper-snapshot") == m2.Version {

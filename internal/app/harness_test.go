@@ -1,7 +1,8 @@
-package app
+package app_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,9 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/demo"
+	"github.com/capper-dev/capper/internal/dispatch"
 	"github.com/capper-dev/capper/internal/segments"
 	"github.com/capper-dev/capper/internal/testenv"
 )
@@ -74,7 +77,7 @@ func newE2E(t *testing.T, mode string, redisArgs ...string) *e2e {
 	e.kafka = testenv.StartKafka(t, 4, []string{tIn, tDel, tSup, tDLQ})
 	e.s3 = testenv.StartS3(t, e2eS3)
 	e.s3.SetEnv(t)
-	st, err := OpenSegmentStore(context.Background(), e.config())
+	st, err := app.OpenSegmentStore(context.Background(), e.config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +202,7 @@ func (e *e2e) start(name string, cfg *config.Config) *worker {
 	started := make(chan string, 1)
 	logger := slog.New(slog.NewJSONHandler(w.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	go func() {
-		w.done <- Run(ctx, Options{Config: cfg, Logger: logger, Registry: w.reg, Now: e.clock.Now, Version: "test",
+		w.done <- app.Run(ctx, app.Options{Config: cfg, Logger: logger, Registry: w.reg, Now: e.clock.Now, Version: "test",
 			Started: func(addr string) { started <- addr }})
 	}()
 	select {
@@ -323,10 +326,13 @@ func (e *e2e) waitDrained(timeout time.Duration, workers ...*worker) outputs {
 }
 
 // verify checks the invariants on everything produced so far: each input
-// offset is in exactly one output topic (maybe more than once: at least
-// once), repeats of an input carry its id, and the audit finds no window
-// above its limit.
-func (e *e2e) verify(o outputs, cfg *config.Config) {
+// offset has an outcome (nothing lost), repeats of an input carry its id,
+// and the audit finds no window above its limit. Each input is in exactly
+// one output topic, except after a redelivery (redelivered: a crash or a
+// rebalance happened): a capped intent redelivered is decided again, and
+// may then be delivered, but only once its retry-after has passed, exactly
+// as a retry by the scheduler would be.
+func (e *e2e) verify(o outputs, cfg *config.Config, redelivered bool) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -338,20 +344,26 @@ func (e *e2e) verify(o outputs, cfg *config.Config) {
 		e.t.Fatalf("input topic holds %d records, produced %d", len(in), e.inputs)
 	}
 	src := o.sources()
+	redecided := 0
 	for _, r := range in {
 		key := fmt.Sprintf("%s/%d/%d", tIn, r.Partition, r.Offset)
 		topics := src[key]
-		switch len(topics) {
-		case 0:
+		switch {
+		case len(topics) == 0:
 			e.t.Errorf("input %s has no outcome: lost", key)
-		case 1:
-		default:
+		case len(topics) > 1 && !redelivered:
 			e.t.Errorf("input %s is in several output topics: %v", key, topics)
+		case len(topics) > 1:
+			redecided++
+			e.redecidedAfterRetry(key, o)
 		}
 		delete(src, key)
 	}
 	if len(src) > 0 {
 		e.t.Errorf("%d outputs name no input: %v", len(src), keys(src))
+	}
+	if redecided > 0 {
+		e.t.Logf("%d redelivered inputs were capped, then delivered after their retry-after", redecided)
 	}
 	// Every copy of an input carries the input's bytes, so its id.
 	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed, o.dlq} {
@@ -376,6 +388,40 @@ func (e *e2e) verify(o outputs, cfg *config.Config) {
 			e.t.Errorf("audit: %s", x)
 		}
 		e.t.Fatalf("audit: %d violations", len(v))
+	}
+}
+
+// redecidedAfterRetry checks an input found in two topics: it was capped,
+// then redelivered and allowed no earlier than its retry-after.
+func (e *e2e) redecidedAfterRetry(src string, o outputs) {
+	e.t.Helper()
+	var capped, delivered []kafka.Message
+	for _, m := range o.suppressed {
+		if header(m, "capper-source") == src {
+			capped = append(capped, m)
+		}
+	}
+	for _, m := range o.deliveries {
+		if header(m, "capper-source") == src {
+			delivered = append(delivered, m)
+		}
+	}
+	if len(capped) == 0 || len(delivered) == 0 || len(capped)+len(delivered) < 2 {
+		e.t.Errorf("input %s is in several topics, but not as capped then delivered", src)
+		return
+	}
+	for _, c := range capped {
+		at, err1 := time.Parse(dispatch.TimeLayout, header(c, "capper-decided-at"))
+		retry, err2 := time.ParseDuration(header(c, "capper-retry-after-ms") + "ms")
+		for _, d := range delivered {
+			dat, err3 := time.Parse(dispatch.TimeLayout, header(d, "capper-decided-at"))
+			if err := errors.Join(err1, err2, err3); err != nil {
+				e.t.Fatalf("input %s: %v", src, err)
+			}
+			if dat.Before(at.Add(retry)) {
+				e.t.Errorf("input %s: capped at %s (retry after %s), yet delivered at %s", src, at, retry, dat)
+			}
+		}
 	}
 }
 

@@ -2,9 +2,9 @@ package dispatch
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+	json "github.com/segmentio/encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,7 +44,9 @@ type InvalidError struct {
 func (e *InvalidError) Error() string { return e.Field + ": " + e.Reason }
 
 func invalid(field, format string, args ...any) *InvalidError {
-	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	// The reason becomes a Kafka header and may quote producer bytes (the
+	// JSON decoder echoes the offending byte): keep it valid UTF-8.
+	return &InvalidError{Field: field, Reason: strings.ToValidUTF8(fmt.Sprintf(format, args...), "\uFFFD")}
 }
 
 // Decoder validates intents against the configured channels and size limit.
@@ -62,7 +64,9 @@ func NewDecoder(channels []string, maxBytes int) *Decoder {
 	return &Decoder{channels: slices.Clone(channels), maxBytes: maxBytes}
 }
 
-// wire is the JSON shape. user_id stays raw because the contract accepts a
+// wire is the JSON shape (decoded with segmentio/encoding/json, a drop-in
+// for encoding/json at about twice its speed: decoding is the largest CPU
+// cost per intent). user_id stays raw because the contract accepts a
 // number or a decimal string, and a float64 would silently round ids above 2^53.
 type wire struct {
 	ID         *string         `json:"id"`
@@ -84,7 +88,7 @@ func (d *Decoder) Decode(key, value []byte) (Intent, error) {
 	if err := json.Unmarshal(value, &w); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return Intent{}, invalid(te.Field, "must be a JSON %s, got %s", te.Type.Kind(), te.Value)
+			return Intent{}, invalid(te.Field, "must be a JSON %s", te.Type.Kind())
 		}
 		return Intent{}, invalid("value", "not a JSON object: %s", truncate(err.Error(), 120))
 	}

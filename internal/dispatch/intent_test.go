@@ -58,7 +58,7 @@ func TestDecodeInvalidNamesTheField(t *testing.T) {
 		{"unknown channel", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":"fax"}`, "channel", `"fax" is not a configured channel (email, push, sms, inapp)`},
 		{"empty category", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push","category":""}`, "category", "1 to 64 bytes"},
 		{"bad time", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push","created_at":"yesterday"}`, "created_at", "RFC 3339"},
-		{"wrong type", "1", `{"id":5,"user_id":1,"campaign_id":"c","channel":"push"}`, "id", "must be a JSON string, got number"},
+		{"wrong type", "1", `{"id":5,"user_id":1,"campaign_id":"c","channel":"push"}`, "id", "must be a JSON string"},
 		{"key mismatch", "2", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push"}`, "key", `"2" is not the user_id 1`},
 		{"no key", "", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push"}`, "key", "not the user_id 1"},
 	} {

@@ -22,6 +22,11 @@ const (
 	OutcomeFailOpen     = "fail_open"
 )
 
+// lagForget is how long a partition's lag series stays after this worker
+// last saw a record of it: a rebalance moves partitions to other replicas,
+// and their last value here would otherwise be exported forever.
+const lagForget = 2 * time.Minute
+
 type metrics struct {
 	intents      *prometheus.CounterVec
 	invalid      *prometheus.CounterVec
@@ -32,11 +37,13 @@ type metrics struct {
 	writeErrors  *prometheus.CounterVec
 	commitErrors prometheus.Counter
 	lag          *prometheus.GaugeVec
+	lagSeen      map[int]time.Time // only touched by the writing stage
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
 	return &metrics{
+		lagSeen: map[int]time.Time{},
 		intents: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "capper_intents_total",
 			Help: "Send-intents processed, by outcome (allowed, duplicate, exempt, capped, shadow_capped, invalid, fail_open) and segment.",
@@ -97,8 +104,16 @@ func (w *Worker) observe(batch []kafka.Message, items []item, start time.Time) {
 	for i := range batch {
 		last[batch[i].Partition] = &batch[i]
 	}
+	now := time.Now()
 	for p, m := range last {
 		w.m.lag.WithLabelValues(strconv.Itoa(p)).Set(float64(max(m.HighWaterMark-m.Offset-1, 0)))
+		w.m.lagSeen[p] = now
+	}
+	for p, seen := range w.m.lagSeen {
+		if now.Sub(seen) > lagForget {
+			w.m.lag.DeleteLabelValues(strconv.Itoa(p))
+			delete(w.m.lagSeen, p)
+		}
 	}
 }
 

@@ -76,8 +76,13 @@ type Options struct {
 
 // Worker consumes send-intents in micro-batches, decides them, writes every
 // outcome and commits the batch's offsets only after Kafka acknowledged all
-// of its outcomes. One batch is in flight at a time, which keeps a user's
-// intents in partition order end to end.
+// of its outcomes.
+//
+// Two stages overlap: while batch N's outcomes are written and committed,
+// batch N+1 is fetched, decoded and decided. Each stage handles one batch at
+// a time and hands batches on in order, so a user's intents are still
+// decided in partition order and their outcomes written in that order, and
+// offsets are still committed only after their outcomes are acknowledged.
 type Worker struct {
 	o       Options
 	m       *metrics
@@ -135,11 +140,12 @@ func (w *Worker) Ready() error {
 // Batches is the number of batches committed so far.
 func (w *Worker) Batches() int64 { return w.batches.Load() }
 
-// Run consumes until ctx ends, then finishes the batch in flight (decide,
-// write, commit) within ShutdownTimeout and returns nil. It returns an error
-// when the reader fails or the batch in flight could not be finished in time.
+// Run consumes until ctx ends, then finishes the batches in flight
+// (decide, write, commit) within ShutdownTimeout and returns nil. It returns
+// an error when the reader fails or a batch in flight could not be finished
+// in time.
 func (w *Worker) Run(ctx context.Context) error {
-	// work outlives ctx by up to ShutdownTimeout, so that a fetched batch is
+	// work outlives ctx by up to ShutdownTimeout, so that fetched batches are
 	// finished and committed after a SIGTERM instead of being redelivered.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
@@ -149,20 +155,64 @@ func (w *Worker) Run(ctx context.Context) error {
 	})
 	defer stopTimer()
 
-	batch := make([]kafka.Message, 0, w.o.BatchSize)
-	for {
+	// Two batch buffers: one in each stage. Stage 1 waits for a free one,
+	// which is the pipeline's backpressure.
+	free := make(chan []kafka.Message, 2)
+	for range 2 {
+		free <- make([]kafka.Message, 0, w.o.BatchSize)
+	}
+	decided := make(chan *decided, 1)
+	failed := make(chan struct{}) // closed when stage 2 gives up
+	stage2 := make(chan error, 1)
+	go func() {
 		var err error
-		batch, err = w.fetch(ctx, batch[:0])
-		if len(batch) > 0 {
-			if perr := w.process(work, batch); perr != nil {
-				return fmt.Errorf("batch of %d intents left uncommitted (it will be redelivered): %w", len(batch), perr)
+		for d := range decided {
+			if err == nil {
+				if err = w.finish(work, d); err != nil {
+					close(failed)
+				}
 			}
+			free <- d.batch[:0]
 		}
-		if err != nil {
+		stage2 <- err
+	}()
+
+	err := w.produce(ctx, work, free, decided, failed)
+	close(decided)
+	if err2 := <-stage2; err2 != nil {
+		return err2
+	}
+	return err
+}
+
+// produce is stage 1: fetch, decode, decide, hand on.
+func (w *Worker) produce(ctx, work context.Context, free chan []kafka.Message, out chan<- *decided, failed <-chan struct{}) error {
+	for {
+		var buf []kafka.Message
+		select {
+		case buf = <-free:
+		case <-failed:
+			return nil // stage 2 reports why
+		}
+		batch, ferr := w.fetch(ctx, buf)
+		if len(batch) > 0 {
+			d, err := w.decideBatch(work, batch)
+			if err != nil {
+				return fmt.Errorf("batch of %d intents left uncommitted (it will be redelivered): %w", len(batch), err)
+			}
+			select {
+			case out <- d:
+			case <-failed:
+				return nil
+			}
+		} else {
+			free <- buf
+		}
+		if ferr != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("fetch send-intents: %w", err)
+			return fmt.Errorf("fetch send-intents: %w", ferr)
 		}
 	}
 }
@@ -202,7 +252,18 @@ type item struct {
 	unchecked bool // failed open: Redis could not decide
 }
 
-func (w *Worker) process(ctx context.Context, batch []kafka.Message) error {
+// decided is a batch on its way from stage 1 to stage 2.
+type decided struct {
+	batch []kafka.Message
+	items []item
+	at    []time.Time
+	snap  string // snapshot version the segments came from
+	start time.Time
+}
+
+// decideBatch decodes the batch, resolves segments from one snapshot and
+// decides it.
+func (w *Worker) decideBatch(ctx context.Context, batch []kafka.Message) (*decided, error) {
 	start := time.Now()
 	snap := w.o.Snapshots.Load()
 	items := make([]item, len(batch))
@@ -220,10 +281,9 @@ func (w *Worker) process(ctx context.Context, batch []kafka.Message) error {
 			Channel: in.Channel, Category: in.Category,
 		})
 	}
-
-	decisions, unchecked, decidedAt, err := w.decide(ctx, reqs)
+	decisions, unchecked, at, err := w.decide(ctx, reqs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for i := range items {
 		if items[i].invalid == nil {
@@ -231,16 +291,20 @@ func (w *Worker) process(ctx context.Context, batch []kafka.Message) error {
 			items[i].unchecked = unchecked[items[i].req]
 		}
 	}
+	return &decided{batch: batch, items: items, at: at, snap: snap.Version(), start: start}, nil
+}
 
-	out := w.route(batch, items, snap.Version(), decidedAt)
+// finish is stage 2: write every outcome, then commit.
+func (w *Worker) finish(ctx context.Context, d *decided) error {
+	out := w.route(d.batch, d.items, d.snap, d.at)
 	if err := w.writeAll(ctx, out); err != nil {
-		return err
+		return fmt.Errorf("batch of %d intents left uncommitted (it will be redelivered): %w", len(d.batch), err)
 	}
-	if err := w.commit(ctx, batch); err != nil {
-		return err
+	if err := w.commit(ctx, d.batch); err != nil {
+		return fmt.Errorf("batch of %d intents left uncommitted (it will be redelivered): %w", len(d.batch), err)
 	}
 	w.batches.Add(1)
-	w.observe(batch, items, start)
+	w.observe(d.batch, d.items, d.start)
 	return nil
 }
 
@@ -347,52 +411,58 @@ type outputs struct {
 	deliveries, suppressed, deadLetter []kafka.Message
 }
 
-func (w *Worker) route(batch []kafka.Message, items []item, version string, at []time.Time) outputs {
-	var o outputs
-	for i := range batch {
-		it := &items[i]
-		if it.invalid != nil {
-			o.deadLetter = append(o.deadLetter, forward(&batch[i],
-				kafka.Header{Key: HeaderError, Value: []byte(it.invalid.Error())}))
-			continue
-		}
-		d := it.decision
-		common := []kafka.Header{
-			{Key: HeaderSegment, Value: []byte(it.segment)},
-			{Key: HeaderSnapshot, Value: []byte(version)},
-			{Key: HeaderDecidedAt, Value: []byte(at[it.req].UTC().Format(TimeLayout))},
-		}
-		switch d.Outcome {
-		case capping.Exempt:
-			o.deliveries = append(o.deliveries, forward(&batch[i], append(common, hdr(HeaderDecision, DecisionExempt))...))
-		case capping.Allowed, capping.Duplicate:
-			h := append(common, hdr(HeaderDecision, DecisionAllowed))
-			if d.Outcome == capping.Duplicate {
-				h = append(h, hdr(HeaderDuplicate, "true"))
-			}
-			if it.unchecked {
-				h = append(h, hdr(HeaderUnchecked, "true"))
-			}
-			o.deliveries = append(o.deliveries, forward(&batch[i], h...))
-		case capping.Denied:
-			h := append(common, hdr(HeaderLimit, d.Limit),
-				hdr(HeaderRetryAfter, strconv.FormatInt(d.RetryAfter.Milliseconds(), 10)))
-			if w.o.Shadow {
-				o.deliveries = append(o.deliveries, forward(&batch[i], append(h, hdr(HeaderDecision, DecisionShadowCapped))...))
-			} else if w.o.Suppressed != nil {
-				o.suppressed = append(o.suppressed, forward(&batch[i], append(h, hdr(HeaderDecision, DecisionCapped))...))
-			}
-		}
-	}
-	return o
+// Header values that never change, as bytes once: kafka-go only reads them.
+var (
+	vAllowed      = []byte(DecisionAllowed)
+	vExempt       = []byte(DecisionExempt)
+	vShadowCapped = []byte(DecisionShadowCapped)
+	vCapped       = []byte(DecisionCapped)
+	vTrue         = []byte("true")
+)
+
+// headerBuilder makes the output headers of one batch. Values shared by many
+// records (segment names, the snapshot version, decision times) are turned
+// into bytes once, and the per-record bytes (capper-source, retry-after)
+// come from one arena, so a record costs one allocation for its headers.
+type headerBuilder struct {
+	version  []byte
+	segments map[string][]byte
+	lastAt   time.Time
+	lastAtB  []byte
+	arena    []byte
 }
 
-func hdr(k, v string) kafka.Header { return kafka.Header{Key: k, Value: []byte(v)} }
+func (hb *headerBuilder) segment(s string) []byte {
+	b, ok := hb.segments[s]
+	if !ok {
+		b = []byte(s)
+		hb.segments[s] = b
+	}
+	return b
+}
+
+func (hb *headerBuilder) at(t time.Time) []byte {
+	if !t.Equal(hb.lastAt) || hb.lastAtB == nil {
+		hb.lastAt, hb.lastAtB = t, []byte(t.UTC().Format(TimeLayout))
+	}
+	return hb.lastAtB
+}
+
+// bytes appends to the arena and returns the appended part; a full arena
+// is replaced, not grown, so earlier slices stay valid.
+func (hb *headerBuilder) bytes(f func([]byte) []byte) []byte {
+	if cap(hb.arena)-len(hb.arena) < 64 {
+		hb.arena = make([]byte, 0, 16<<10)
+	}
+	start := len(hb.arena)
+	hb.arena = f(hb.arena)
+	return hb.arena[start:len(hb.arena):len(hb.arena)]
+}
 
 // forward copies the record's key and value bytes untouched, keeps its
 // headers except capper-* ones (capper owns that namespace, so an upstream
-// producer cannot forge a decision) and adds ours.
-func forward(m *kafka.Message, add ...kafka.Header) kafka.Message {
+// producer cannot forge a decision) and adds ours and capper-source.
+func (hb *headerBuilder) forward(m *kafka.Message, add ...kafka.Header) kafka.Message {
 	h := make([]kafka.Header, 0, len(m.Headers)+len(add)+1)
 	for _, x := range m.Headers {
 		if !strings.HasPrefix(x.Key, "capper-") {
@@ -400,19 +470,59 @@ func forward(m *kafka.Message, add ...kafka.Header) kafka.Message {
 		}
 	}
 	h = append(h, add...)
-	h = append(h, kafka.Header{Key: HeaderSource, Value: source(m)})
+	h = append(h, kafka.Header{Key: HeaderSource, Value: hb.bytes(func(b []byte) []byte {
+		b = append(b, m.Topic...)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, int64(m.Partition), 10)
+		b = append(b, '/')
+		return strconv.AppendInt(b, m.Offset, 10)
+	})})
 	return kafka.Message{Key: m.Key, Value: m.Value, Headers: h}
 }
 
-// writeAll writes the three topics in parallel and returns when every record
-// is acknowledged, or with an error when ctx ends first.
-func source(m *kafka.Message) []byte {
-	b := make([]byte, 0, len(m.Topic)+24)
-	b = append(b, m.Topic...)
-	b = append(b, '/')
-	b = strconv.AppendInt(b, int64(m.Partition), 10)
-	b = append(b, '/')
-	return strconv.AppendInt(b, m.Offset, 10)
+func (w *Worker) route(batch []kafka.Message, items []item, version string, at []time.Time) outputs {
+	var o outputs
+	hb := &headerBuilder{version: []byte(version), segments: map[string][]byte{}}
+	for i := range batch {
+		it := &items[i]
+		m := &batch[i]
+		if it.invalid != nil {
+			o.deadLetter = append(o.deadLetter, hb.forward(m, kafka.Header{Key: HeaderError, Value: []byte(it.invalid.Error())}))
+			continue
+		}
+		d := &it.decision
+		seg := kafka.Header{Key: HeaderSegment, Value: hb.segment(it.segment)}
+		snap := kafka.Header{Key: HeaderSnapshot, Value: hb.version}
+		when := kafka.Header{Key: HeaderDecidedAt, Value: hb.at(at[it.req])}
+		switch d.Outcome {
+		case capping.Exempt:
+			o.deliveries = append(o.deliveries, hb.forward(m, kafka.Header{Key: HeaderDecision, Value: vExempt}, seg, snap, when))
+		case capping.Allowed, capping.Duplicate:
+			var extra [2]kafka.Header
+			n := 0
+			if d.Outcome == capping.Duplicate {
+				extra[n] = kafka.Header{Key: HeaderDuplicate, Value: vTrue}
+				n++
+			}
+			if it.unchecked {
+				extra[n] = kafka.Header{Key: HeaderUnchecked, Value: vTrue}
+				n++
+			}
+			o.deliveries = append(o.deliveries, hb.forward(m, append([]kafka.Header{
+				{Key: HeaderDecision, Value: vAllowed}, seg, snap, when}, extra[:n]...)...))
+		case capping.Denied:
+			limit := kafka.Header{Key: HeaderLimit, Value: hb.segment(d.Limit)}
+			retry := kafka.Header{Key: HeaderRetryAfter, Value: hb.bytes(func(b []byte) []byte {
+				return strconv.AppendInt(b, d.RetryAfter.Milliseconds(), 10)
+			})}
+			if w.o.Shadow {
+				o.deliveries = append(o.deliveries, hb.forward(m, kafka.Header{Key: HeaderDecision, Value: vShadowCapped}, seg, snap, when, limit, retry))
+			} else if w.o.Suppressed != nil {
+				o.suppressed = append(o.suppressed, hb.forward(m, kafka.Header{Key: HeaderDecision, Value: vCapped}, seg, snap, when, limit, retry))
+			}
+		}
+	}
+	return o
 }
 
 func (w *Worker) writeAll(ctx context.Context, o outputs) error {

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/app"
+	"github.com/capper-dev/capper/internal/capping"
+)
+
+// Targets of the worker (issue: the capper worker).
+const (
+	targetCPUPerIntent = 10 * time.Microsecond
+	targetShareOfAlone = 0.5
+)
+
+// BenchmarkEndToEnd measures `capper run` (a child process, so that its CPU
+// time excludes the broker, which runs in this process, and Redis) draining
+// a backlog of send-intents through one real redis-server, and beside it, in
+// the same run and against the same server, the engine alone deciding the
+// same number of intents in batches of the worker's size. It reports
+// intents/s for both, their ratio, and the worker's CPU time per intent.
+func BenchmarkEndToEnd(b *testing.B) {
+	const n = 60000
+	s := newStack(b)
+	msgs := benchIntents(n, 200000)
+	engineRate := engineAlone(b, s, n)
+
+	var rate, cpuPerIntent float64
+	for i := 0; b.Loop(); i++ {
+		s.cfg.Kafka.GroupID = fmt.Sprintf("bench-%d", i)
+		s.cfg.Kafka.Topics.Input = fmt.Sprintf("bench-in-%d", i)
+		s.writeConfig(b)
+		s.createTopic(b, s.cfg.Kafka.Topics.Input)
+		s.kafka.Produce(b, s.cfg.Kafka.Topics.Input, msgs)
+		p := s.start(b)
+		start := time.Now()
+		s.waitCommitted(b, s.cfg.Kafka.Topics.Input, n, p)
+		elapsed := time.Since(start)
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.wait(b, 30*time.Second); err != nil {
+			b.Fatalf("capper run: %v\n%s", err, p.logs)
+		}
+		ru := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		rate = float64(n) / elapsed.Seconds()
+		cpuPerIntent = float64(cpu.Microseconds()) / n
+	}
+	b.ReportMetric(rate, "e2e-intents/s")
+	b.ReportMetric(engineRate, "engine-alone-intents/s")
+	b.ReportMetric(rate/engineRate, "e2e-share-of-engine")
+	b.ReportMetric(rate/engineRate/targetShareOfAlone, "x-of-0.5-share-target")
+	b.ReportMetric(cpuPerIntent, "worker-cpu-us/intent")
+	b.ReportMetric(cpuPerIntent/float64(targetCPUPerIntent.Microseconds()), "x-of-10us-cpu-target")
+}
+
+// benchIntents: n marketing intents on the push channel over users users
+// (uniform), ids unique.
+func benchIntents(n, users int) []kafka.Message {
+	out := make([]kafka.Message, n)
+	for i := range out {
+		u := strconv.Itoa((i * 7919) % users)
+		out[i] = kafka.Message{Key: []byte(u), Value: []byte(`{"id":"bench-` + strconv.Itoa(i) + `","user_id":` + u +
+			`,"campaign_id":"bench","channel":"push","category":"marketing","payload":{"template":"t1"}}`)}
+	}
+	return out
+}
+
+// engineAlone decides n intents shaped like benchIntents with the engine
+// the worker builds from the same config, in batches of the worker's size,
+// under another key prefix so the two runs do not share logs.
+func engineAlone(b *testing.B, s *stack, n int) float64 {
+	b.Helper()
+	cfg := *s.cfg
+	cfg.Capping.KeyPrefix = "bench-alone"
+	rdb, err := app.NewRedisClient(&cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rdb.Close()
+	eng, err := app.NewEngine(context.Background(), &cfg, rdb, prometheus.NewRegistry(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The worker's snapshot holds users below 500 only, so it decides
+	// nearly every intent with the default policy too.
+	batch := cfg.Worker.BatchSize
+	reqs := make([]capping.Request, 0, batch)
+	start := time.Now()
+	for i := 0; i < n; {
+		reqs = reqs[:0]
+		now := time.Now()
+		for ; len(reqs) < batch && i < n; i++ {
+			u := (i * 7919) % 200000
+			reqs = append(reqs, capping.Request{UserID: uint64(u), Segment: "none", IntentID: "bench-" + strconv.Itoa(i),
+				Channel: "push", Category: "marketing", At: now})
+		}
+		ds, err := eng.Decide(context.Background(), reqs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.Err != nil {
+				b.Fatal(d.Err)
+			}
+		}
+	}
+	return float64(n) / time.Since(start).Seconds()
+}

@@ -1,0 +1,267 @@
+package capping
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/capper-dev/capper/internal/testenv"
+)
+
+func TestNewClientErrors(t *testing.T) {
+	for _, tc := range []struct {
+		o    ClientOptions
+		want string
+	}{
+		{ClientOptions{}, "at least one address"},
+		{ClientOptions{Mode: "single", Addrs: []string{"a:1", "b:1"}}, "takes one address"},
+		{ClientOptions{Mode: "cluster", Addrs: []string{"a:1"}, DB: 2}, "only database 0"},
+		{ClientOptions{Mode: "sentinel", Addrs: []string{"a:1"}}, "master name is required"},
+		{ClientOptions{Mode: "single", Addrs: []string{"a:1"}, MasterName: "m"}, "only used with mode sentinel"},
+		{ClientOptions{Mode: "ring", Addrs: []string{"a:1"}}, `mode "ring"`},
+	} {
+		if _, err := NewClient(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want %q", tc.o, err, tc.want)
+		}
+	}
+}
+
+// decideOne decides one fresh intent and fails unless it is allowed.
+func decideOne(t *testing.T, e *Engine, uid uint64) {
+	t.Helper()
+	d, err := e.Decide(context.Background(), []Request{{UserID: uid, Segment: "new", IntentID: fmt.Sprint("c-", uid), Channel: "email", At: T0}})
+	if err != nil || d[0].Err != nil || d[0].Outcome != Allowed {
+		t.Fatalf("Decide: %v %+v", err, d)
+	}
+}
+
+// TestClientCluster: one seed address is enough for a cluster.
+func TestClientCluster(t *testing.T) {
+	cl := testenv.StartCluster(t, 3)
+	c, err := NewClient(ClientOptions{Mode: ModeCluster, Addrs: cl.Addrs()[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, ok := c.(*redis.ClusterClient); !ok {
+		t.Fatalf("mode cluster built a %T", c)
+	}
+	e := newEngine(t, c, Options{})
+	for u := range uint64(30) { // 30 users land on every master
+		decideOne(t, e, u)
+	}
+	for i, n := range cl.Nodes {
+		if evalCalls(t, n.Client()) == 0 {
+			t.Errorf("master %d got no call", i)
+		}
+	}
+}
+
+// TestClientACL: the engine works as an ACL user restricted to its key
+// prefix, and fails without the credentials.
+func TestClientACL(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	ctx := context.Background()
+	admin := r.Client()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "capper", "on", ">s3cret", "~capper:*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "default", "off").Err(); err != nil {
+		t.Fatal(err)
+	}
+	bad, err := NewClient(ClientOptions{Addrs: []string{r.Addr()}, Username: "capper", Password: "wrong", MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bad.Close() })
+	if _, err := New(ctx, Options{Client: bad, Rules: testRules()}); err == nil {
+		t.Fatal("New with a wrong password succeeded")
+	}
+	c, err := NewClient(ClientOptions{Mode: ModeSingle, Addrs: []string{r.Addr()}, Username: "capper", Password: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	e := newEngine(t, c, Options{})
+	decideOne(t, e, 1)
+	// The ACL confines the user to its prefix: the script touches nothing else.
+	e2 := newEngine(t, c, Options{KeyPrefix: "other"})
+	d, err := e2.Decide(ctx, []Request{{UserID: 1, Segment: "new", IntentID: "x", Channel: "email", At: T0}})
+	if err != nil || d[0].Err == nil {
+		t.Fatalf("a prefix outside the ACL worked: %v %+v", err, d)
+	}
+}
+
+// TestClientTLS talks to redis-server's TLS port with a private CA.
+func TestClientTLS(t *testing.T) {
+	dir := t.TempDir()
+	caPEM, certFile, keyFile := writeCerts(t, dir)
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := testenv.FreePort(t)
+	testenv.StartRedis(t, testenv.RedisOptions{Args: []string{
+		"--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no",
+	}})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	c, err := NewClient(ClientOptions{Addrs: []string{addr}, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	e := newEngine(t, c, Options{})
+	decideOne(t, e, 1)
+
+	plain, err := NewClient(ClientOptions{Addrs: []string{addr}, MaxRetries: -1, ReadTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = plain.Close() })
+	if _, err := New(context.Background(), Options{Client: plain, Rules: testRules()}); err == nil {
+		t.Fatal("plain TCP to the TLS port worked")
+	}
+}
+
+// writeCerts makes a CA and a server certificate for 127.0.0.1.
+func writeCerts(t *testing.T, dir string) (caPEM []byte, certFile, keyFile string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "capper test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), certFile, keyFile
+}
+
+// TestClientSentinel runs a real sentinel (redis-server --sentinel) that
+// monitors a real master; the engine reaches the master through it.
+func TestClientSentinel(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	bin := testenv.RedisServerPath(t)
+	dir := t.TempDir()
+	var sentinel string
+	for attempt := 0; ; attempt++ {
+		port := testenv.FreePort(t)
+		conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", attempt))
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor capper 127.0.0.1 %d 1\n", port, dir, master.Port)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, conf, "--sentinel")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+		sentinel = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if waitSentinel(sentinel, done) {
+			break
+		}
+		if attempt == 4 {
+			t.Fatalf("sentinel did not start:\n%s", out.String())
+		}
+	}
+	c, err := NewClient(ClientOptions{Mode: ModeSentinel, Addrs: []string{sentinel}, MasterName: "capper"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	e := newEngine(t, c, Options{})
+	decideOne(t, e, 1)
+	// The intent is in the master.
+	if n := len(zlog(t, master.Client(), e.userKey(1))); n != 1 {
+		t.Fatalf("master holds %d entries, want 1", n)
+	}
+	skews, err := e.CheckClock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := skews[master.Addr()]; !ok || len(skews) != 1 {
+		t.Fatalf("clock check through the sentinel measured %v, want the master %s", skews, master.Addr())
+	}
+}
+
+// waitSentinel waits until a sentinel knows the master, or its process exits.
+func waitSentinel(addr string, exited <-chan struct{}) bool {
+	s := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer s.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return false
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := s.GetMasterAddrByName(ctx, "capper").Result()
+		cancel()
+		if err == nil {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}

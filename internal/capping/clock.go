@@ -1,0 +1,97 @@
+package capping
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// CheckClock compares the local clock (Options.Now) with the TIME of every
+// master once and returns skew = master time - local time at the middle of
+// the round trip, by master address. It updates
+// capper_redis_clock_skew_seconds and warns above Options.SkewWarn.
+//
+// Decisions use the caller's clock, so a skew between workers shifts window
+// edges by as much; the skew of each master against this worker bounds it.
+func (e *Engine) CheckClock(ctx context.Context) (map[string]time.Duration, error) {
+	var mu sync.Mutex
+	skews := map[string]time.Duration{}
+	measure := func(ctx context.Context, node *redis.Client) error {
+		addr := node.Options().Addr
+		if addr == "FailoverClient" { // sentinel: the client resolves the master itself
+			ci, err := node.ClientInfo(ctx).Result()
+			if err != nil {
+				return fmt.Errorf("client info: %w", err)
+			}
+			addr = ci.LAddr
+		}
+		t0 := e.now()
+		tm, err := node.Time(ctx).Result()
+		t1 := e.now()
+		if err != nil {
+			return fmt.Errorf("TIME on %s: %w", addr, err)
+		}
+		skew := tm.Sub(t0.Add(t1.Sub(t0) / 2))
+		mu.Lock()
+		skews[addr] = skew
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	switch c := e.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, measure)
+	case *redis.Client:
+		err = measure(ctx, c)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, measure)
+	default:
+		err = fmt.Errorf("clock check: unsupported client %T", e.client)
+	}
+	for addr, skew := range skews {
+		e.m.skew.WithLabelValues(addr).Set(skew.Seconds())
+		if skew > e.skewWarn || skew < -e.skewWarn {
+			e.log.Warn("redis clock skew above threshold", "node", addr, "skew", skew, "threshold", e.skewWarn)
+		}
+	}
+	if err != nil {
+		return skews, fmt.Errorf("check redis clocks: %w", err)
+	}
+	return skews, nil
+}
+
+// RunClockCheck runs CheckClock every Options.SkewInterval, at once first,
+// until ctx ends; then it returns nil. A failed check is logged, not fatal.
+// The gauge of a master that is gone is removed.
+func (e *Engine) RunClockCheck(ctx context.Context) error {
+	seen := map[string]bool{}
+	t := time.NewTicker(e.skewEvery)
+	defer t.Stop()
+	for {
+		skews, err := e.CheckClock(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			e.log.Warn("redis clock check failed", "err", err)
+		} else {
+			for addr := range seen {
+				if _, ok := skews[addr]; !ok {
+					e.m.skew.DeleteLabelValues(addr)
+					delete(seen, addr)
+				}
+			}
+			for addr := range skews {
+				seen[addr] = true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
