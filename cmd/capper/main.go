@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/alecthomas/kong"
@@ -41,6 +42,7 @@ type runCmd struct {
 }
 
 func (c *runCmd) Run(e *env) error {
+	setGCPercent()
 	cfg, err := config.Load(c.Config)
 	if err != nil {
 		return err
@@ -94,10 +96,22 @@ type demoCmd struct {
 }
 
 func (c *demoCmd) Run(e *env) error {
+	setGCPercent()
 	return demo.Run(e.ctx, demo.Options{
 		Users: c.Users, Intents: c.Intents, RedisAddr: c.RedisAddr, Seed: c.Seed,
 		Out: e.stdout, Progress: e.stderr,
 	})
+}
+
+// setGCPercent makes GOGC=200 the default of the worker. Its live heap is
+// small (the snapshot and two batches) and its allocation rate high, so with
+// Go's default of 100 it spends about a fifth of its CPU in the garbage
+// collector; 200 cuts that by about a third for a few MiB of heap. GOGC in
+// the environment wins (and GOMEMLIMIT still bounds the heap).
+func setGCPercent() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(200)
+	}
 }
 
 type versionCmd struct{}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -379,4 +381,61 @@ func httpGet(url string) (int, error) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// TestInspect: after a user got intents through the worker, `capper inspect`
+// shows the user's segment and each limit's count and next free slot, and
+// writes nothing to Redis.
+func TestInspect(t *testing.T) {
+	s := newStack(t)
+	p := s.start(t)
+	const user = 42
+	var msgs []kafka.Message
+	for i := 0; i < 5; i++ {
+		msgs = append(msgs, kafka.Message{Key: []byte("42"), Value: fmt.Appendf(nil,
+			`{"id":"inspect-%d","user_id":%d,"campaign_id":"c","channel":"push"}`, i, user)})
+	}
+	s.kafka.Produce(t, "send-intents", msgs)
+	s.waitOutcomes(t, len(msgs), p.logs)
+	del, err := audit.ReadTopic(context.Background(), s.kafka.Addrs, "deliveries")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed, segment := 0, ""
+	for _, m := range del {
+		for _, h := range m.Headers {
+			if h.Key == "capper-segment" {
+				segment = string(h.Value)
+			}
+		}
+		allowed++
+	}
+	rdb := s.redis.Client()
+	if err := rdb.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := capper(t, nil, "inspect", "--config", s.path, "--user", "42")
+	if code != 0 {
+		t.Fatalf("inspect: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "segment   "+segment+" (snapshot ") {
+		t.Fatalf("inspect does not show segment %q:\n%s", segment, out)
+	}
+	// The daily limit of every segment in configs/capper.yaml counts every
+	// channel: its count is what was delivered.
+	if !regexp.MustCompile(`(?m)^daily\s+1d\s+any\s+` + strconv.Itoa(allowed) + `\s`).MatchString(out) {
+		t.Fatalf("inspect does not count %d delivered intents on the daily limit:\n%s", allowed, out)
+	}
+	if !strings.Contains(out, "(in ") {
+		t.Fatalf("a capped user's next free slot is not shown:\n%s", out)
+	}
+	stats, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"zadd", "zrem", "zremrangebyscore", "pexpire", "expire", "set", "hset", "hincrby", "hdel", "del", "eval", "evalsha", "unlink"} {
+		if strings.Contains(stats, "cmdstat_"+w+":") {
+			t.Errorf("inspect ran %s:\n%s", w, stats)
+		}
+	}
 }

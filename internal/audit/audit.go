@@ -61,7 +61,7 @@ func Sends(records []kafka.Message) ([]Send, error) {
 		if err != nil {
 			return nil, fmt.Errorf("delivery at %s/%d/%d: user_id %s: %w", r.Topic, r.Partition, r.Offset, v.UserID, err)
 		}
-		at, err := time.Parse(timeLayout, h[hDecidedAt])
+		at, err := time.Parse(time.RFC3339Nano, h[hDecidedAt]) // capper writes ms; any RFC 3339 reads
 		if err != nil {
 			return nil, fmt.Errorf("delivery at %s/%d/%d: %s: %w", r.Topic, r.Partition, r.Offset, hDecidedAt, err)
 		}

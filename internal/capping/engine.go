@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,9 +102,13 @@ type Decision struct {
 	// Counts has one entry per limit of the request's policy, in policy
 	// order: the intents in the window as seen by the script, before this
 	// intent. A limit on another channel than the request's is not evaluated
-	// and reports 0. For Duplicate they include the earlier record of this
-	// intent. sliding_window reports the estimate rounded up. Nil for Exempt.
+	// and reports 0. For Duplicate they are all 0: a duplicate is answered
+	// without counting. sliding_window reports the estimate rounded up. Nil
+	// for Exempt.
 	Counts []int64
+	// Recorded (Duplicate): when the intent was allowed, i.e. the decision
+	// time it is counted at.
+	Recorded time.Time
 	// RetryAfter (Denied): time until the denying window frees a slot if no
 	// other intent is allowed meanwhile; Never when its max is 0.
 	RetryAfter time.Duration
@@ -336,6 +341,100 @@ func windowSuffix(windowMS int64, channel string) string {
 // subInterval is the sub-interval length in ms of a window.
 func subInterval(windowMS int64, subs int) int64 { return max(windowMS/int64(subs), 1) }
 
+// call is one request on its way to Redis. Its key and member strings are
+// substrings of one string built per batch (see prepareBatch), and its
+// arguments are boxed as pointers to them, so a request costs no allocation
+// of its own before go-redis' command.
+type call struct {
+	i      int
+	plan   *plan
+	now    int64
+	keys   []string // KEYS of the script
+	member string   // sliding_log: the intent's digest
+	// cmd reads the script's answer, an array of integers, straight into
+	// []int64 (the generic Cmd boxes every value first).
+	cmd *redis.IntSliceCmd
+}
+
+// check validates a request; a nil plan with no error means exempt.
+func (e *Engine) check(r Request) (*plan, error) {
+	if len(r.IntentID) == 0 || len(r.IntentID) > MaxIntentID {
+		return nil, fmt.Errorf("%w: intent id of %d bytes (want 1-%d)", ErrInvalidRequest, len(r.IntentID), MaxIntentID)
+	}
+	if !e.known[r.Channel] {
+		return nil, fmt.Errorf("%w: intent %q: unknown channel %q", ErrInvalidRequest, r.IntentID, r.Channel)
+	}
+	if _, ok := e.rules.policy(r.Segment); !ok {
+		return nil, fmt.Errorf("%w: intent %q: unknown segment %q", ErrInvalidRequest, r.IntentID, r.Segment)
+	}
+	cat := r.Category
+	if cat == "" {
+		cat = DefaultCategory
+	}
+	if e.rules.isExempt(cat) {
+		return nil, nil
+	}
+	if r.At.IsZero() || r.At.UnixMilli() <= 0 {
+		return nil, fmt.Errorf("%w: intent %q: no decision time", ErrInvalidRequest, r.IntentID)
+	}
+	return e.plans[r.Segment][r.Channel], nil
+}
+
+// prepareBatch fills in the keys and members of calls: all their bytes go
+// into one buffer that becomes one string, and each key or member is a
+// substring of it.
+func (e *Engine) prepareBatch(reqs []Request, calls []call) {
+	type span struct{ from, to int }
+	var buf []byte
+	spans := make([]span, 0, 3*len(calls))
+	nkeys := 0
+	for k := range calls {
+		c := &calls[k]
+		r := reqs[c.i]
+		c.now = r.At.UnixMilli()
+		d := digest(r.IntentID)
+		base := len(buf)
+		buf = append(buf, e.prefix...)
+		buf = append(buf, ":{"...)
+		buf = strconv.AppendUint(buf, r.UserID, 10)
+		buf = append(buf, '}')
+		baseEnd := len(buf)
+		if c.plan.member < 0 {
+			buf = append(buf, ":d:"...)
+			buf = appendHex(buf, d)
+		}
+		spans = append(spans, span{base, len(buf)})
+		for _, suffix := range c.plan.suffixes {
+			from := len(buf)
+			buf = append(buf, buf[base:baseEnd]...)
+			buf = append(buf, suffix...)
+			spans = append(spans, span{from, len(buf)})
+		}
+		if c.plan.member >= 0 {
+			from := len(buf)
+			buf = append(buf, d[:]...)
+			spans = append(spans, span{from, len(buf)})
+		}
+		nkeys += 1 + len(c.plan.suffixes)
+	}
+	all := string(buf)
+	keys := make([]string, 0, nkeys)
+	j := 0
+	for k := range calls {
+		c := &calls[k]
+		from := len(keys)
+		for range 1 + len(c.plan.suffixes) {
+			keys = append(keys, all[spans[j].from:spans[j].to])
+			j++
+		}
+		c.keys = keys[from:len(keys):len(keys)]
+		if c.plan.member >= 0 {
+			c.member = all[spans[j].from:spans[j].to]
+			j++
+		}
+	}
+}
+
 // userKey is <prefix>:{<uid>}.
 func (e *Engine) userKey(uid uint64) string {
 	b := make([]byte, 0, len(e.prefix)+24)
@@ -346,67 +445,12 @@ func (e *Engine) userKey(uid uint64) string {
 	return string(b)
 }
 
-// call is one request on its way to Redis.
-type call struct {
-	i    int
-	plan *plan
-	keys []string
-	args []any
-	cmd  *redis.Cmd
-}
-
-func (e *Engine) prepare(r Request) (*call, Outcome, error) {
-	if len(r.IntentID) == 0 || len(r.IntentID) > MaxIntentID {
-		return nil, 0, fmt.Errorf("%w: intent id of %d bytes (want 1-%d)", ErrInvalidRequest, len(r.IntentID), MaxIntentID)
-	}
-	if !e.known[r.Channel] {
-		return nil, 0, fmt.Errorf("%w: intent %q: unknown channel %q", ErrInvalidRequest, r.IntentID, r.Channel)
-	}
-	if _, ok := e.rules.policy(r.Segment); !ok {
-		return nil, 0, fmt.Errorf("%w: intent %q: unknown segment %q", ErrInvalidRequest, r.IntentID, r.Segment)
-	}
-	cat := r.Category
-	if cat == "" {
-		cat = DefaultCategory
-	}
-	if e.rules.isExempt(cat) {
-		return nil, Exempt, nil
-	}
-	now := r.At.UnixMilli()
-	if r.At.IsZero() || now <= 0 {
-		return nil, 0, fmt.Errorf("%w: intent %q: no decision time", ErrInvalidRequest, r.IntentID)
-	}
-	p := e.plans[r.Segment][r.Channel]
-	base := e.userKey(r.UserID)
-	keys := make([]string, 1, 1+len(p.suffixes))
-	if p.member < 0 {
-		d := digest(r.IntentID)
-		keys[0] = base + ":d:" + hexString(d)
-	} else {
-		keys[0] = base
-	}
-	for _, s := range p.suffixes {
-		keys = append(keys, base+s)
-	}
-	args := make([]any, len(p.args))
-	copy(args, p.args)
-	for _, d := range p.dyn {
-		args[d.idx] = now + d.off
-	}
-	if p.member >= 0 {
-		d := digest(r.IntentID)
-		args[p.member] = string(d[:])
-	}
-	return &call{plan: p, keys: keys, args: args}, 0, nil
-}
-
-func hexString(d [8]byte) string {
+func appendHex(b []byte, d [8]byte) []byte {
 	const digits = "0123456789abcdef"
-	var b [16]byte
-	for i, x := range d {
-		b[2*i], b[2*i+1] = digits[x>>4], digits[x&15]
+	for _, x := range d {
+		b = append(b, digits[x>>4], digits[x&15])
 	}
-	return string(b[:])
+	return b
 }
 
 // Decide decides a batch. len(result) == len(reqs); per-request failures are
@@ -432,22 +476,22 @@ func hexString(d [8]byte) string {
 // check makes that safe: an intent already allowed answers Duplicate.
 func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error) {
 	out := make([]Decision, len(reqs))
-	calls := make([]*call, 0, len(reqs))
+	calls := make([]call, 0, len(reqs))
 	for i, r := range reqs {
-		c, o, err := e.prepare(r)
+		p, err := e.check(r)
 		switch {
 		case err != nil:
 			out[i].Err = err
-		case c == nil:
-			out[i].Outcome = o
+		case p == nil:
+			out[i].Outcome = Exempt
 		default:
-			c.i = i
-			calls = append(calls, c)
+			calls = append(calls, call{i: i, plan: p})
 		}
 	}
 	if len(calls) == 0 {
 		return out, nil
 	}
+	e.prepareBatch(reqs, calls)
 	if err := ctx.Err(); err != nil {
 		for _, c := range calls {
 			out[c.i].Err = fmt.Errorf("decide intent %q: %w", reqs[c.i].IntentID, err)
@@ -455,12 +499,14 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		return out, err
 	}
 	algo := string(e.algo)
-	e.send(ctx, calls, func(p redis.Pipeliner, c *call) *redis.Cmd {
-		return p.EvalSha(ctx, e.script.sha, c.keys, c.args...)
-	})
+	all := make([]*call, len(calls))
+	for k := range calls {
+		all[k] = &calls[k]
+	}
+	e.send(ctx, all, false)
 	e.m.scriptCalls.WithLabelValues(algo).Add(float64(len(calls)))
 
-	pending := failed(calls)
+	pending := failed(all)
 	for round := 0; len(pending) > 0 && round < retryRounds; round++ {
 		if round > 0 {
 			t := time.NewTimer(retryBackoff << (round - 1))
@@ -478,16 +524,15 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 				e.m.noscript.Inc()
 			}
 		}
-		e.send(ctx, pending, func(p redis.Pipeliner, c *call) *redis.Cmd {
-			return p.Eval(ctx, e.script.src, c.keys, c.args...)
-		})
+		e.send(ctx, pending, true)
 		e.m.scriptCalls.WithLabelValues(algo).Add(float64(len(pending)))
 		pending = failed(pending)
 	}
 
-	for _, c := range calls {
+	for k := range calls {
+		c := &calls[k]
 		d := &out[c.i]
-		res, err := c.cmd.Int64Slice()
+		res, err := c.cmd.Result()
 		if err == nil && len(res) != 3+len(c.plan.limits) {
 			err = fmt.Errorf("script answered %d values, want %d", len(res), 3+len(c.plan.limits))
 		}
@@ -512,6 +557,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 			}
 		case codeDuplicate:
 			d.Outcome = Duplicate
+			d.Recorded = time.UnixMilli(res[2])
 		default:
 			d.Err = fmt.Errorf("decide intent %q of user %d: script answered outcome %d", reqs[c.i].IntentID, reqs[c.i].UserID, res[0])
 			continue
@@ -536,14 +582,52 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 // never answers TRYAGAIN, and the first command of any node's sub-batch is
 // some user's first command, so the probe keeps that path closed; the
 // TRYAGAIN calls are re-sent by Decide instead.
-func (e *Engine) send(ctx context.Context, calls []*call, queue func(redis.Pipeliner, *call) *redis.Cmd) {
+func (e *Engine) send(ctx context.Context, calls []*call, eval bool) {
 	pipe := e.client.Pipeline()
 	_, cluster := e.client.(*redis.ClusterClient)
 	var seen map[string]bool
 	if cluster {
 		seen = make(map[string]bool, len(calls))
 	}
+	// The arguments: EVALSHA sha numkeys keys... args..., with the keys, the
+	// member and the script as pointers (no boxing allocation per value) and
+	// each plan's other arguments boxed once per decision time; one backing
+	// array for the whole pipeline, since go-redis keeps each command's
+	// arguments until it has run.
+	name, body := any("evalsha"), any(&e.script.sha)
+	if eval {
+		name, body = any("eval"), any(&e.script.src)
+	}
+	n := 0
 	for _, c := range calls {
+		n += 3 + len(c.keys) + len(c.plan.args)
+	}
+	backing := make([]any, n)
+	type planAt struct {
+		p   *plan
+		now int64
+	}
+	shared := map[planAt][]any{}
+	for _, c := range calls {
+		tail, ok := shared[planAt{c.plan, c.now}]
+		if !ok {
+			tail = slices.Clone(c.plan.args)
+			for _, d := range c.plan.dyn {
+				tail[d.idx] = c.now + d.off
+			}
+			shared[planAt{c.plan, c.now}] = tail
+		}
+		size := 3 + len(c.keys) + len(tail)
+		args := backing[:size:size]
+		backing = backing[size:]
+		args[0], args[1], args[2] = name, body, len(c.keys)
+		for j := range c.keys {
+			args[3+j] = &c.keys[j]
+		}
+		copy(args[3+len(c.keys):], tail)
+		if c.plan.member >= 0 {
+			args[3+len(c.keys)+c.plan.member] = &c.member
+		}
 		if cluster {
 			user := c.keys[0][:strings.IndexByte(c.keys[0], '}')] // <prefix>:{<uid>
 			if !seen[user] {
@@ -553,7 +637,9 @@ func (e *Engine) send(ctx context.Context, calls []*call, queue func(redis.Pipel
 				}
 			}
 		}
-		c.cmd = queue(pipe, c)
+		c.cmd = redis.NewIntSliceCmd(ctx, args...)
+		c.cmd.SetFirstKeyPos(3)
+		_ = pipe.Process(ctx, c.cmd)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 }

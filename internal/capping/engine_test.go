@@ -331,7 +331,7 @@ func dumpAll(t *testing.T, c *redis.Client) string {
 	return fmt.Sprint(len(keys), b.Len(), hashString(b.String()))
 }
 
-func hashString(s string) string { d := digest(s); return hexString(d) }
+func hashString(s string) string { return string(appendHex(nil, digest(s))) }
 
 // writeCalls counts the write commands a node has run.
 func writeCalls(t *testing.T, c *redis.Client) int64 {

@@ -102,8 +102,7 @@ func (m *logModel) decide(r Request) Decision {
 		}
 	}
 	if at, ok := u.base[r.IntentID]; ok && at > now-m.retention {
-		d.Outcome = Duplicate
-		return d
+		return Decision{Outcome: Duplicate, Counts: make([]int64, len(pol.Limits)), Recorded: time.UnixMilli(at)}
 	}
 	if deny >= 0 {
 		l := pol.Limits[deny]
@@ -262,7 +261,8 @@ func compare(pol Policy, r Request, got, want Decision, o compareOpts) error {
 	if got.Err != nil {
 		return fmt.Errorf("unexpected error: %v", got.Err)
 	}
-	if got.Outcome == want.Outcome && got.Limit == want.Limit && got.RetryAfter == want.RetryAfter && slices.Equal(got.Counts, want.Counts) {
+	if got.Outcome == want.Outcome && got.Limit == want.Limit && got.RetryAfter == want.RetryAfter && slices.Equal(got.Counts, want.Counts) &&
+		got.Recorded.Equal(want.Recorded) {
 		return nil
 	}
 	if o.resent && len(got.Counts) == len(pol.Limits) &&

@@ -49,11 +49,11 @@ type Rules struct {
 	ExemptCategories []string          // bypass capping, not counted
 }
 
-// Default lists used when Rules leave them empty.
-var (
-	DefaultChannels         = []string{"email", "push", "sms", "inapp"}
-	DefaultExemptCategories = []string{"transactional"}
-)
+// DefaultChannels is the channel list when Rules leave it empty.
+func DefaultChannels() []string { return []string{"email", "push", "sms", "inapp"} }
+
+// DefaultExemptCategories is the exempt list when Rules leave it nil.
+func DefaultExemptCategories() []string { return []string{"transactional"} }
 
 // Validate reports every problem of the rules at once. Each error names the
 // segment and the limit, e.g.
@@ -134,14 +134,14 @@ func validName(s string) bool {
 
 func (r Rules) channels() []string {
 	if len(r.Channels) == 0 {
-		return DefaultChannels
+		return DefaultChannels()
 	}
 	return r.Channels
 }
 
 func (r Rules) exempt() []string {
 	if r.ExemptCategories == nil {
-		return DefaultExemptCategories
+		return DefaultExemptCategories()
 	}
 	return r.ExemptCategories
 }

@@ -21,20 +21,27 @@
 -- Cost, measured on Redis 7.0 (INFO commandstats): every command returning a
 -- score (ZSCORE that finds the member, WITHSCORES) formats a double and
 -- costs about three times a ZCOUNT, and each tonumber() is a strtod. So the
--- common paths read integers only: ZSCORE (nil for a new intent) and one
+-- common paths read integers only: ZSCORE (nil for a new intent; a found one
+-- is a duplicate, answered with its score and nothing more) and one
 -- ZCOUNT per limit; a denial adds one index ZRANGE for its retry-after; an
 -- allowed intent adds ZADD, ZREMRANGEBYSCORE and PEXPIRE per log. The
 -- eviction is unconditional: checking the oldest entry first (ZRANGE 0 0
 -- WITHSCORES) costs more than a ZREMRANGEBYSCORE that finds nothing.
 --
 -- Returns {outcome (0 allowed, 1 denied, 2 duplicate), denying limit
--- (1-based, 0 none), retry-after ms (-1 never), count per limit...}.
+-- (1-based, 0 none), retry-after ms (-1 never; for a duplicate: when it was
+-- allowed, ms), count per limit (0 for a duplicate: not counted)...}.
 local n = (#ARGV - 6) / 4
 local res = {0, 0, 0}
 
--- A member inside the retention is an intent allowed before.
+-- A member inside the retention is an intent allowed before: answer when,
+-- and nothing else (its answer needs no counts).
 local seen = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local dup = seen and tonumber(seen) > tonumber(ARGV[3])
+if seen and tonumber(seen) > tonumber(ARGV[3]) then
+  res[1], res[3] = 2, tonumber(seen)
+  for i = 1, n do res[3 + i] = 0 end
+  return res
+end
 
 local deny = 0
 for i = 1, n do
@@ -46,11 +53,6 @@ for i = 1, n do
     if deny == 0 and c >= tonumber(ARGV[j + 2]) then deny = i end
   end
   res[3 + i] = c
-end
-
-if dup then
-  res[1] = 2
-  return res
 end
 
 if deny > 0 then

@@ -21,13 +21,22 @@
 -- Allowed iff E/s + 1 <= max for every limit. Counts report ceil(E/s).
 --
 -- Returns {outcome (0 allowed, 1 denied, 2 duplicate), denying limit
--- (1-based, 0 none), retry-after ms (-1 never), count per limit...}.
+-- (1-based, 0 none), retry-after ms (-1 never; for a duplicate: when it was
+-- allowed, ms), count per limit (0 for a duplicate)...}.
 local t = tonumber(ARGV[2])
 local nkeys = tonumber(ARGV[3])
 local first = 4 + 2 * nkeys -- first limit argument
 local nlim = (#ARGV - first + 1) / 2
 local res = {0, 0, 0}
-local dup = redis.call('EXISTS', KEYS[1]) == 1
+
+-- The marker holds the ms the intent was allowed at: a duplicate is answered
+-- with it, without touching the counters.
+local seen = redis.call('GET', KEYS[1])
+if seen then
+  res[1], res[3] = 2, tonumber(seen)
+  for i = 1, nlim do res[3 + i] = 0 end
+  return res
+end
 
 local function load(k, w, s)
   local key = KEYS[k]
@@ -72,11 +81,6 @@ for i = 1, nlim do
     if deny == 0 and x.e + x.s > tonumber(ARGV[j + 1]) * x.s then deny = i end
   end
   res[3 + i] = c
-end
-
-if dup then
-  res[1] = 2
-  return res
 end
 
 -- Drop the counters that left the window (housekeeping, also when denied).
@@ -141,5 +145,5 @@ for _, x in pairs(st) do
   redis.call('HSET', x.key, 'l', l, 'n', x.n + 1, x.inow, x.cn + 1)
   redis.call('PEXPIRE', x.key, x.w + x.s)
 end
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
 return res

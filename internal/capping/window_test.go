@@ -22,7 +22,7 @@ type windowModel struct {
 
 type windowUser struct {
 	counters map[string]map[int64]int64 // windowSuffix -> sub-interval -> count
-	allowed  map[string]bool            // intent ids
+	allowed  map[string]int64           // intent id -> ms it was allowed at
 	counted  map[string]string          // windowSuffix -> last intent id counted
 	log      []allowedIntent
 }
@@ -39,7 +39,7 @@ func newWindowModel(r Rules, subs int) *windowModel {
 func (m *windowModel) user(uid uint64) *windowUser {
 	u := m.users[uid]
 	if u == nil {
-		u = &windowUser{counters: map[string]map[int64]int64{}, allowed: map[string]bool{}, counted: map[string]string{}}
+		u = &windowUser{counters: map[string]map[int64]int64{}, allowed: map[string]int64{}, counted: map[string]string{}}
 		m.users[uid] = u
 	}
 	return u
@@ -89,9 +89,8 @@ func (m *windowModel) decide(r Request) Decision {
 			deny = i
 		}
 	}
-	if u.allowed[r.IntentID] {
-		d.Outcome = Duplicate
-		return d
+	if at, ok := u.allowed[r.IntentID]; ok {
+		return Decision{Outcome: Duplicate, Counts: make([]int64, len(pol.Limits)), Recorded: time.UnixMilli(at)}
 	}
 	if deny >= 0 {
 		l := pol.Limits[deny]
@@ -119,7 +118,7 @@ func (m *windowModel) decide(r Request) Decision {
 		return d
 	}
 	d.Outcome = Allowed
-	u.allowed[r.IntentID] = true
+	u.allowed[r.IntentID] = r.At.UnixMilli()
 	u.log = append(u.log, allowedIntent{t, r.Channel})
 	// Every (window, channel) of any policy that counts this channel.
 	for _, p := range m.rules.allPolicies() {

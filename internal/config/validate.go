@@ -4,15 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
-)
 
-// nameRE is what channel, category and segment names may look like: they end
-// up in Redis keys, metric labels and object names.
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	"github.com/capper-dev/capper/internal/segments"
+)
 
 // problems collects validation errors, each prefixed with the key it is about.
 type problems []string
@@ -192,16 +189,16 @@ func (c *Capping) validate(p *problems) {
 	if len(c.Channels) == 0 {
 		p.add("capping.channels", "at least one channel is required")
 	}
-	names(p, "capping.channels", c.Channels)
-	names(p, "capping.exempt_categories", c.ExemptCategories)
+	// Channel names and the cap rules are checked by capping (validateRules),
+	// segment names by segments: each rule is defined once.
 	seen := map[string]bool{}
 	for i, s := range c.Segments {
 		field := fmt.Sprintf("capping.segments[%d]", i)
-		switch {
-		case s.Name == "none":
+		switch err := segments.ValidateSegmentName(s.Name); {
+		case s.Name == segments.None:
 			p.add(field+".name", `"none" is reserved for users in no segment (they get capping.default_policy)`)
-		case !nameRE.MatchString(s.Name):
-			p.add(field+".name", "%q must match %s", s.Name, nameRE)
+		case err != nil:
+			p.add(field+".name", "%v", err)
 		case seen[s.Name]:
 			p.add(field+".name", "segment %q is listed twice", s.Name)
 		}
@@ -209,19 +206,6 @@ func (c *Capping) validate(p *problems) {
 		limits(p, fmt.Sprintf("%s (segment %q).limits", field, s.Name), s.Limits)
 	}
 	limits(p, "capping.default_policy.limits", c.DefaultPolicy.Limits)
-}
-
-func names(p *problems, field string, list []string) {
-	seen := map[string]bool{}
-	for i, n := range list {
-		if !nameRE.MatchString(n) {
-			p.add(fmt.Sprintf("%s[%d]", field, i), "%q must match %s", n, nameRE)
-		}
-		if seen[n] {
-			p.add(fmt.Sprintf("%s[%d]", field, i), "%q is listed twice", n)
-		}
-		seen[n] = true
-	}
 }
 
 // limits checks what only the file can get wrong (a missing max). The cap

@@ -162,6 +162,10 @@ func NewWriter(o KafkaOptions, topic string) (*kafka.Writer, error) {
 			DialTimeout: 10 * time.Second,
 			TLS:         o.TLS,
 			SASL:        o.SASL,
+			// Only this topic's metadata: the writer copies its cached
+			// metadata on every write, and with the default (every topic of
+			// the cluster) that copy grows with the cluster.
+			MetadataTopics: []string{topic},
 		},
 		ErrorLogger: errorLogger(o.Logger, "kafka writer "+topic),
 	}, nil

@@ -348,6 +348,9 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 				lastErr = ds[j].Err
 			default:
 				out[i], at[i] = ds[j], now
+				if ds[j].Outcome == capping.Duplicate && !ds[j].Recorded.IsZero() {
+					at[i] = ds[j].Recorded // the time it is counted at
+				}
 				continue
 			}
 			still = append(still, i)
@@ -390,7 +393,7 @@ const (
 	HeaderRetryAfter = "capper-retry-after-ms"
 	HeaderError      = "capper-error"
 	// Additions where the design is silent (README, "Output topics").
-	HeaderDecidedAt = "capper-decided-at" // RFC 3339, ms: the time the caps were checked at
+	HeaderDecidedAt = "capper-decided-at" // RFC 3339, ms: the time the caps were checked at (a duplicate: when it was first allowed)
 	HeaderDuplicate = "capper-duplicate"  // "true": this id was allowed before (a redelivery)
 	HeaderUnchecked = "capper-unchecked"  // "true": failed open, Redis did not decide
 	HeaderSource    = "capper-source"     // <topic>/<partition>/<offset> of the input record
@@ -430,6 +433,7 @@ type headerBuilder struct {
 	lastAt   time.Time
 	lastAtB  []byte
 	arena    []byte
+	headers  []kafka.Header // backing array the records' header slices are cut from
 }
 
 func (hb *headerBuilder) segment(s string) []byte {
@@ -463,7 +467,12 @@ func (hb *headerBuilder) bytes(f func([]byte) []byte) []byte {
 // headers except capper-* ones (capper owns that namespace, so an upstream
 // producer cannot forge a decision) and adds ours and capper-source.
 func (hb *headerBuilder) forward(m *kafka.Message, add ...kafka.Header) kafka.Message {
-	h := make([]kafka.Header, 0, len(m.Headers)+len(add)+1)
+	n := len(m.Headers) + len(add) + 1
+	if cap(hb.headers)-len(hb.headers) < n {
+		hb.headers = make([]kafka.Header, 0, max(n, 1024))
+	}
+	h := hb.headers[len(hb.headers) : len(hb.headers) : len(hb.headers)+n]
+	hb.headers = hb.headers[:len(hb.headers)+n]
 	for _, x := range m.Headers {
 		if !strings.HasPrefix(x.Key, "capper-") {
 			h = append(h, x)

@@ -288,6 +288,20 @@ func TestCrashBetweenWriteAndCommit(t *testing.T) {
 	if dups == 0 {
 		t.Fatalf("no redelivered intent was answered duplicate")
 	}
+	// A duplicate carries the time its intent was first allowed, so the
+	// deliveries stay auditable even when the first copy was never written.
+	firstAt := map[string]string{}
+	for _, m := range o.del {
+		if headerValue(m, HeaderDuplicate) == "" {
+			firstAt[headerValue(m, HeaderSource)] = headerValue(m, HeaderDecidedAt)
+		}
+	}
+	for _, m := range o.del {
+		src := headerValue(m, HeaderSource)
+		if f, ok := firstAt[src]; ok && headerValue(m, HeaderDuplicate) == "true" && headerValue(m, HeaderDecidedAt) != f {
+			t.Errorf("input %s: duplicate decided-at %s, first delivery %s", src, headerValue(m, HeaderDecidedAt), f)
+		}
+	}
 	t.Logf("redelivered %d inputs, %d answered duplicate", repeats, dups)
 }
 
