@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/alecthomas/kong"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/config"
@@ -51,6 +52,7 @@ func (c *runCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	redis.SetLogger(app.RedisLogger(log)) // go-redis has one process-wide logger
 	return app.Run(e.ctx, app.Options{Config: cfg, Logger: log, Version: version})
 }
 

@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -193,31 +192,14 @@ func (s *stack) waitCommitted(t testing.TB, topic string, n int, p *proc) {
 // proc is a running `capper run`.
 type proc struct {
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *testenv.SyncBuffer
 	done chan error // Wait's result
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start runs `capper run` and waits until /readyz answers 200.
 func (s *stack) start(t testing.TB) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary, "run", "--config", s.path), logs: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: exec.Command(binary, "run", "--config", s.path), logs: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -274,7 +256,7 @@ func (s *stack) outcomes(t *testing.T) map[string]int {
 	return m
 }
 
-func (s *stack) waitOutcomes(t *testing.T, n int, logs *syncBuffer) map[string]int {
+func (s *stack) waitOutcomes(t *testing.T, n int, logs *testenv.SyncBuffer) map[string]int {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -173,24 +172,7 @@ type worker struct {
 	done   chan error
 	http   string
 	reg    *prometheus.Registry
-	log    *syncBuf
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log    *testenv.SyncBuffer
 }
 
 // start runs a worker with cfg until stop; it fails the test if the worker
@@ -198,7 +180,7 @@ func (s *syncBuf) String() string {
 func (e *e2e) start(name string, cfg *config.Config) *worker {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &worker{name: name, cancel: cancel, done: make(chan error, 1), reg: prometheus.NewRegistry(), log: &syncBuf{}}
+	w := &worker{name: name, cancel: cancel, done: make(chan error, 1), reg: prometheus.NewRegistry(), log: &testenv.SyncBuffer{}}
 	started := make(chan string, 1)
 	logger := slog.New(slog.NewJSONHandler(w.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	go func() {

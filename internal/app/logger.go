@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,4 +21,18 @@ func NewLogger(w io.Writer, c config.Log) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
 	return slog.New(slog.NewJSONHandler(w, opts)), nil
+}
+
+// RedisLogger adapts l to go-redis' logger, which otherwise prints its
+// connection-pool messages as plain text on stderr, outside the JSON log.
+func RedisLogger(l *slog.Logger) interface {
+	Printf(ctx context.Context, format string, v ...any)
+} {
+	return redisLogger{l}
+}
+
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.WarnContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }

@@ -1,13 +1,11 @@
 package capping
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -353,7 +351,7 @@ func writeCalls(t *testing.T, c *redis.Client) int64 {
 func TestClockSkew(t *testing.T) {
 	cl := testenv.StartCluster(t, 3)
 	reg := prometheus.NewRegistry()
-	var logBuf syncBuffer
+	var logBuf testenv.SyncBuffer
 	e := newEngine(t, cl.Client(), Options{
 		Registerer:   reg,
 		Logger:       slog.New(slog.NewTextHandler(&logBuf, nil)),
@@ -386,21 +384,4 @@ func TestClockSkew(t *testing.T) {
 	if s := logBuf.String(); !strings.Contains(s, "redis clock skew above threshold") || !strings.Contains(s, "threshold=1s") {
 		t.Errorf("no warning logged: %q", s)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -68,17 +68,27 @@ func window(set map[string]int64, now, w int64) []int64 {
 	return in
 }
 
-func (m *logModel) decide(r Request) Decision {
-	pol, ok := m.rules.policy(r.Segment)
-	if !ok || !slices.Contains(m.rules.channels(), r.Channel) {
-		return Decision{Err: ErrInvalidRequest}
+// screen is what both models decide before looking at the user: an invalid
+// request or an exempt category. It returns the request's policy otherwise.
+func screen(rules Rules, r Request) (Policy, *Decision) {
+	pol, ok := rules.policy(r.Segment)
+	if !ok || !slices.Contains(rules.channels(), r.Channel) {
+		return pol, &Decision{Err: ErrInvalidRequest}
 	}
 	cat := r.Category
 	if cat == "" {
 		cat = DefaultCategory
 	}
-	if slices.Contains(m.rules.exempt(), cat) {
-		return Decision{Outcome: Exempt}
+	if slices.Contains(rules.exempt(), cat) {
+		return pol, &Decision{Outcome: Exempt}
+	}
+	return pol, nil
+}
+
+func (m *logModel) decide(r Request) Decision {
+	pol, final := screen(m.rules, r)
+	if final != nil {
+		return *final
 	}
 	now := r.At.UnixMilli()
 	u := m.user(r.UserID)

@@ -3,7 +3,6 @@ package capping
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -62,16 +61,9 @@ func modelEstimate(c map[int64]int64, t, w, s int64) int64 {
 }
 
 func (m *windowModel) decide(r Request) Decision {
-	pol, ok := m.rules.policy(r.Segment)
-	if !ok || !slices.Contains(m.rules.channels(), r.Channel) {
-		return Decision{Err: ErrInvalidRequest}
-	}
-	cat := r.Category
-	if cat == "" {
-		cat = DefaultCategory
-	}
-	if slices.Contains(m.rules.exempt(), cat) {
-		return Decision{Outcome: Exempt}
+	pol, final := screen(m.rules, r)
+	if final != nil {
+		return *final
 	}
 	t := r.At.UnixMilli()
 	u := m.user(r.UserID)

@@ -49,23 +49,25 @@ type Redis struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the running process has been reaped
-	out  *syncBuffer
+	out  *SyncBuffer
 }
 
-// syncBuffer collects a process's output; exec copies into it from its own
-// goroutine while a failing test may read it.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for one writer and concurrent readers:
+// a process's output (exec copies into it from its own goroutine) or a
+// logger's, read by a failing test.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -122,7 +124,7 @@ func (r *Redis) Addr() string { return hostPort(r.Port) }
 func (r *Redis) start() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := &syncBuffer{}
+	out := &SyncBuffer{}
 	cmd := exec.Command(r.bin, r.args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group: a Ctrl-C on go test must not orphan servers, and a
