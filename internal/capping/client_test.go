@@ -2,15 +2,7 @@ package capping
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -112,21 +104,14 @@ func TestClientACL(t *testing.T) {
 
 // TestClientTLS talks to redis-server's TLS port with a private CA.
 func TestClientTLS(t *testing.T) {
-	dir := t.TempDir()
-	caPEM, certFile, keyFile := writeCerts(t, dir)
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	ca := testenv.NewCA(t)
 	port := testenv.FreePort(t)
 	testenv.StartRedis(t, testenv.RedisOptions{Args: []string{
-		"--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
-		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no",
+		"--tls-port", strconv.Itoa(port), "--tls-cert-file", ca.CertFile, "--tls-key-file", ca.KeyFile,
+		"--tls-ca-cert-file", ca.CAFile, "--tls-auth-clients", "no",
 	}})
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	c, err := NewClient(ClientOptions{Addrs: []string{addr}, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
+	c, err := NewClient(ClientOptions{Addrs: []string{addr}, TLS: ca.Client})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,54 +127,6 @@ func TestClientTLS(t *testing.T) {
 	if _, err := New(context.Background(), Options{Client: plain, Rules: testRules()}); err == nil {
 		t.Fatal("plain TCP to the TLS port worked")
 	}
-}
-
-// writeCerts makes a CA and a server certificate for 127.0.0.1.
-func writeCerts(t *testing.T, dir string) (caPEM []byte, certFile, keyFile string) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "capper test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), certFile, keyFile
 }
 
 // TestClientSentinel runs a real sentinel (redis-server --sentinel) that

@@ -2,14 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +16,7 @@ import (
 // with SASL (plain, SCRAM-SHA-256/512) and speak TLS to a broker that
 // requires them, and a wrong password is refused.
 func TestKafkaSecurity(t *testing.T) {
-	serverTLS, clientTLS := testTLS(t)
+	ca := testenv.NewCA(t)
 	for _, tc := range []struct {
 		name, mechanism, kfakeMethod string
 		tls                          bool
@@ -36,12 +28,12 @@ func TestKafkaSecurity(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := []kfake.Opt{kfake.EnableSASL(), kfake.Superuser(tc.kfakeMethod, "capper", "s3cret")}
 			if tc.tls {
-				opts = append(opts, kfake.TLS(serverTLS))
+				opts = append(opts, kfake.TLS(ca.Server))
 			}
 			k := testenv.StartKafka(t, 1, []string{"in", "out"}, opts...)
 			o := KafkaOptions{Brokers: k.Addrs, GroupID: "g", FetchMaxWait: 100 * time.Millisecond, SessionTimeout: 6 * time.Second}
 			if tc.tls {
-				o.TLS = clientTLS
+				o.TLS = ca.Client
 			}
 			var err error
 			if o.SASL, err = NewSASL(tc.mechanism, "capper", "s3cret"); err != nil {
@@ -103,38 +95,4 @@ func TestKafkaOptionErrors(t *testing.T) {
 			t.Errorf("compression %s: %v", c, err)
 		}
 	}
-}
-
-// testTLS returns a server config with a certificate for 127.0.0.1 signed by
-// a fresh CA, and a client config that trusts only that CA.
-func testTLS(t *testing.T) (server, client *tls.Config) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "capper test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(caCert)
-	server = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
-	client = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	return server, client
 }
