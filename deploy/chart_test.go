@@ -670,7 +670,7 @@ func segmentBuilderFlags(t *testing.T) map[string]bool {
 	flags := map[string]bool{}
 	ast.Inspect(f, func(n ast.Node) bool {
 		ts, ok := n.(*ast.TypeSpec)
-		if !ok || ts.Name.Name != "cli" {
+		if !ok || ts.Name.Name != "flags" {
 			return true
 		}
 		for _, field := range ts.Type.(*ast.StructType).Fields.List {

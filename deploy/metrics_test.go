@@ -17,7 +17,7 @@ import (
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/demo"
-	"github.com/capper-dev/capper/internal/segments"
+	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/testenv"
 )
 
@@ -67,7 +67,7 @@ func workerRegistry(t *testing.T) registry {
 	rds := testenv.StartRedis(t, testenv.RedisOptions{})
 	kafka := testenv.StartKafka(t, 2, []string{"send-intents", "deliveries", "suppressed", "send-intents-dlq"})
 	dir := t.TempDir()
-	store, err := segments.OpenStore(ctx, dir, segments.StoreOptions{})
+	store, err := objstore.Open(ctx, dir, objstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

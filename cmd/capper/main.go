@@ -11,25 +11,22 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"syscall"
 
-	"github.com/alecthomas/kong"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/capper-dev/capper/internal/app"
+	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
-	"github.com/capper-dev/capper/internal/demo"
 )
 
 // version is stamped at build time: -ldflags "-X main.version=v1.2.3".
 var version = "dev"
 
-type cli struct {
+type commands struct {
 	Run         runCmd         `cmd:"" help:"Run the worker (consume, decide, forward)."`
 	CheckConfig checkConfigCmd `cmd:"" name:"check-config" help:"Validate a config file and print the effective config, secrets masked."`
 	Inspect     inspectCmd     `cmd:"" help:"Show a user's segment and caps (read-only)."`
-	Demo        demoCmd        `cmd:"" help:"Run the whole pipeline in-process on embedded Kafka and Redis, then audit it."`
 	Version     versionCmd     `cmd:"" help:"Print the version."`
 }
 
@@ -43,7 +40,7 @@ type runCmd struct {
 }
 
 func (c *runCmd) Run(e *env) error {
-	setGCPercent()
+	app.TuneGC()
 	cfg, err := config.Load(c.Config)
 	if err != nil {
 		return err
@@ -90,32 +87,6 @@ func (c *inspectCmd) Run(e *env) error {
 	return app.Inspect(e.ctx, cfg, c.User, e.stdout)
 }
 
-type demoCmd struct {
-	Users     int    `default:"20000" help:"Users in the synthetic snapshot."`
-	Intents   int    `default:"40000" help:"Send-intents in the campaign blast."`
-	RedisAddr string `name:"redis-addr" placeholder:"HOST:PORT" help:"Use this Redis instead of the embedded one."`
-	Seed      int64  `default:"1" help:"Random seed of the synthetic data."`
-}
-
-func (c *demoCmd) Run(e *env) error {
-	setGCPercent()
-	return demo.Run(e.ctx, demo.Options{
-		Users: c.Users, Intents: c.Intents, RedisAddr: c.RedisAddr, Seed: c.Seed,
-		Out: e.stdout, Progress: e.stderr,
-	})
-}
-
-// setGCPercent makes GOGC=200 the default of the worker. Its live heap is
-// small (the snapshot and two batches) and its allocation rate high, so with
-// Go's default of 100 it spends about a fifth of its CPU in the garbage
-// collector; 200 cuts that by about a third for a few MiB of heap. GOGC in
-// the environment wins (and GOMEMLIMIT still bounds the heap).
-func setGCPercent() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(200)
-	}
-}
-
 type versionCmd struct{}
 
 func (versionCmd) Run(e *env) error {
@@ -130,26 +101,10 @@ func main() {
 // run is the whole program; its result is the exit code: 0 ok, 1 failure,
 // 2 usage error.
 func run(args []string, stdout, stderr io.Writer) int {
-	var c cli
-	exitCode := -1
-	parser, err := kong.New(&c,
-		kong.Name("capper"),
-		kong.Description("Frequency caps for marketing messages."),
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(code int) { exitCode = code }), // --help: exit after parsing, not inside kong
-		kong.UsageOnError(),
-	)
-	if err != nil {
-		fmt.Fprintln(stderr, "capper:", err)
-		return 2
-	}
-	kctx, err := parser.Parse(args)
-	if exitCode >= 0 {
-		return exitCode
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "capper:", err)
-		return 2
+	var c commands
+	kctx, code, ok := cli.Parse("capper", "Frequency caps for marketing messages.", &c, args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -159,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &exit) {
 			return exit.ExitCode()
 		}
-		return 1
+		return cli.ExitFailure
 	}
-	return 0
+	return cli.ExitOK
 }

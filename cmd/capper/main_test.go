@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,7 +21,7 @@ import (
 	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/demo"
-	"github.com/capper-dev/capper/internal/segments"
+	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/testenv"
 )
 
@@ -65,6 +66,26 @@ func TestVersion(t *testing.T) {
 	out, _, code := capper(t, nil, "version")
 	if code != 0 || !strings.HasPrefix(out, "capper v0.0.0-test (go") {
 		t.Fatalf("version: %d %q", code, out)
+	}
+}
+
+// TestProductionDeps: the worker binary does not link the demo's embedded
+// broker and Redis, nor the snapshot builder.
+func TestProductionDeps(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	for _, pkg := range []string{
+		"github.com/twmb/franz-go/pkg/kfake", "github.com/alicebob/miniredis/v2", "github.com/yuin/gopher-lua",
+		"github.com/capper-dev/capper/internal/demo", "github.com/capper-dev/capper/internal/segbuild",
+	} {
+		if slices.Contains(strings.Fields(string(out)), pkg) {
+			t.Errorf("cmd/capper links %s", pkg)
+		}
+	}
+	if !strings.Contains(string(out), "github.com/capper-dev/capper/internal/dispatch") {
+		t.Fatalf("go list -deps printed no capper package:\n%s", out)
 	}
 }
 
@@ -119,7 +140,7 @@ func newStack(t testing.TB) *stack {
 		redis: testenv.StartRedis(t, testenv.RedisOptions{}),
 	}
 	dir := t.TempDir()
-	st, err := segments.OpenStore(context.Background(), dir, segments.StoreOptions{})
+	st, err := objstore.Open(context.Background(), dir, objstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

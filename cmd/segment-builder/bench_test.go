@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/segments"
 )
 
@@ -73,7 +74,7 @@ func BenchmarkBuild50M(b *testing.B) {
 		}
 		peakRSS := float64(ru.Maxrss) * 1024 // Linux reports KiB
 
-		st, err := segments.OpenStore(context.Background(), out, segments.StoreOptions{})
+		st, err := objstore.Open(context.Background(), out, objstore.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -25,29 +25,26 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
 
+	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
-	"github.com/capper-dev/capper/internal/segments"
+	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/segbuild"
 )
 
-const (
-	exitOK     = 0
-	exitFailed = 1
-	exitUsage  = 2
-)
-
-type cli struct {
+type flags struct {
 	Input      []string `name:"input" short:"i" sep:"none" placeholder:"PATH|URL" help:"Rows to read (repeatable): a CSV/TSV file of user_id,segment; a directory of <segment>.txt id lists; - for stdin; an s3://bucket/key object. .gz is read transparently."`
 	Out        string   `name:"out" short:"o" placeholder:"DIR|file://DIR|s3://BUCKET/PREFIX" help:"Where to publish the snapshot (default: segments.source from --config)."`
 	Config     string   `name:"config" placeholder:"FILE" help:"capper config: segment names must be its capping.segments, in its priority order."`
 	OnConflict string   `name:"on-conflict" enum:"error,priority" default:"error" help:"A user in two segments: error fails the build; priority keeps the segment that comes first in the config."`
 	MaxErrors  int      `name:"max-errors" default:"0" placeholder:"N" help:"Malformed lines to tolerate (and list) before failing."`
 	DryRun     bool     `name:"dry-run" help:"Build and report, publish nothing."`
-	Keep       int      `name:"keep" default:"5" placeholder:"N" help:"Snapshot versions to keep in the store (the one LATEST names is never deleted)."`
+	Keep       int      `name:"keep" default:"${keep}" placeholder:"N" help:"Snapshot versions to keep in the store (the one LATEST names is never deleted)."`
 	Progress   string   `name:"progress" enum:"auto,always,never" default:"auto" help:"Progress on stderr: auto shows it when stderr is a terminal."`
 
 	S3Region    string `name:"s3-region" placeholder:"REGION" help:"S3 region (default: the AWS default chain, or the config's segments.s3.region)."`
@@ -63,23 +60,10 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	var c cli
-	exited := false
-	parser, err := kong.New(&c,
-		kong.Name("segment-builder"),
-		kong.Description("Build a segment snapshot (one roaring bitmap per segment) and publish it."),
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(int) { exited = true }), // --help: print, then return here
-	)
-	if err != nil {
-		fmt.Fprintf(stderr, "segment-builder: %v\n", err)
-		return exitUsage
-	}
-	if _, err := parser.Parse(args); err != nil || exited {
-		if exited {
-			return exitOK
-		}
-		return usageError(stderr, err)
+	var c flags
+	if _, code, ok := cli.Parse("segment-builder", "Build a segment snapshot (one roaring bitmap per segment) and publish it.",
+		&c, args, stdout, stderr, kong.Vars{"keep": strconv.Itoa(segbuild.DefaultKeep)}); !ok {
+		return code
 	}
 	opts, err := c.options()
 	if err != nil {
@@ -88,30 +72,30 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if err := build(ctx, c, opts, stdin, stdout, stderr, logger); err != nil {
 		fmt.Fprintf(stderr, "segment-builder: %v\n", err)
-		return exitFailed
+		return cli.ExitFailure
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 func usageError(stderr io.Writer, err error) int {
 	fmt.Fprintf(stderr, "segment-builder: %v\nRun segment-builder --help for usage.\n", err)
-	return exitUsage
+	return cli.ExitUsage
 }
 
 // options checks the flags together and reads the config.
 type options struct {
 	segments []string // config order, empty without --config
-	policy   segments.ConflictPolicy
+	policy   segbuild.ConflictPolicy
 	out      string
-	s3       segments.S3Options
+	s3       objstore.S3Options
 }
 
-func (c cli) options() (options, error) {
+func (c flags) options() (options, error) {
 	var o options
 	if len(c.Input) == 0 {
 		return o, errors.New("missing --input")
 	}
-	policy, err := segments.ParseConflictPolicy(c.OnConflict)
+	policy, err := segbuild.ParseConflictPolicy(c.OnConflict)
 	if err != nil {
 		return o, err
 	}
@@ -125,9 +109,9 @@ func (c cli) options() (options, error) {
 		if o.out == "" {
 			o.out = cfg.Segments.Source
 		}
-		o.s3 = segments.S3Options{Region: cfg.Segments.S3.Region, Endpoint: cfg.Segments.S3.Endpoint, UsePathStyle: cfg.Segments.S3.UsePathStyle}
+		o.s3 = objstore.S3Options{Region: cfg.Segments.S3.Region, Endpoint: cfg.Segments.S3.Endpoint, UsePathStyle: cfg.Segments.S3.UsePathStyle}
 	}
-	if policy == segments.ConflictPriority && c.Config == "" {
+	if policy == segbuild.ConflictPriority && c.Config == "" {
 		return o, errors.New("--on-conflict=priority needs --config for the segment order")
 	}
 	if o.out == "" && !c.DryRun {
@@ -149,24 +133,24 @@ func (c cli) options() (options, error) {
 	return o, nil
 }
 
-func build(ctx context.Context, c cli, o options, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) error {
+func build(ctx context.Context, c flags, o options, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) error {
 	start := time.Now()
-	var store segments.Store
+	var store objstore.Store
 	if !c.DryRun {
 		// Open the destination first: a wrong --out should not cost a
 		// whole build.
-		st, err := segments.OpenStore(ctx, o.out, segments.StoreOptions{S3: o.s3})
+		st, err := objstore.Open(ctx, o.out, objstore.Options{S3: o.s3})
 		if err != nil {
 			return err
 		}
 		store = st
 	}
-	inputs, err := segments.ResolveInputs(ctx, c.Input, segments.InputOptions{Stdin: stdin, S3: o.s3})
+	inputs, err := segbuild.ResolveInputs(ctx, c.Input, segbuild.InputOptions{Stdin: stdin, S3: o.s3})
 	if err != nil {
 		return err
 	}
 	bar := newProgress(c.Progress, stderr, inputs)
-	b := segments.NewBuilder(segments.BuilderOptions{
+	b := segbuild.NewBuilder(segbuild.BuilderOptions{
 		Segments:   o.segments,
 		OnConflict: o.policy,
 		MaxErrors:  c.MaxErrors,
@@ -197,7 +181,7 @@ func build(ctx context.Context, c cli, o options, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stdout, "dry run: nothing published (version would be %s)\n", result.Manifest(time.Now()).Version)
 		return nil
 	}
-	m, err := segments.Publish(ctx, store, result, segments.PublishOptions{Keep: c.Keep, Logger: logger})
+	m, err := segbuild.Publish(ctx, store, result, segbuild.PublishOptions{Keep: c.Keep, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/segments"
 	"github.com/capper-dev/capper/internal/testenv"
 )
@@ -103,9 +104,9 @@ func gzipped(t *testing.T, s string) []byte {
 	return buf.Bytes()
 }
 
-func load(t *testing.T, url string, opts segments.StoreOptions) *segments.Snapshot {
+func load(t *testing.T, url string, opts objstore.Options) *segments.Snapshot {
 	t.Helper()
-	st, err := segments.OpenStore(context.Background(), url, opts)
+	st, err := objstore.Open(context.Background(), url, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestBinary(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "store")
 		r := runBinary(t, bin, nil, nil, "--input", in, "--input", filepath.Join(dir, "lists"), "--out", out, "--config", cfg)
 		r.want(t, 0, []string{"segment  users  bytes  bits/user", "new          2", "active       3", "dormant      0", "total        5", "rows read 5", "published "}, nil)
-		s := load(t, out, segments.StoreOptions{})
+		s := load(t, out, objstore.Options{})
 		for id, want := range map[uint64]string{1: "new", 2: "new", 3: "active", 10: "active", 11: "active", 12: segments.None} {
 			if got := s.Lookup(id); got != want {
 				t.Errorf("Lookup(%d) = %q, want %q", id, got, want)
@@ -156,7 +157,7 @@ func TestBinary(t *testing.T) {
 		out := t.TempDir()
 		r := runBinary(t, bin, gzipped(t, "5\tnew\n6\tactive\n"), nil, "--input", "-", "--out", "file://"+out)
 		r.want(t, 0, []string{"rows read 2"}, nil)
-		s := load(t, "file://"+out, segments.StoreOptions{})
+		s := load(t, "file://"+out, objstore.Options{})
 		if s.Lookup(5) != "new" || s.Lookup(6) != "active" {
 			t.Fatal("wrong lookups")
 		}
@@ -166,7 +167,7 @@ func TestBinary(t *testing.T) {
 		out := t.TempDir()
 		rows := fmt.Sprintf("%d,new\n%d,active\n", uint64(math.MaxUint64), uint64(7))
 		runBinary(t, bin, []byte(rows), nil, "-i", "-", "-o", out).want(t, 0, []string{"id bits 64"}, nil)
-		s := load(t, out, segments.StoreOptions{})
+		s := load(t, out, objstore.Options{})
 		if s.IDBits() != 64 || s.Lookup(math.MaxUint64) != "new" || s.Lookup(7) != "active" {
 			t.Fatalf("bits %d", s.IDBits())
 		}
@@ -201,7 +202,7 @@ func TestBinary(t *testing.T) {
 		out := t.TempDir()
 		r := runBinary(t, bin, nil, nil, "--input", a, "--out", out, "--config", cfg, "--on-conflict", "priority")
 		r.want(t, 0, []string{"conflicts resolved 2"}, nil)
-		s := load(t, out, segments.StoreOptions{})
+		s := load(t, out, objstore.Options{})
 		if s.Lookup(1) != "active" || s.Lookup(2) != "new" || s.Lookup(3) != "dormant" {
 			t.Fatalf("lookups %s %s %s", s.Lookup(1), s.Lookup(2), s.Lookup(3))
 		}
@@ -258,7 +259,7 @@ func TestBinary(t *testing.T) {
 		r := runBinary(t, bin, nil, env, "--input", a, "--out", "s3://capper/segments", "--s3-endpoint", s3.URL, "--s3-path-style")
 		r.want(t, 0, []string{"to s3://capper/segments"}, nil)
 		s3.SetEnv(t)
-		s := load(t, "s3://capper/segments", segments.StoreOptions{S3: segments.S3Options{Endpoint: s3.URL, UsePathStyle: true}})
+		s := load(t, "s3://capper/segments", objstore.Options{S3: objstore.S3Options{Endpoint: s3.URL, UsePathStyle: true}})
 		if s.Lookup(1) != "new" || s.Lookup(2) != "active" {
 			t.Fatal("wrong lookups from S3")
 		}

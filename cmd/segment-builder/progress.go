@@ -1,5 +1,7 @@
 package main
 
+// Progress output of a build: a bar on a terminal, lines elsewhere.
+
 import (
 	"io"
 	"os"
@@ -8,7 +10,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/capper-dev/capper/internal/segments"
+	"github.com/capper-dev/capper/internal/segbuild"
 )
 
 // progress shows reading progress on a terminal: a byte bar when every
@@ -19,7 +21,7 @@ type progress struct {
 	bytes bool
 }
 
-func newProgress(mode string, stderr io.Writer, inputs []segments.Input) *progress {
+func newProgress(mode string, stderr io.Writer, inputs []segbuild.Input) *progress {
 	show := mode == "always"
 	if mode == "auto" {
 		f, ok := stderr.(*os.File)
@@ -52,7 +54,7 @@ func newProgress(mode string, stderr io.Writer, inputs []segments.Input) *progre
 	return &progress{bar: progressbar.NewOptions64(-1, opts...)}
 }
 
-func (p *progress) update(pr segments.Progress) {
+func (p *progress) update(pr segbuild.Progress) {
 	if p.bar == nil {
 		return
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/demo"
 	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/segments"
 	"github.com/capper-dev/capper/internal/testenv"
 )
@@ -58,7 +59,7 @@ type e2e struct {
 	redis  *testenv.Redis   // single mode
 	clus   *testenv.Cluster // cluster mode
 	clock  *fastClock
-	store  segments.Store
+	store  objstore.Store
 	inputs int // records produced so far
 }
 

@@ -1,5 +1,7 @@
 package app
 
+// `capper inspect`: a user's segment and caps, read-only.
+
 import (
 	"context"
 	"fmt"

@@ -1,5 +1,7 @@
 package app
 
+// The operations HTTP endpoint: /metrics, /healthz, /readyz, pprof.
+
 import (
 	"context"
 	"errors"

@@ -17,8 +17,8 @@ import (
 	"github.com/capper-dev/capper/internal/capping"
 )
 
-// Header names and values read back; they are the output contract
-// (design.md, README), spelled out here rather than imported so the audit
+// Header names and values read back; they are the output contract (README,
+// "The event contract"), spelled out here rather than imported so the audit
 // does not share code with what it audits.
 const (
 	hDecision  = "capper-decision"
@@ -138,7 +138,7 @@ func Check(rules capping.Rules, sends []Send) []Violation {
 		list := byUser[u]
 		sort.Slice(list, func(i, j int) bool { return list[i].At.Before(list[j].At) })
 		for _, s := range list {
-			for _, l := range policy(rules, s.Segment).Limits {
+			for _, l := range rules.PolicyOf(s.Segment).Limits {
 				if l.Channel != "" && l.Channel != s.Channel {
 					continue // this limit did not apply to this decision
 				}
@@ -156,11 +156,4 @@ func Check(rules capping.Rules, sends []Send) []Violation {
 		}
 	}
 	return out
-}
-
-func policy(r capping.Rules, segment string) capping.Policy {
-	if p, ok := r.Segments[segment]; ok {
-		return p
-	}
-	return r.Default
 }

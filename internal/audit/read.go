@@ -1,5 +1,7 @@
 package audit
 
+// Reading a topic back whole, for the audit.
+
 import (
 	"context"
 	"errors"

@@ -38,7 +38,7 @@ func benchRequests(n int, seed uint64) []Request {
 	reqs := make([]Request, n)
 	for i := range reqs {
 		reqs[i] = Request{
-			UserID: uint64(rng.IntN(benchUsers)), Segment: "bench", Channel: "push", At: T0,
+			UserID: uint64(rng.IntN(benchUsers)), Segment: "bench", Channel: "push", Category: "marketing", At: T0,
 			IntentID: strconv.FormatUint(seed, 36) + "-" + strconv.FormatUint(uint64(i), 36),
 		}
 	}
@@ -85,16 +85,9 @@ func serverLimit(b *testing.B, port int, cluster bool, args []string) float64 {
 // 12-digit number (our digests are 8 bytes), the same time and limits.
 func logBenchArgs(e *Engine, keyTag string) []string {
 	p := e.plans["bench"]["push"]
-	now := T0.UnixMilli()
-	args := []string{"EVALSHA", e.script.sha, "1", e.prefix + ":" + keyTag, "__rand_int__"}
-	for i, a := range p.args[1:] {
-		v := a
-		for _, d := range p.dyn {
-			if d.idx == i+1 {
-				v = now + d.off
-			}
-		}
-		args = append(args, fmt.Sprint(v))
+	args := []string{"EVALSHA", e.algo.script().sha, "1", e.keys.prefix + ":" + keyTag, "__rand_int__"}
+	for _, a := range p.args(T0.UnixMilli())[1:] {
+		args = append(args, fmt.Sprint(a))
 	}
 	return args
 }
@@ -283,7 +276,7 @@ func redisCPU(b *testing.B, users int, span time.Duration) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	reqs := make([]Request, redisCPUIntents)
 	for i := range reqs {
-		reqs[i] = Request{UserID: uint64(rng.IntN(users)), Segment: "bench", Channel: "push",
+		reqs[i] = Request{UserID: uint64(rng.IntN(users)), Segment: "bench", Channel: "push", Category: "marketing",
 			IntentID: "cpu-" + strconv.Itoa(i), At: T0.Add(time.Duration(float64(span) * float64(i) / float64(len(reqs))))}
 	}
 	type contender struct {
@@ -305,7 +298,7 @@ func redisCPU(b *testing.B, users int, span time.Duration) {
 					if d.Err != nil {
 						b.Fatal(d.Err)
 					}
-					if algo == SlidingLog && d.Outcome == Denied {
+					if algo == SlidingLog && d.Outcome == Capped {
 						denied++
 					}
 				}
@@ -410,7 +403,7 @@ func BenchmarkMemoryPerUser(b *testing.B) {
 				for k := range n {
 					var reqs []Request
 					for u := range uint64(users) {
-						reqs = append(reqs, Request{UserID: 100_000_000 + u, Segment: "bench", Channel: "push",
+						reqs = append(reqs, Request{UserID: 100_000_000 + u, Segment: "bench", Channel: "push", Category: "marketing",
 							IntentID: fmt.Sprintf("mem-%d-%d", u, k), At: T0.Add(time.Duration(k) * 37 * time.Minute)})
 					}
 					ds, err := e.Decide(ctx, reqs)
@@ -424,7 +417,7 @@ func BenchmarkMemoryPerUser(b *testing.B) {
 					}
 				}
 				var total int64
-				keys, err := c.Keys(ctx, e.prefix+":*").Result()
+				keys, err := c.Keys(ctx, e.keys.prefix+":*").Result()
 				if err != nil {
 					b.Fatal(err)
 				}

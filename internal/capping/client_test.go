@@ -23,12 +23,13 @@ func TestNewClientErrors(t *testing.T) {
 		o    ClientOptions
 		want string
 	}{
-		{ClientOptions{}, "at least one address"},
-		{ClientOptions{Mode: "single", Addrs: []string{"a:1", "b:1"}}, "takes one address"},
-		{ClientOptions{Mode: "cluster", Addrs: []string{"a:1"}, DB: 2}, "only database 0"},
-		{ClientOptions{Mode: "sentinel", Addrs: []string{"a:1"}}, "master name is required"},
-		{ClientOptions{Mode: "single", Addrs: []string{"a:1"}, MasterName: "m"}, "only used with mode sentinel"},
-		{ClientOptions{Mode: "ring", Addrs: []string{"a:1"}}, `mode "ring"`},
+		{ClientOptions{Mode: "single"}, "addrs: at least one address"},
+		{ClientOptions{Mode: "single", Addrs: []string{"a:1", "b:1"}}, "addrs: mode single takes one address"},
+		{ClientOptions{Mode: "cluster", Addrs: []string{"a:1"}, DB: 2}, "db: Redis Cluster has only database 0"},
+		{ClientOptions{Mode: "sentinel", Addrs: []string{"a:1"}}, "master_name: is required with mode sentinel"},
+		{ClientOptions{Mode: "single", Addrs: []string{"a:1"}, MasterName: "m"}, "master_name: is only used with mode sentinel"},
+		{ClientOptions{Mode: "ring", Addrs: []string{"a:1"}}, `mode: "ring" is not one of`},
+		{ClientOptions{Addrs: []string{"a:1"}}, `mode: "" is not one of`},
 	} {
 		if _, err := NewClient(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want %q", tc.o, err, tc.want)
@@ -39,7 +40,7 @@ func TestNewClientErrors(t *testing.T) {
 // decideOne decides one fresh intent and fails unless it is allowed.
 func decideOne(t *testing.T, e *Engine, uid uint64) {
 	t.Helper()
-	d, err := e.Decide(context.Background(), []Request{{UserID: uid, Segment: "new", IntentID: fmt.Sprint("c-", uid), Channel: "email", At: T0}})
+	d, err := e.Decide(context.Background(), []Request{{UserID: uid, Segment: "new", IntentID: fmt.Sprint("c-", uid), Channel: "email", Category: "marketing", At: T0}})
 	if err != nil || d[0].Err != nil || d[0].Outcome != Allowed {
 		t.Fatalf("Decide: %v %+v", err, d)
 	}
@@ -79,7 +80,7 @@ func TestClientACL(t *testing.T) {
 	if err := admin.Do(ctx, "ACL", "SETUSER", "default", "off").Err(); err != nil {
 		t.Fatal(err)
 	}
-	bad, err := NewClient(ClientOptions{Addrs: []string{r.Addr()}, Username: "capper", Password: "wrong", MaxRetries: -1})
+	bad, err := NewClient(ClientOptions{Mode: ModeSingle, Addrs: []string{r.Addr()}, Username: "capper", Password: "wrong", MaxRetries: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestClientACL(t *testing.T) {
 	decideOne(t, e, 1)
 	// The ACL confines the user to its prefix: the script touches nothing else.
 	e2 := newEngine(t, c, Options{KeyPrefix: "other"})
-	d, err := e2.Decide(ctx, []Request{{UserID: 1, Segment: "new", IntentID: "x", Channel: "email", At: T0}})
+	d, err := e2.Decide(ctx, []Request{{UserID: 1, Segment: "new", IntentID: "x", Channel: "email", Category: "marketing", At: T0}})
 	if err != nil || d[0].Err == nil {
 		t.Fatalf("a prefix outside the ACL worked: %v %+v", err, d)
 	}
@@ -111,7 +112,7 @@ func TestClientTLS(t *testing.T) {
 		"--tls-ca-cert-file", ca.CAFile, "--tls-auth-clients", "no",
 	}})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	c, err := NewClient(ClientOptions{Addrs: []string{addr}, TLS: ca.Client})
+	c, err := NewClient(ClientOptions{Mode: ModeSingle, Addrs: []string{addr}, TLS: ca.Client})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestClientTLS(t *testing.T) {
 	e := newEngine(t, c, Options{})
 	decideOne(t, e, 1)
 
-	plain, err := NewClient(ClientOptions{Addrs: []string{addr}, MaxRetries: -1, ReadTimeout: time.Second})
+	plain, err := NewClient(ClientOptions{Mode: ModeSingle, Addrs: []string{addr}, MaxRetries: -1, ReadTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func TestClientSentinel(t *testing.T) {
 	e := newEngine(t, c, Options{})
 	decideOne(t, e, 1)
 	// The intent is in the master.
-	if n := len(zlog(t, master.Client(), e.userKey(1))); n != 1 {
+	if n := len(zlog(t, master.Client(), e.keys.user(1))); n != 1 {
 		t.Fatalf("master holds %d entries, want 1", n)
 	}
 	skews, err := e.CheckClock(context.Background())

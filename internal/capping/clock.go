@@ -1,5 +1,7 @@
 package capping
 
+// The clock check: each Redis master's skew against this process.
+
 import (
 	"context"
 	"fmt"

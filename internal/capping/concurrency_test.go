@@ -64,6 +64,7 @@ func concurrentWorkers(t *testing.T, client func() redis.UniversalClient) {
 						Segment:  seg(uid),
 						IntentID: fmt.Sprintf("u%d-b%d-%d", uid, b, rng.IntN(6)), // shared by workers
 						Channel:  []string{"email", "push", "sms", "inapp"}[rng.IntN(4)],
+						Category: "marketing",
 						At:       at.Add(time.Duration(i) * time.Millisecond),
 					}
 				}
@@ -104,7 +105,7 @@ func concurrentWorkers(t *testing.T, client func() redis.UniversalClient) {
 		}
 	}
 	t.Logf("%v", outcomes)
-	if outcomes[Denied] == 0 || outcomes[Duplicate] == 0 {
+	if outcomes[Capped] == 0 || outcomes[Duplicate] == 0 {
 		t.Fatalf("traffic did not reach the caps or repeat intents: %v", outcomes)
 	}
 
@@ -120,7 +121,7 @@ func concurrentWorkers(t *testing.T, client func() redis.UniversalClient) {
 		byUser[r.UserID][id] = r
 	}
 	for uid := range uint64(users) {
-		base := e.userKey(uid)
+		base := e.keys.user(uid)
 		logs := map[string][]int64{}
 		members := map[string]bool{}
 		for _, z := range zlog(t, c, base) {
@@ -141,7 +142,7 @@ func concurrentWorkers(t *testing.T, client func() redis.UniversalClient) {
 				logs[ch] = append(logs[ch], int64(z.Score))
 			}
 		}
-		pol, _ := rules.policy(seg(uid))
+		pol := rules.PolicyOf(seg(uid))
 		for _, l := range pol.Limits {
 			if n := auditLog(logs[l.Channel], l.Window.Milliseconds()); n > l.Max {
 				t.Fatalf("user %d limit %s: %d intents in one window, max %d", uid, l.Name, n, l.Max)

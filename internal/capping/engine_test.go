@@ -30,7 +30,7 @@ func TestRulesValidate(t *testing.T) {
 		}, []string{`segment "new": limit "daily": window 30s out of range [1m0s, 744h0m0s]`}},
 		{"long window", func(r *Rules) {
 			r.Default.Limits[0].Window = 32 * day
-		}, []string{`segment "none": limit "daily": window 768h0m0s out of range`}},
+		}, []string{`default policy: limit "daily": window 768h0m0s out of range`}},
 		{"negative max", func(r *Rules) {
 			r.Segments["active"].Limits[1].Max = -1
 		}, []string{`segment "active": limit "weekly": negative max -1`}},
@@ -43,10 +43,10 @@ func TestRulesValidate(t *testing.T) {
 		{"no limits", func(r *Rules) {
 			r.Segments["empty"] = Policy{}
 			r.Default = Policy{}
-		}, []string{`segment "empty": policy has no limits`, `segment "none": policy has no limits`}},
-		{"reserved segment", func(r *Rules) {
-			r.Segments[DefaultSegment] = r.Default
-		}, []string{`segment "none": the name is reserved`}},
+		}, []string{`segment "empty": policy has no limits`, `default policy: policy has no limits`}},
+		{"no channels", func(r *Rules) {
+			r.Channels = nil
+		}, []string{`channels: at least one channel is required`}},
 		{"bad limit name", func(r *Rules) {
 			r.Segments["new"].Limits[0].Name = "a b"
 		}, []string{`segment "new": limits[0]: name "a b"`}},
@@ -84,24 +84,29 @@ func TestRulesValidate(t *testing.T) {
 func TestNewOptions(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	ctx := context.Background()
+	valid := testOptions(Options{Client: r.Client()})
 	for _, tc := range []struct {
-		o    Options
+		edit func(*Options)
 		want string
 	}{
-		{Options{Rules: testRules()}, "Client is required"},
-		{Options{Client: r.Client(), Rules: Rules{}}, `segment "none": policy has no limits`},
-		{Options{Client: r.Client(), Rules: testRules(), Algorithm: "token_bucket"}, `algorithm "token_bucket"`},
-		{Options{Client: r.Client(), Rules: testRules(), KeyPrefix: "a{b"}, "braces"},
-		{Options{Client: r.Client(), Rules: testRules(), SubIntervals: 5000}, "sub-intervals 5000"},
-		{Options{Client: r.Client(), Rules: testRules(), IdempotencyWindow: -time.Second}, "negative idempotency window"},
+		{func(o *Options) { o.Client = nil }, "Client is required"},
+		{func(o *Options) { o.Rules = Rules{Channels: o.Rules.Channels} }, `default policy: policy has no limits`},
+		{func(o *Options) { o.Algorithm = "token_bucket" }, `algorithm "token_bucket"`},
+		{func(o *Options) { o.KeyPrefix = "a{b" }, "braces"},
+		{func(o *Options) { o.KeyPrefix = "" }, `key prefix ""`},
+		{func(o *Options) { o.Algorithm, o.SubIntervals = SlidingWindow, 5000 }, "sub-intervals 5000"},
+		{func(o *Options) { o.IdempotencyWindow = -time.Second }, "idempotency window -1s must be above 0"},
+		{func(o *Options) { o.SkewWarn = 0 }, "skew warning threshold 0s"},
 	} {
-		if _, err := New(ctx, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: error %v, want %q", tc.o.Algorithm, err, tc.want)
+		o := valid
+		tc.edit(&o)
+		if _, err := New(ctx, o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want %q", err, tc.want)
 		}
 	}
 	// New loads the script: EVALSHA works at once.
 	e := newEngine(t, r.Client(), Options{})
-	if ok, err := r.Client().ScriptExists(ctx, e.script.sha).Result(); err != nil || !ok[0] {
+	if ok, err := r.Client().ScriptExists(ctx, e.algo.script().sha).Result(); err != nil || !ok[0] {
 		t.Fatalf("script not loaded: %v %v", ok, err)
 	}
 }
@@ -109,35 +114,40 @@ func TestNewOptions(t *testing.T) {
 func TestInvalidRequests(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	e := newEngine(t, r.Client(), Options{})
-	good := Request{UserID: 1, Segment: "new", IntentID: "i", Channel: "email", At: T0}
+	good := Request{UserID: 1, Segment: "new", IntentID: "i", Channel: "email", Category: "marketing", At: T0}
 	bad := func(f func(*Request)) Request { r := good; f(&r); return r }
 	reqs := []Request{
-		bad(func(r *Request) { r.Segment = "ghost" }),
+		bad(func(r *Request) { r.Category = "" }),
 		bad(func(r *Request) { r.Channel = "fax" }),
 		bad(func(r *Request) { r.IntentID = "" }),
 		bad(func(r *Request) { r.IntentID = strings.Repeat("x", MaxIntentID+1) }),
 		bad(func(r *Request) { r.At = time.Time{} }),
 		good,
 		bad(func(r *Request) { r.Category = "transactional"; r.IntentID = "t" }),
+		// A segment without a policy gets the default one (1 limit).
+		bad(func(r *Request) { r.Segment = "ghost"; r.UserID = 2 }),
 	}
 	d, err := e.Decide(context.Background(), reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range []string{`unknown segment "ghost"`, `unknown channel "fax"`, "intent id of 0 bytes", "intent id of 129 bytes", "no decision time"} {
+	for i, want := range []string{`no category`, `unknown channel "fax"`, "intent id of 0 bytes", "intent id of 129 bytes", "no decision time"} {
 		if !errors.Is(d[i].Err, ErrInvalidRequest) || !strings.Contains(d[i].Err.Error(), want) {
 			t.Errorf("request %d: %v, want an invalid request error with %q", i, d[i].Err, want)
 		}
 	}
-	if d[5].Err != nil || d[5].Outcome != Allowed || len(d[5].Counts) != 2 {
+	if d[5].Err != nil || d[5].Outcome != Allowed || len(d[5].Counts) != 2 || !d[5].At.Equal(T0) {
 		t.Errorf("good request: %+v", d[5])
 	}
-	if d[6].Err != nil || d[6].Outcome != Exempt || d[6].Counts != nil {
+	if d[6].Err != nil || d[6].Outcome != Exempt || d[6].Counts != nil || !d[6].At.Equal(T0) {
 		t.Errorf("exempt request: %+v", d[6])
 	}
-	// Exempt intents never reach Redis: one script call for the whole batch.
-	if n := evalCalls(t, r.Client()); n != 1 {
-		t.Errorf("%d script calls, want 1", n)
+	if d[7].Err != nil || d[7].Outcome != Allowed || len(d[7].Counts) != 1 {
+		t.Errorf("request of a segment without a policy: %+v", d[7])
+	}
+	// Exempt intents never reach Redis: two script calls for the whole batch.
+	if n := evalCalls(t, r.Client()); n != 2 {
+		t.Errorf("%d script calls, want 2", n)
 	}
 	// A done context fails the call as a whole.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -165,7 +175,7 @@ func TestInspect(t *testing.T) {
 			continue
 		}
 		for _, seg := range testSegments() {
-			pol, _ := e.rules.policy(seg)
+			pol := e.rules.PolicyOf(seg)
 			for _, at := range []time.Time{g.now, g.now.Add(time.Hour), g.now.Add(25 * time.Hour)} {
 				st, err := e.Inspect(ctx, uid, seg, at)
 				if err != nil {
@@ -215,7 +225,7 @@ func TestInspect(t *testing.T) {
 	}
 	for _, uid := range g.users {
 		for _, seg := range testSegments() {
-			pol, _ := ew.rules.policy(seg)
+			pol := ew.rules.PolicyOf(seg)
 			st, err := ew.Inspect(ctx, uid, seg, g.now)
 			if err != nil {
 				t.Fatal(err)
@@ -226,7 +236,7 @@ func TestInspect(t *testing.T) {
 				if ch == "" {
 					ch = "inapp"
 				}
-				probe := Request{UserID: uid, Segment: seg, IntentID: "inspect-probe", Channel: ch, At: g.now}
+				probe := Request{UserID: uid, Segment: seg, IntentID: "inspect-probe", Channel: ch, Category: "marketing", At: g.now}
 				w := wm.peek(probe)
 				var wantNext time.Time
 				switch {
@@ -266,8 +276,9 @@ func TestInspect(t *testing.T) {
 	if n := writeCalls(t, c); n != calls {
 		t.Fatalf("Inspect ran %d write commands", n-calls)
 	}
-	if _, err := e.Inspect(ctx, 1, "ghost", g.now); err == nil {
-		t.Fatal("Inspect of an unknown segment succeeded")
+	// A segment without a policy is inspected under the default one.
+	if st, err := e.Inspect(ctx, 1, "ghost", g.now); err != nil || len(st) != len(e.rules.Default.Limits) {
+		t.Fatalf("Inspect of a segment without a policy: %+v %v", st, err)
 	}
 }
 
@@ -279,7 +290,7 @@ type peekResult struct {
 }
 
 func (m *windowModel) peek(r Request) peekResult {
-	pol, _ := m.rules.policy(r.Segment)
+	pol := m.rules.PolicyOf(r.Segment)
 	u := m.user(r.UserID)
 	t := r.At.UnixMilli()
 	var p peekResult

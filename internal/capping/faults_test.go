@@ -99,7 +99,7 @@ func TestResentBatch(t *testing.T) {
 					}
 					n[first[i].Outcome]++
 					// The same id may come again later in the batch.
-					want := Denied
+					want := Capped
 					switch {
 					case first[i].Outcome == Exempt:
 						want = Exempt
@@ -110,7 +110,7 @@ func TestResentBatch(t *testing.T) {
 						t.Fatalf("%s request %d %+v: first %s, again %s, want %s", algo, i, reqs[i], first[i].Outcome, second[i].Outcome, want)
 					}
 				}
-				if n[Allowed] == 0 || n[Denied] == 0 {
+				if n[Allowed] == 0 || n[Capped] == 0 {
 					t.Fatalf("%s: batch outcomes %v: want allowed and denied ones", algo, n)
 				}
 				if algo == SlidingLog {
@@ -121,7 +121,7 @@ func TestResentBatch(t *testing.T) {
 								allowed++
 							}
 						}
-						if got := len(zlog(t, c, e.userKey(uid))); got != allowed {
+						if got := len(zlog(t, c, e.keys.user(uid))); got != allowed {
 							t.Fatalf("user %d: %d stored, %d allowed", uid, got, allowed)
 						}
 					}
@@ -161,7 +161,7 @@ func TestReadTimeoutResend(t *testing.T) {
 			allowed := 0
 			for i, r := range reqs {
 				want := m.decide(r)
-				pol, _ := e.rules.policy(r.Segment)
+				pol := e.rules.PolicyOf(r.Segment)
 				if err := compare(pol, r, got[i], want, compareOpts{resent: resent}); err != nil {
 					t.Fatalf("batch %d request %d %+v: %v", b, i, r, err)
 				}
@@ -222,7 +222,7 @@ func TestReadTimeoutResend(t *testing.T) {
 		onVictim, dups := 0, 0
 		for i, r := range reqs {
 			want := m.decide(r)
-			pol, _ := e.rules.policy(r.Segment)
+			pol := e.rules.PolicyOf(r.Segment)
 			victimUser := cl.SlotOwner(ctx, userSlot(r.UserID)) == 2
 			if err := compare(pol, r, got[i], want, compareOpts{resent: victimUser}); err != nil {
 				t.Fatalf("request %d %+v (victim node: %v): %v", i, r, victimUser, err)
@@ -289,7 +289,7 @@ func TestNodeDown(t *testing.T) {
 			continue
 		}
 		want := m.decide(r)
-		pol, _ := e.rules.policy(r.Segment)
+		pol := e.rules.PolicyOf(r.Segment)
 		if err := compare(pol, r, got[i], want, compareOpts{}); err != nil {
 			t.Fatalf("request %d %+v: %v", i, r, err)
 		}
@@ -387,7 +387,7 @@ func TestSlotMigration(t *testing.T) {
 		for i, r := range reqs {
 			if !inSlot[r.UserID] {
 				want := m.decide(r)
-				pol, _ := e.rules.policy(r.Segment)
+				pol := e.rules.PolicyOf(r.Segment)
 				if err := compare(pol, r, got[i], want, compareOpts{}); err != nil {
 					t.Fatalf("batch %d request %d %+v: %v", b, i, r, err)
 				}
@@ -438,7 +438,7 @@ func TestSlotMigration(t *testing.T) {
 	// Users of the migrating slot: caps held over the allowed decisions, and
 	// the logs hold them (those the retention has not evicted) once.
 	for u, intents := range slotAllowed {
-		pol, _ := e.rules.policy(g.seg[u])
+		pol := e.rules.PolicyOf(g.seg[u])
 		for _, l := range pol.Limits {
 			var times []int64
 			for _, as := range intents {
@@ -457,7 +457,7 @@ func TestSlotMigration(t *testing.T) {
 			last = max(last, as[len(as)-1].at)
 		}
 		stored := map[string]bool{}
-		for _, z := range zlog(t, c, e.userKey(u)) {
+		for _, z := range zlog(t, c, e.keys.user(u)) {
 			stored[z.Member.(string)] = true
 		}
 		for id, as := range intents {
@@ -500,7 +500,7 @@ func TestMigrationSplitUser(t *testing.T) {
 		if uid == fresh {
 			ch = "inapp"
 		}
-		return Request{UserID: uid, Segment: "chatty", IntentID: id, Channel: ch, At: at}
+		return Request{UserID: uid, Segment: "chatty", IntentID: id, Channel: ch, Category: "marketing", At: at}
 	}
 	// The split user has a base and a push log on src.
 	if d, err := e.Decide(ctx, []Request{req(split, "a1", T0)}); err != nil || d[0].Outcome != Allowed {
@@ -510,7 +510,7 @@ func TestMigrationSplitUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Move only its push log.
-	if err := cl.Nodes[src].Client().Do(ctx, "MIGRATE", "127.0.0.1", cl.Nodes[dst].Port, e.userKey(split)+":push", 0, 5000).Err(); err != nil {
+	if err := cl.Nodes[src].Client().Do(ctx, "MIGRATE", "127.0.0.1", cl.Nodes[dst].Port, e.keys.user(split)+":push", 0, 5000).Err(); err != nil {
 		t.Fatal(err)
 	}
 	at := T0.Add(time.Hour)

@@ -52,15 +52,42 @@ func testRules() Rules {
 	}
 }
 
-func testSegments() []string { return []string{"new", "active", "chatty", "blocked", DefaultSegment} }
+func testSegments() []string { return []string{"new", "active", "chatty", "blocked", "none"} }
+
+// testOptions fills what the tests leave out with the configuration's
+// defaults (internal/config owns them; this package cannot import it).
+func testOptions(o Options) Options {
+	if o.Rules.Segments == nil {
+		o.Rules = testRules()
+	}
+	if o.Rules.Channels == nil {
+		o.Rules.Channels = []string{"email", "push", "sms", "inapp"}
+	}
+	if o.Rules.ExemptCategories == nil {
+		o.Rules.ExemptCategories = []string{"transactional"}
+	}
+	if o.Algorithm == "" {
+		o.Algorithm = SlidingLog
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = "capper"
+	}
+	if o.IdempotencyWindow == 0 {
+		o.IdempotencyWindow = 24 * time.Hour
+	}
+	if o.SubIntervals == 0 {
+		o.SubIntervals = 24
+	}
+	if o.SkewWarn == 0 {
+		o.SkewWarn = 500 * time.Millisecond
+	}
+	return o
+}
 
 func newEngine(t testing.TB, c redis.UniversalClient, o Options) *Engine {
 	t.Helper()
 	o.Client = c
-	if o.Rules.Segments == nil {
-		o.Rules = testRules()
-	}
-	e, err := New(context.Background(), o)
+	e, err := New(context.Background(), testOptions(o))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

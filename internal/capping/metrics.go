@@ -1,5 +1,7 @@
 package capping
 
+// The engine's metrics and the classification of Redis errors.
+
 import (
 	"context"
 	"errors"

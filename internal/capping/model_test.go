@@ -69,18 +69,18 @@ func window(set map[string]int64, now, w int64) []int64 {
 }
 
 // screen is what both models decide before looking at the user: an invalid
-// request or an exempt category. It returns the request's policy otherwise.
+// request or an exempt category. It returns the request's policy otherwise
+// (a segment without a policy gets the default one).
 func screen(rules Rules, r Request) (Policy, *Decision) {
-	pol, ok := rules.policy(r.Segment)
-	if !ok || !slices.Contains(rules.channels(), r.Channel) {
+	pol, ok := rules.Segments[r.Segment]
+	if !ok {
+		pol = rules.Default
+	}
+	if !slices.Contains(rules.Channels, r.Channel) || r.Category == "" {
 		return pol, &Decision{Err: ErrInvalidRequest}
 	}
-	cat := r.Category
-	if cat == "" {
-		cat = DefaultCategory
-	}
-	if slices.Contains(rules.exempt(), cat) {
-		return pol, &Decision{Outcome: Exempt}
+	if slices.Contains(rules.ExemptCategories, r.Category) {
+		return pol, &Decision{Outcome: Exempt, At: r.At}
 	}
 	return pol, nil
 }
@@ -92,7 +92,7 @@ func (m *logModel) decide(r Request) Decision {
 	}
 	now := r.At.UnixMilli()
 	u := m.user(r.UserID)
-	d := Decision{Counts: make([]int64, len(pol.Limits))}
+	d := Decision{Counts: make([]int64, len(pol.Limits)), At: r.At}
 	deny := -1
 	var denyWin []int64
 	for i, l := range pol.Limits {
@@ -112,13 +112,13 @@ func (m *logModel) decide(r Request) Decision {
 		}
 	}
 	if at, ok := u.base[r.IntentID]; ok && at > now-m.retention {
-		return Decision{Outcome: Duplicate, Counts: make([]int64, len(pol.Limits)), Recorded: time.UnixMilli(at)}
+		return Decision{Outcome: Duplicate, Counts: make([]int64, len(pol.Limits)), At: time.UnixMilli(at)}
 	}
 	if deny >= 0 {
 		l := pol.Limits[deny]
-		d.Outcome, d.Limit, d.RetryAfter = Denied, l.Name, Never
+		d.Outcome, d.Limit, d.RetryAfter = Capped, l.Name, RetryAfter{Never: true}
 		if l.Max > 0 {
-			d.RetryAfter = time.Duration(denyWin[len(denyWin)-l.Max]+l.Window.Milliseconds()-now) * time.Millisecond
+			d.RetryAfter = RetryAfter{In: time.Duration(denyWin[len(denyWin)-l.Max]+l.Window.Milliseconds()-now) * time.Millisecond}
 		}
 		return d
 	}
@@ -223,11 +223,8 @@ func (g *gen) batch(n int) []Request {
 			segs := testSegments()
 			r.Segment = segs[g.rng.IntN(len(segs))]
 		}
-		switch x := g.rng.IntN(20); {
-		case x == 0:
+		if g.rng.IntN(20) == 0 {
 			r.Category = "transactional"
-		case x < 3:
-			r.Category = ""
 		}
 		if prev := g.ids[u]; len(prev) > 0 && g.rng.IntN(100) < 15 {
 			r.IntentID = prev[g.rng.IntN(len(prev))]
@@ -240,7 +237,10 @@ func (g *gen) batch(n int) []Request {
 			g.ids[u] = append(g.ids[u], r.IntentID)
 		}
 		if g.invalid && g.rng.IntN(100) == 0 {
-			r.Segment = "ghost"
+			r.Channel = "fax"
+		}
+		if !g.noMoves && g.rng.IntN(100) == 0 {
+			r.Segment = "ghost" // moved to a segment without a policy: the default one
 		}
 		reqs = append(reqs, r)
 		if g.focusN == 0 && g.rng.IntN(10) < 3 {
@@ -272,7 +272,7 @@ func compare(pol Policy, r Request, got, want Decision, o compareOpts) error {
 		return fmt.Errorf("unexpected error: %v", got.Err)
 	}
 	if got.Outcome == want.Outcome && got.Limit == want.Limit && got.RetryAfter == want.RetryAfter && slices.Equal(got.Counts, want.Counts) &&
-		got.Recorded.Equal(want.Recorded) {
+		got.At.Equal(want.At) {
 		return nil
 	}
 	if o.resent && len(got.Counts) == len(pol.Limits) &&
@@ -282,8 +282,8 @@ func compare(pol Policy, r Request, got, want Decision, o compareOpts) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("got %s limit=%q counts=%v retry=%s, want %s limit=%q counts=%v retry=%s",
-		got.Outcome, got.Limit, got.Counts, got.RetryAfter, want.Outcome, want.Limit, want.Counts, want.RetryAfter)
+	return fmt.Errorf("got %s limit=%q counts=%v retry=%+v at=%s, want %s limit=%q counts=%v retry=%+v at=%s",
+		got.Outcome, got.Limit, got.Counts, got.RetryAfter, got.At, want.Outcome, want.Limit, want.Counts, want.RetryAfter, want.At)
 }
 
 // runModel decides random batches with e and with the model and fails on the
@@ -314,7 +314,7 @@ func runModel(t *testing.T, e *Engine, seed uint64, intents int, o compareOpts, 
 		}
 		for i, r := range reqs {
 			want := m.decide(r)
-			pol, _ := e.rules.policy(r.Segment)
+			pol := e.rules.PolicyOf(r.Segment)
 			if err := compare(pol, r, got[i], want, o); err != nil {
 				t.Fatalf("seed %d (-capping.seed) batch %d request %d %+v (user's segment %s):\n%v", seed, b, i, r, g.seg[r.UserID], err)
 			}
@@ -331,7 +331,7 @@ func runModel(t *testing.T, e *Engine, seed uint64, intents int, o compareOpts, 
 	}
 	t.Logf("seed %d: %d intents: %v", seed, intents, outcomes)
 	// The traffic must have exercised every outcome.
-	for _, o := range []Outcome{Allowed, Denied, Duplicate, Exempt} {
+	for _, o := range []Outcome{Allowed, Capped, Duplicate, Exempt} {
 		if outcomes[o] == 0 {
 			t.Errorf("no %s decision in the run: the generator no longer exercises it", o)
 		}
@@ -370,7 +370,7 @@ func checkStored(t *testing.T, c redis.UniversalClient, e *Engine, m *logModel) 
 				}
 			}
 		}
-		base := e.userKey(uid)
+		base := e.keys.user(uid)
 		check(base, u.base, u.lastAllowed, e.retention)
 		for ch, set := range u.chans {
 			check(base+":"+ch, set, u.lastOnChan[ch], tracked[ch].Milliseconds())

@@ -1,5 +1,7 @@
 package capping
 
+// The cap rules (limits, policies per segment) and their validation.
+
 import (
 	"errors"
 	"fmt"
@@ -8,14 +10,6 @@ import (
 	"strings"
 	"time"
 )
-
-// DefaultSegment is the segment name of users found in no segment; they get
-// Rules.Default. It must equal segments.None (the two packages do not import
-// each other).
-const DefaultSegment = "none"
-
-// DefaultCategory is the category of a request that names none.
-const DefaultCategory = "marketing"
 
 // Window bounds of a limit.
 const (
@@ -41,28 +35,25 @@ type Limit struct {
 // Policy is the limits of one segment; all must pass.
 type Policy struct{ Limits []Limit }
 
-// Rules is everything the engine needs to decide. The config package builds it.
+// Rules is everything the engine needs to decide. The config package builds
+// it (and owns the defaults); the engine only validates it.
 type Rules struct {
 	Segments         map[string]Policy // by segment name
-	Default          Policy            // users in no segment (DefaultSegment)
+	Default          Policy            // users in a segment without a policy, or in none
 	Channels         []string          // known channels
 	ExemptCategories []string          // bypass capping, not counted
 }
-
-// DefaultChannels is the channel list when Rules leave it empty.
-func DefaultChannels() []string { return []string{"email", "push", "sms", "inapp"} }
-
-// DefaultExemptCategories is the exempt list when Rules leave it nil.
-func DefaultExemptCategories() []string { return []string{"transactional"} }
 
 // Validate reports every problem of the rules at once. Each error names the
 // segment and the limit, e.g.
 // `segment "new": limit "daily": window 30s out of range [1m0s, 744h0m0s]`.
 func (r Rules) Validate() error {
 	var errs []error
-	channels := r.channels()
+	if len(r.Channels) == 0 {
+		errs = append(errs, errors.New("channels: at least one channel is required"))
+	}
 	known := map[string]bool{}
-	for i, c := range channels {
+	for i, c := range r.Channels {
 		switch {
 		case !validName(c):
 			errs = append(errs, fmt.Errorf("channels[%d]: %q must be non-empty, at most 64 bytes, without spaces, braces or colons", i, c))
@@ -82,30 +73,27 @@ func (r Rules) Validate() error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		switch {
-		case name == DefaultSegment:
-			errs = append(errs, fmt.Errorf("segment %q: the name is reserved for users in no segment (use Rules.Default)", name))
-			continue
-		case name == "":
+		if name == "" {
 			errs = append(errs, errors.New(`segment "": empty segment name`))
 			continue
 		}
-		errs = append(errs, r.Segments[name].validate(name, known)...)
+		errs = append(errs, r.Segments[name].validate(fmt.Sprintf("segment %q", name), known)...)
 	}
-	errs = append(errs, r.Default.validate(DefaultSegment, known)...)
+	errs = append(errs, r.Default.validate("default policy", known)...)
 	return errors.Join(errs...)
 }
 
-func (p Policy) validate(segment string, channels map[string]bool) []error {
+// validate checks one policy; owner names it in the messages.
+func (p Policy) validate(owner string, channels map[string]bool) []error {
 	if len(p.Limits) == 0 {
-		return []error{fmt.Errorf("segment %q: policy has no limits", segment)}
+		return []error{fmt.Errorf("%s: policy has no limits", owner)}
 	}
 	var errs []error
 	seen := map[string]bool{}
 	for i, l := range p.Limits {
-		where := fmt.Sprintf("segment %q: limit %q", segment, l.Name)
+		where := fmt.Sprintf("%s: limit %q", owner, l.Name)
 		if !validName(l.Name) {
-			errs = append(errs, fmt.Errorf("segment %q: limits[%d]: name %q must be non-empty, at most 64 bytes, without spaces, braces or colons", segment, i, l.Name))
+			errs = append(errs, fmt.Errorf("%s: limits[%d]: name %q must be non-empty, at most 64 bytes, without spaces, braces or colons", owner, i, l.Name))
 		} else if seen[l.Name] {
 			errs = append(errs, fmt.Errorf("%s: duplicate limit name", where))
 		}
@@ -132,27 +120,13 @@ func validName(s string) bool {
 	return s != "" && len(s) <= 64 && !strings.ContainsAny(s, "{}: \t\r\n")
 }
 
-func (r Rules) channels() []string {
-	if len(r.Channels) == 0 {
-		return DefaultChannels()
+// PolicyOf returns the policy of a segment: its own, or Default for a
+// segment without one (and for users in no segment).
+func (r Rules) PolicyOf(segment string) Policy {
+	if p, ok := r.Segments[segment]; ok {
+		return p
 	}
-	return r.Channels
-}
-
-func (r Rules) exempt() []string {
-	if r.ExemptCategories == nil {
-		return DefaultExemptCategories()
-	}
-	return r.ExemptCategories
-}
-
-// policy returns the policy of a segment name, DefaultSegment included.
-func (r Rules) policy(segment string) (Policy, bool) {
-	if segment == DefaultSegment {
-		return r.Default, true
-	}
-	p, ok := r.Segments[segment]
-	return p, ok
+	return r.Default
 }
 
 // Applies reports whether the limit counts an intent on channel.
@@ -197,37 +171,9 @@ func (r Rules) trackedChannels() map[string]time.Duration {
 	return m
 }
 
-func (r Rules) isExempt(category string) bool {
-	return slices.Contains(r.exempt(), category)
-}
-
-// windowHash is what one sliding_window counter hash counts.
-type windowHash struct {
-	window  int64 // ms
-	channel string
-}
-
-// windowHashes lists the distinct (window, channel) of every policy, in a
-// stable order.
-func (r Rules) windowHashes() []windowHash {
-	seen := map[windowHash]bool{}
-	var hs []windowHash
-	for _, p := range r.allPolicies() {
-		for _, l := range p.Limits {
-			h := windowHash{l.Window.Milliseconds(), l.Channel}
-			if !seen[h] {
-				seen[h] = true
-				hs = append(hs, h)
-			}
-		}
-	}
-	sort.Slice(hs, func(i, j int) bool {
-		if hs[i].channel != hs[j].channel {
-			return hs[i].channel < hs[j].channel
-		}
-		return hs[i].window < hs[j].window
-	})
-	return hs
+// IsExempt reports whether a category bypasses capping.
+func (r Rules) IsExempt(category string) bool {
+	return slices.Contains(r.ExemptCategories, category)
 }
 
 // clone copies the rules so that the caller's maps and slices can change.

@@ -67,7 +67,7 @@ func (m *windowModel) decide(r Request) Decision {
 	}
 	t := r.At.UnixMilli()
 	u := m.user(r.UserID)
-	d := Decision{Counts: make([]int64, len(pol.Limits))}
+	d := Decision{Counts: make([]int64, len(pol.Limits)), At: r.At}
 	deny := -1
 	for i, l := range pol.Limits {
 		if !l.Applies(r.Channel) {
@@ -82,11 +82,11 @@ func (m *windowModel) decide(r Request) Decision {
 		}
 	}
 	if at, ok := u.allowed[r.IntentID]; ok {
-		return Decision{Outcome: Duplicate, Counts: make([]int64, len(pol.Limits)), Recorded: time.UnixMilli(at)}
+		return Decision{Outcome: Duplicate, Counts: make([]int64, len(pol.Limits)), At: time.UnixMilli(at)}
 	}
 	if deny >= 0 {
 		l := pol.Limits[deny]
-		d.Outcome, d.Limit, d.RetryAfter = Denied, l.Name, Never
+		d.Outcome, d.Limit, d.RetryAfter = Capped, l.Name, RetryAfter{Never: true}
 		if l.Max > 0 {
 			w := l.Window.Milliseconds()
 			s := w / int64(m.subs)
@@ -105,7 +105,7 @@ func (m *windowModel) decide(r Request) Decision {
 					lo = mid
 				}
 			}
-			d.RetryAfter = time.Duration(hi-t) * time.Millisecond
+			d.RetryAfter = RetryAfter{In: time.Duration(hi-t) * time.Millisecond}
 		}
 		return d
 	}
@@ -181,7 +181,7 @@ func runWindowModel(t *testing.T, e *Engine, seed uint64, intents int) {
 		}
 		for i, r := range reqs {
 			want := m.decide(r)
-			pol, _ := e.rules.policy(r.Segment)
+			pol := e.rules.PolicyOf(r.Segment)
 			if err := compare(pol, r, got[i], want, compareOpts{}); err != nil {
 				t.Fatalf("seed %d (-capping.seed) batch %d request %d %+v:\n%v", seed, b, i, r, err)
 			}
@@ -204,7 +204,7 @@ func runWindowModel(t *testing.T, e *Engine, seed uint64, intents int) {
 		done += n
 	}
 	t.Logf("seed %d: %d intents: %v; largest excess over max in a window: %d", seed, intents, outcomes, worst)
-	for _, o := range []Outcome{Allowed, Denied, Duplicate, Exempt} {
+	for _, o := range []Outcome{Allowed, Capped, Duplicate, Exempt} {
 		if outcomes[o] == 0 {
 			t.Errorf("no %s decision in the run", o)
 		}
@@ -247,7 +247,7 @@ func TestSlidingWindowBurst(t *testing.T) {
 	id := 0
 	decide := func(at time.Time) Decision {
 		id++
-		d, err := e.Decide(ctx, []Request{{UserID: 7, Segment: "s", IntentID: fmt.Sprint("b", id), Channel: "push", At: at}})
+		d, err := e.Decide(ctx, []Request{{UserID: 7, Segment: "s", IntentID: fmt.Sprint("b", id), Channel: "push", Category: "marketing", At: at}})
 		if err != nil || d[0].Err != nil {
 			t.Fatalf("Decide: %v %v", err, d[0].Err)
 		}
@@ -263,7 +263,7 @@ func TestSlidingWindowBurst(t *testing.T) {
 			t.Fatalf("burst intent %d: %s", i, d.Outcome)
 		}
 	}
-	if d := decide(burst.Add(400 * time.Millisecond)); d.Outcome != Denied {
+	if d := decide(burst.Add(400 * time.Millisecond)); d.Outcome != Capped {
 		t.Fatalf("5th intent in the burst: %s, want denied", d.Outcome)
 	}
 	// The window now starts at the burst: its sub-interval is weighted by

@@ -5,18 +5,7 @@
 package config
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"regexp"
-	"strings"
 	"time"
-
-	"github.com/prometheus/common/model"
-	"go.yaml.in/yaml/v3"
 )
 
 // Config is the whole capper configuration (configs/capper.yaml documents
@@ -105,6 +94,7 @@ type Capping struct {
 	SubIntervals      int             `yaml:"sub_intervals"`
 	IdempotencyWindow Duration        `yaml:"idempotency_window"`
 	Channels          []string        `yaml:"channels"`
+	DefaultCategory   string          `yaml:"default_category"`
 	ExemptCategories  []string        `yaml:"exempt_categories"`
 	ClockSkewWarn     Duration        `yaml:"clock_skew_warn"`
 	Segments          []SegmentPolicy `yaml:"segments"`
@@ -205,6 +195,7 @@ func Default() Config {
 			SubIntervals:      24,
 			IdempotencyWindow: Duration(24 * time.Hour),
 			Channels:          []string{"email", "push", "sms", "inapp"},
+			DefaultCategory:   "marketing",
 			ExemptCategories:  []string{"transactional"},
 			ClockSkewWarn:     Duration(500 * time.Millisecond),
 			DefaultPolicy: Policy{Limits: []Limit{
@@ -233,78 +224,6 @@ func Default() Config {
 
 func intp(v int) *int { return &v }
 
-// Load reads the file at path over the defaults, applies CAPPER_* overrides
-// from the process environment, reads secret files and validates the result.
-func Load(path string) (*Config, error) {
-	return LoadWithEnv(path, os.Environ())
-}
-
-// LoadWithEnv is Load with an explicit environment (KEY=VALUE entries).
-func LoadWithEnv(path string, environ []string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("load config: %w", err)
-	}
-	cfg, err := parse(data, environ, filepath.Dir(path))
-	if err != nil {
-		return nil, fmt.Errorf("load config %s: %w", path, err)
-	}
-	return cfg, nil
-}
-
-// Parse decodes a config document strictly over the defaults, applies the
-// environment, reads secret files (relative paths from the working directory)
-// and validates.
-func Parse(data []byte, environ []string) (*Config, error) {
-	return parse(data, environ, ".")
-}
-
-// parse is Parse with relative *_file paths resolved from baseDir, the config
-// file's directory, so a config and its secrets can move together.
-func parse(data []byte, environ []string, baseDir string) (*Config, error) {
-	cfg := Default()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return nil, cleanYAMLError(err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, errors.New("more than one YAML document; capper reads exactly one")
-	}
-	ignored, err := applyEnv(&cfg, environ)
-	if err != nil {
-		return nil, err
-	}
-	cfg.IgnoredEnv = ignored
-	if err := cfg.readSecretFiles(baseDir); err != nil {
-		return nil, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return &cfg, nil
-}
-
-var unknownField = regexp.MustCompile(`^(line \d+): field (\S+) not found in type \S+$`)
-
-// cleanYAMLError turns yaml's "line 5: field adress not found in type
-// config.Redis" into wording about keys, which is what a user edits.
-func cleanYAMLError(err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return err
-	}
-	msgs := make([]string, 0, len(te.Errors))
-	for _, m := range te.Errors {
-		if g := unknownField.FindStringSubmatch(m); g != nil {
-			m = fmt.Sprintf("%s: unknown key %q", g[1], g[2])
-		}
-		msgs = append(msgs, m)
-	}
-	return errors.New(strings.Join(msgs, "; "))
-}
-
 // SegmentNames returns the configured segments in priority order.
 func (c *Config) SegmentNames() []string {
 	names := make([]string, 0, len(c.Capping.Segments))
@@ -313,89 +232,3 @@ func (c *Config) SegmentNames() []string {
 	}
 	return names
 }
-
-// Effective renders the configuration as YAML with secrets masked, for
-// `capper check-config`.
-func (c *Config) Effective() ([]byte, error) {
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(c); err != nil {
-		return nil, fmt.Errorf("render config: %w", err)
-	}
-	if err := enc.Close(); err != nil {
-		return nil, fmt.Errorf("render config: %w", err)
-	}
-	return buf.Bytes(), nil
-}
-
-// Duration is a time.Duration written as "50ms", "30s", "24h" or "7d" in YAML.
-type Duration time.Duration
-
-// D returns the value as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-// UnmarshalYAML parses a duration and names the line of a bad one.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := model.ParseDuration(n.Value)
-	if n.Kind != yaml.ScalarNode || err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (write e.g. 50ms, 30s, 24h, 7d)", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes the duration in the same form it is read.
-func (d Duration) MarshalYAML() (any, error) { return model.Duration(d).String(), nil }
-
-// Secret is a credential. It is never read from the config file (files end up
-// in ConfigMaps and version control); it comes from a CAPPER_* variable or the
-// matching *_file key, and it is masked when the config is printed.
-type Secret string
-
-// UnmarshalYAML refuses an inline secret (an empty value is no secret).
-func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode && n.Value == "" {
-		return nil
-	}
-	return fmt.Errorf("line %d: secrets are not read from the config file; set the environment variable or the *_file key instead", n.Line)
-}
-
-// MarshalYAML masks the value.
-func (s Secret) MarshalYAML() (any, error) {
-	if s == "" {
-		return "", nil
-	}
-	return "<masked>", nil
-}
-
-func (c *Config) readSecretFiles(baseDir string) error {
-	for _, f := range []struct {
-		field, fileField string
-		secret           *Secret
-		file             string
-	}{
-		{"redis.password", "redis.password_file", &c.Redis.Password, c.Redis.PasswordFile},
-		{"kafka.sasl.password", "kafka.sasl.password_file", &c.Kafka.SASL.Password, c.Kafka.SASL.PasswordFile},
-	} {
-		if f.file == "" {
-			continue
-		}
-		if *f.secret != "" {
-			return fmt.Errorf("%s: set either %s or %s, not both", f.field, EnvName(f.field), f.fileField)
-		}
-		path := f.file
-		if !filepath.IsAbs(path) {
-			path = filepath.Join(baseDir, path)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("%s: %w", f.fileField, err)
-		}
-		*f.secret = Secret(strings.TrimRight(string(b), "\r\n"))
-	}
-	return nil
-}
-
-// String writes the duration as in the config file.
-func (d Duration) String() string { return model.Duration(d).String() }

@@ -1,5 +1,7 @@
 package config
 
+// CAPPER_* environment overrides of any key.
+
 import (
 	"errors"
 	"fmt"

@@ -1,5 +1,7 @@
 package config
 
+// From the capping section to the engine's rules.
+
 import (
 	"strings"
 

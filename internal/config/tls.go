@@ -1,5 +1,7 @@
 package config
 
+// Client TLS settings to a *tls.Config.
+
 import (
 	"crypto/tls"
 	"crypto/x509"

@@ -1,5 +1,7 @@
 package config
 
+// Validate: every problem of a config at once, each naming its key.
+
 import (
 	"errors"
 	"fmt"
@@ -7,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/capper-dev/capper/internal/capping"
 
 	"github.com/capper-dev/capper/internal/segments"
 )
@@ -136,32 +140,12 @@ func (t *TLS) validate(p *problems, prefix string) {
 }
 
 func (r *Redis) validate(p *problems) {
-	oneOf(p, "redis.mode", r.Mode, "single", "cluster", "sentinel")
-	if len(r.Addrs) == 0 {
-		p.add("redis.addrs", "at least one address is required")
+	// The deployment-mode rules are the client's own (one owner).
+	for _, fe := range (capping.ClientOptions{Mode: r.Mode, Addrs: r.Addrs, MasterName: r.MasterName, DB: r.DB}).Validate() {
+		p.add("redis."+fe.Field, "%s", fe.Msg)
 	}
 	for i, a := range r.Addrs {
 		hostPort(p, fmt.Sprintf("redis.addrs[%d]", i), a)
-	}
-	switch r.Mode {
-	case "single":
-		if len(r.Addrs) > 1 {
-			p.add("redis.addrs", "mode single takes one address, got %d (use mode cluster or sentinel)", len(r.Addrs))
-		}
-	case "cluster":
-		if r.DB != 0 {
-			p.add("redis.db", "Redis Cluster has only database 0")
-		}
-	case "sentinel":
-		if r.MasterName == "" {
-			p.add("redis.master_name", "is required with mode sentinel")
-		}
-	}
-	if r.Mode != "sentinel" && r.MasterName != "" {
-		p.add("redis.master_name", "is only used with mode sentinel")
-	}
-	if r.DB < 0 {
-		p.add("redis.db", "must not be negative")
 	}
 	r.TLS.validate(p, "redis.tls")
 	positive(p, "redis.dial_timeout", r.DialTimeout)
@@ -188,6 +172,9 @@ func (c *Capping) validate(p *problems) {
 	positive(p, "capping.clock_skew_warn", c.ClockSkewWarn)
 	if len(c.Channels) == 0 {
 		p.add("capping.channels", "at least one channel is required")
+	}
+	if c.DefaultCategory == "" || len(c.DefaultCategory) > 64 {
+		p.add("capping.default_category", "%q must be 1 to 64 bytes", c.DefaultCategory)
 	}
 	// Channel names and the cap rules are checked by capping (validateRules),
 	// segment names by segments: each rule is defined once.

@@ -1,4 +1,4 @@
-// Package demo owns `capper demo`: the whole pipeline on one machine with
+// Package demo owns `capper-demo`: the whole pipeline on one machine with
 // nothing installed. It builds a synthetic snapshot with the segment-builder's
 // code, starts an in-process Kafka broker (kfake) and Redis (miniredis, which
 // runs the same Lua script; or a real Redis), produces a campaign blast, runs
@@ -13,57 +13,40 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/schollz/progressbar/v3"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"golang.org/x/term"
 
+	"github.com/capper-dev/capper/configs"
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/segments"
 )
 
 // Options sizes and points the demo.
 type Options struct {
-	Users     int    // default 20000
-	Intents   int    // default 40000
+	Users     int    // DefaultUsers in the CLI
+	Intents   int    // DefaultIntents in the CLI
 	RedisAddr string // "" = embedded miniredis
 	Seed      int64
 	Out       io.Writer // the report
 	Progress  io.Writer // progress: a bar on a terminal, else a line every few seconds
 }
 
-// policy is the demo's caps: the segments of configs/capper.yaml.
-const policy = `
-capping:
-  segments:
-    - name: new
-      limits:
-        - {name: daily, window: 24h, max: 1}
-        - {name: weekly, window: 7d, max: 3}
-    - name: active
-      limits:
-        - {name: daily, window: 24h, max: 3}
-        - {name: weekly, window: 7d, max: 10}
-        - {name: sms-weekly, window: 7d, max: 1, channel: sms}
-    - name: dormant
-      limits:
-        - {name: daily, window: 24h, max: 1}
-        - {name: weekly, window: 7d, max: 2}
-  default_policy:
-    limits:
-      - {name: daily, window: 24h, max: 1}
-      - {name: weekly, window: 7d, max: 3}
-`
+// The CLI's defaults: a blast big enough to drive many users into their
+// caps, small enough to run in seconds on the embedded Redis.
+const (
+	DefaultUsers   = 20000
+	DefaultIntents = 40000
+)
 
 const (
 	topicIn  = "send-intents"
@@ -75,11 +58,8 @@ const (
 // Run runs the demo and returns an error when anything failed, including an
 // audit that found a user above a limit.
 func Run(ctx context.Context, o Options) error {
-	if o.Users <= 0 {
-		o.Users = 20000
-	}
-	if o.Intents <= 0 {
-		o.Intents = 40000
+	if o.Users <= 0 || o.Intents <= 0 {
+		return fmt.Errorf("demo: users (%d) and intents (%d) must be above 0", o.Users, o.Intents)
 	}
 	if o.Out == nil {
 		o.Out = io.Discard
@@ -95,7 +75,7 @@ func Run(ctx context.Context, o Options) error {
 	defer os.RemoveAll(dir)
 
 	step := func(format string, args ...any) { fmt.Fprintf(o.Progress, "- "+format+"\n", args...) }
-	store, err := segments.OpenStore(ctx, dir, segments.StoreOptions{})
+	store, err := objstore.Open(ctx, dir, objstore.Options{})
 	if err != nil {
 		return err
 	}
@@ -179,11 +159,15 @@ func describeSegments(m *segments.Manifest) string {
 	return strings.Join(parts, ", ") + " users"
 }
 
+// demoConfig is configs/capper.yaml (its policy is the demo's caps) pointed
+// at the embedded servers. Keys go under their own prefix, so that a demo
+// against a real Redis never touches a production worker's counts.
 func demoConfig(brokers []string, redisAddr, dir string) (*config.Config, error) {
-	cfg, err := config.Parse([]byte(policy), nil)
+	cfg, err := config.Parse(configs.Example(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("demo config: %w", err)
 	}
+	cfg.Capping.KeyPrefix = "capper-demo"
 	cfg.Kafka.Brokers = brokers
 	cfg.Kafka.GroupID = "capper-demo"
 	cfg.Kafka.FetchMaxWait = config.Duration(100 * time.Millisecond)
@@ -276,149 +260,6 @@ func readOutputs(ctx context.Context, brokers []string) (outputs, error) {
 	}
 	o.dlq, err = audit.ReadTopic(ctx, brokers, topicDLQ)
 	return o, err
-}
-
-// row is one segment's line of the report.
-type row struct {
-	intents, allowed, exempt, duplicates, capped, deadLettered int
-	byLimit                                                    map[string]int
-}
-
-func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, elapsed time.Duration) {
-	rows := map[string]*row{}
-	get := func(seg string) *row {
-		if rows[seg] == nil {
-			rows[seg] = &row{byLimit: map[string]int{}}
-		}
-		return rows[seg]
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "capper_intents_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var outcome, seg string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "outcome":
-					outcome = l.GetValue()
-				case "segment":
-					seg = l.GetValue()
-				}
-			}
-			if seg == "" {
-				seg = "(malformed)"
-			}
-			n := int(m.GetCounter().GetValue())
-			r := get(seg)
-			r.intents += n
-			switch outcome {
-			case "allowed":
-				r.allowed += n
-			case "duplicate":
-				r.duplicates += n
-			case "exempt":
-				r.exempt += n
-			case "capped":
-				r.capped += n
-			case "invalid":
-				r.deadLettered += n
-			}
-		}
-	}
-	for _, m := range o.suppressed {
-		get(headerOf(m, "capper-segment")).byLimit[headerOf(m, "capper-limit")]++
-	}
-	names := make([]string, 0, len(rows))
-	for n := range rows {
-		names = append(names, n)
-	}
-	order := map[string]int{"new": 0, "active": 1, "dormant": 2, "none": 3, "(malformed)": 4}
-	sort.Slice(names, func(i, j int) bool { return order[names[i]] < order[names[j]] })
-
-	fmt.Fprintf(w, "\ncapper demo: %d send-intents\n\n", total)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "segment\tintents\tallowed\tcapped\t(by limit)\texempt\tduplicates\tdead-lettered\t")
-	var sum row
-	for _, n := range names {
-		r := rows[n]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t\n", n, r.intents, r.allowed, r.capped, limits(r.byLimit), r.exempt, r.duplicates, r.deadLettered)
-		sum.intents += r.intents
-		sum.allowed += r.allowed
-		sum.capped += r.capped
-		sum.exempt += r.exempt
-		sum.duplicates += r.duplicates
-		sum.deadLettered += r.deadLettered
-	}
-	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t\t%d\t%d\t%d\t\n", sum.intents, sum.allowed, sum.capped, sum.exempt, sum.duplicates, sum.deadLettered)
-	_ = tw.Flush()
-	p50, p99 := quantile(mfs, "capper_decision_duration_seconds", 0.5), quantile(mfs, "capper_decision_duration_seconds", 0.99)
-	batches := quantileCount(mfs, "capper_batch_size")
-	fmt.Fprintf(w, "\nthroughput: %.0f intents/s (%d intents in %s, %d batches)\n", float64(total)/elapsed.Seconds(), total, elapsed.Round(time.Millisecond), batches)
-	fmt.Fprintf(w, "decision latency per batch (one Redis pipeline): p50 %s, p99 %s\n", fmtSeconds(p50), fmtSeconds(p99))
-}
-
-func limits(m map[string]int) string {
-	if len(m) == 0 {
-		return "-"
-	}
-	var parts []string
-	for k, v := range m {
-		parts = append(parts, fmt.Sprintf("%s %d", k, v))
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ", ")
-}
-
-func headerOf(m kafka.Message, key string) string {
-	for _, h := range m.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
-// quantile estimates a quantile from a histogram's buckets by linear
-// interpolation inside the bucket, as Prometheus' histogram_quantile does.
-func quantile(mfs []*dto.MetricFamily, name string, q float64) float64 {
-	for _, mf := range mfs {
-		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
-			continue
-		}
-		h := mf.GetMetric()[0].GetHistogram()
-		total := float64(h.GetSampleCount())
-		if total == 0 {
-			return 0
-		}
-		rank := q * total
-		prevBound, prevCount := 0.0, 0.0
-		for _, b := range h.GetBucket() {
-			c := float64(b.GetCumulativeCount())
-			if c >= rank {
-				if c == prevCount {
-					return b.GetUpperBound()
-				}
-				return prevBound + (b.GetUpperBound()-prevBound)*(rank-prevCount)/(c-prevCount)
-			}
-			prevBound, prevCount = b.GetUpperBound(), c
-		}
-		return prevBound
-	}
-	return 0
-}
-
-func quantileCount(mfs []*dto.MetricFamily, name string) uint64 {
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
-			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
-		}
-	}
-	return 0
-}
-
-func fmtSeconds(s float64) string {
-	return time.Duration(s * float64(time.Second)).Round(10 * time.Microsecond).String()
 }
 
 // ErrAudit is returned when the audit finds a user above a limit.

@@ -1,5 +1,7 @@
 package demo
 
+// The demo's synthetic data: a segment snapshot and a campaign blast.
+
 import (
 	"context"
 	"encoding/json"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/segbuild"
 	"github.com/capper-dev/capper/internal/segments"
 )
 
@@ -22,19 +26,19 @@ var segmentMix = []struct {
 }{{"new", 0.15}, {"active", 0.50}, {"dormant", 0.30}}
 
 // BuildSnapshot publishes a synthetic snapshot of users [0, users) to st
-// with the segment-builder's code path (segments.Builder and Publish).
-func BuildSnapshot(ctx context.Context, st segments.Store, users int, seed uint64, now func() time.Time) (*segments.Manifest, error) {
+// with the segment-builder's code path (segbuild.Builder and Publish).
+func BuildSnapshot(ctx context.Context, st objstore.Store, users int, seed uint64, now func() time.Time) (*segments.Manifest, error) {
 	names := make([]string, len(segmentMix))
 	for i, s := range segmentMix {
 		names[i] = s.name
 	}
-	b := segments.NewBuilder(segments.BuilderOptions{Segments: names})
+	b := segbuild.NewBuilder(segbuild.BuilderOptions{Segments: names})
 	r := rand.New(rand.NewPCG(seed, 1))
 	for u := 0; u < users; u++ {
 		x := r.Float64()
 		for _, s := range segmentMix {
 			if x < s.share {
-				if err := b.Add(uint64(u), s.name, segments.Position{Source: "synthetic", Line: int64(u + 1)}); err != nil {
+				if err := b.Add(uint64(u), s.name, segbuild.Position{Source: "synthetic", Line: int64(u + 1)}); err != nil {
 					return nil, fmt.Errorf("synthetic snapshot: %w", err)
 				}
 				break
@@ -46,7 +50,7 @@ func BuildSnapshot(ctx context.Context, st segments.Store, users int, seed uint6
 	if err != nil {
 		return nil, fmt.Errorf("synthetic snapshot: %w", err)
 	}
-	m, err := segments.Publish(ctx, st, build, segments.PublishOptions{Now: now})
+	m, err := segbuild.Publish(ctx, st, build, segbuild.PublishOptions{Now: now})
 	if err != nil {
 		return nil, fmt.Errorf("synthetic snapshot: %w", err)
 	}

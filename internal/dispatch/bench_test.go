@@ -6,7 +6,7 @@ import (
 
 // BenchmarkDecode: one typical intent through validation.
 func BenchmarkDecode(b *testing.B) {
-	d := NewDecoder(testChannels, 0)
+	d := testDecoder(b, 0)
 	key := []byte("4242")
 	value := []byte(`{"id":"spring-sale-00000000042","user_id":4242,"campaign_id":"spring-sale","channel":"push","category":"marketing","created_at":"2026-11-21T16:00:00Z","payload":{"template":"spring-1","locale":"en-SG","vars":{"name":"Ana","promo":"SPRING20"}}}`)
 	b.ReportAllocs()

@@ -1,16 +1,21 @@
 package dispatch
 
+// Decoding and validating a send-intent against the event contract.
+
 import (
 	"bytes"
 	"errors"
 	"fmt"
-	json "github.com/segmentio/encoding/json"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	json "github.com/segmentio/encoding/json"
+
+	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/clip"
 )
 
 // Intent is the part of a send-intent capper reads. Everything else in the
@@ -25,12 +30,9 @@ type Intent struct {
 	CreatedAt  time.Time // zero when absent
 }
 
-// DefaultCategory is the category of an intent that names none.
-const DefaultCategory = "marketing"
-
-// Limits on fields, from the event contract (design.md).
+// Limits on fields, from the event contract (README, "The event contract").
 const (
-	maxIDBytes       = 128
+	maxIDBytes       = capping.MaxIntentID
 	maxCampaignBytes = 256
 	maxCategoryBytes = 64
 )
@@ -50,19 +52,31 @@ func invalid(field, format string, args ...any) *InvalidError {
 	return &InvalidError{Field: field, Reason: strings.ToValidUTF8(fmt.Sprintf(format, args...), "\uFFFD")}
 }
 
-// Decoder validates intents against the configured channels and size limit.
-type Decoder struct {
-	channels []string
-	maxBytes int
+// DecoderOptions are the contract's configurable parts; all are required.
+type DecoderOptions struct {
+	Channels        []string // the channels an intent may name
+	DefaultCategory string   // the category of an intent that names none
+	MaxBytes        int      // the largest value accepted
 }
 
-// NewDecoder returns a Decoder for the given channels; maxBytes bounds the
-// value size (0 = 64 KiB).
-func NewDecoder(channels []string, maxBytes int) *Decoder {
-	if maxBytes <= 0 {
-		maxBytes = 64 << 10
+// Decoder validates intents against the configured channels and size limit.
+type Decoder struct {
+	channels        []string
+	defaultCategory string
+	maxBytes        int
+}
+
+// NewDecoder returns a Decoder.
+func NewDecoder(o DecoderOptions) (*Decoder, error) {
+	switch {
+	case len(o.Channels) == 0:
+		return nil, errors.New("dispatch: decoder: Channels is required")
+	case o.DefaultCategory == "":
+		return nil, errors.New("dispatch: decoder: DefaultCategory is required")
+	case o.MaxBytes <= 0:
+		return nil, fmt.Errorf("dispatch: decoder: MaxBytes %d must be above 0", o.MaxBytes)
 	}
-	return &Decoder{channels: slices.Clone(channels), maxBytes: maxBytes}
+	return &Decoder{channels: slices.Clone(o.Channels), defaultCategory: o.DefaultCategory, maxBytes: o.MaxBytes}, nil
 }
 
 // wire is the JSON shape. It is parsed with segmentio/encoding/json (a
@@ -98,7 +112,7 @@ func (d *Decoder) Decode(key, value []byte) (Intent, error) {
 		if errors.As(err, &te) && te.Field != "" {
 			return Intent{}, invalid(te.Field, "must be a JSON %s", te.Type.Kind())
 		}
-		return Intent{}, invalid("value", "not a JSON object: %s", truncate(err.Error(), 120))
+		return Intent{}, invalid("value", "not a JSON object: %s", clip.String(err.Error(), 120))
 	}
 	var in Intent
 	switch {
@@ -124,10 +138,10 @@ func (d *Decoder) Decode(key, value []byte) (Intent, error) {
 	case w.Channel == "":
 		return Intent{}, invalid("channel", "is required")
 	case !slices.Contains(d.channels, w.Channel):
-		return Intent{}, invalid("channel", "%q is not a configured channel (%s)", truncate(w.Channel, 40), strings.Join(d.channels, ", "))
+		return Intent{}, invalid("channel", "%q is not a configured channel (%s)", clip.String(w.Channel, 40), strings.Join(d.channels, ", "))
 	}
 	in.Channel = w.Channel
-	in.Category = DefaultCategory
+	in.Category = d.defaultCategory
 	if w.Category != "" {
 		if len(w.Category) > maxCategoryBytes {
 			return Intent{}, invalid("category", "must be at most %d bytes, got %d", maxCategoryBytes, len(w.Category))
@@ -137,13 +151,13 @@ func (d *Decoder) Decode(key, value []byte) (Intent, error) {
 	if w.CreatedAt != "" {
 		t, err := time.Parse(time.RFC3339Nano, w.CreatedAt)
 		if err != nil {
-			return Intent{}, invalid("created_at", "%q is not an RFC 3339 time", truncate(w.CreatedAt, 40))
+			return Intent{}, invalid("created_at", "%q is not an RFC 3339 time", clip.String(w.CreatedAt, 40))
 		}
 		in.CreatedAt = t
 	}
 	var buf [20]byte
 	if !bytes.Equal(key, strconv.AppendUint(buf[:0], in.UserID, 10)) {
-		return Intent{}, invalid("key", "%q is not the user_id %d in decimal (intents are keyed by user)", truncate(string(key), 40), in.UserID)
+		return Intent{}, invalid("key", "%q is not the user_id %d in decimal (intents are keyed by user)", clip.String(string(key), 40), in.UserID)
 	}
 	return in, nil
 }
@@ -157,7 +171,7 @@ func parseUserID(raw []byte) (uint64, error) {
 	b := raw
 	if b[0] == '"' {
 		if len(b) < 2 || b[len(b)-1] != '"' {
-			return 0, invalid("user_id", "%s is not an unsigned 64-bit integer", truncate(string(raw), 40))
+			return 0, invalid("user_id", "%s is not an unsigned 64-bit integer", clip.String(string(raw), 40))
 		}
 		b = b[1 : len(b)-1]
 	}
@@ -177,18 +191,7 @@ func parseUserID(raw []byte) (uint64, error) {
 		v = v*10 + d
 	}
 	if bad {
-		return 0, invalid("user_id", "%s is not an unsigned 64-bit integer", truncate(string(raw), 40))
+		return 0, invalid("user_id", "%s is not an unsigned 64-bit integer", clip.String(string(raw), 40))
 	}
 	return v, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	// Cut on a rune boundary so the header stays valid UTF-8.
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }

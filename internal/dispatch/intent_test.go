@@ -1,16 +1,15 @@
 package dispatch
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 )
 
-var testChannels = []string{"email", "push", "sms", "inapp"}
-
 func TestDecodeValid(t *testing.T) {
-	d := NewDecoder(testChannels, 0)
+	d := testDecoder(t, 0)
 	for _, tc := range []struct {
 		name, key, value string
 		want             Intent
@@ -37,7 +36,7 @@ func TestDecodeValid(t *testing.T) {
 }
 
 func TestDecodeInvalidNamesTheField(t *testing.T) {
-	d := NewDecoder(testChannels, 200)
+	d := testDecoder(t, 200)
 	long := strings.Repeat("a", 129)
 	for _, tc := range []struct{ name, key, value, field, reason string }{
 		{"not json", "1", `{"id":`, "value", "not a JSON object"},
@@ -66,7 +65,8 @@ func TestDecodeInvalidNamesTheField(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := d.Decode([]byte(tc.key), []byte(tc.value))
-			ie, ok := err.(*InvalidError)
+			var ie *InvalidError
+			ok := errors.As(err, &ie)
 			if !ok {
 				t.Fatalf("error %v (%T), want *InvalidError", err, err)
 			}
@@ -85,11 +85,12 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("1"), []byte(`{"id":"c1","user_id":"1","campaign_id":"s","channel":"sms","category":"transactional","created_at":"2026-11-21T16:00:00Z"}`))
 	f.Add([]byte("1"), []byte(`{"id":"\u00e9","user_id":1e400}`))
 	f.Add([]byte(""), []byte(`null`))
-	d := NewDecoder(testChannels, 1024)
+	d := testDecoder(f, 1024)
 	f.Fuzz(func(t *testing.T, key, value []byte) {
 		in, err := d.Decode(key, value)
 		if err != nil {
-			ie, ok := err.(*InvalidError)
+			var ie *InvalidError
+			ok := errors.As(err, &ie)
 			if !ok {
 				t.Fatalf("error %T is not *InvalidError", err)
 			}

@@ -1,7 +1,10 @@
 package dispatch
 
+// kafka-go reader and writers set up not to lose intents.
+
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -13,6 +16,8 @@ import (
 )
 
 // KafkaOptions are the broker settings shared by the reader and the writers.
+// TLS, SASL and Logger may be nil; everything else is required (the
+// configuration owns the defaults).
 type KafkaOptions struct {
 	Brokers  []string
 	ClientID string
@@ -21,7 +26,7 @@ type KafkaOptions struct {
 	SASL     sasl.Mechanism // nil: none; see NewSASL
 	// Compression of the output topics: "none", "gzip", "snappy", "lz4", "zstd".
 	Compression       string
-	StartOffset       string // "earliest" (default) or "latest", for a group with no committed offset
+	StartOffset       string // "earliest" or "latest", for a group with no committed offset
 	FetchMaxWait      time.Duration
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
@@ -51,7 +56,7 @@ func NewSASL(mechanism, username, password string) (sasl.Mechanism, error) {
 
 func (o KafkaOptions) compression() (kafka.Compression, error) {
 	switch o.Compression {
-	case "", "none":
+	case "none":
 		return 0, nil
 	case "gzip":
 		return kafka.Gzip, nil
@@ -65,24 +70,32 @@ func (o KafkaOptions) compression() (kafka.Compression, error) {
 	return 0, fmt.Errorf("kafka compression: unknown codec %q", o.Compression)
 }
 
-func (o KafkaOptions) withDefaults() KafkaOptions {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&o.FetchMaxWait, 250*time.Millisecond)
-	def(&o.SessionTimeout, 30*time.Second)
-	def(&o.RebalanceTimeout, 30*time.Second)
-	def(&o.HeartbeatInterval, 3*time.Second)
-	def(&o.WriteTimeout, 10*time.Second)
-	if o.BatchSize <= 0 {
-		o.BatchSize = 500
+func (o KafkaOptions) validate() error {
+	var errs []error
+	if len(o.Brokers) == 0 {
+		errs = append(errs, fmt.Errorf("%s is required", "Brokers"))
 	}
 	if o.ClientID == "" {
-		o.ClientID = "capper"
+		errs = append(errs, fmt.Errorf("%s is required", "ClientID"))
 	}
-	return o
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"FetchMaxWait", o.FetchMaxWait}, {"SessionTimeout", o.SessionTimeout}, {"RebalanceTimeout", o.RebalanceTimeout},
+		{"HeartbeatInterval", o.HeartbeatInterval}, {"WriteTimeout", o.WriteTimeout},
+	} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s must be above 0", d.name, d.v))
+		}
+	}
+	if o.BatchSize < 1 {
+		errs = append(errs, fmt.Errorf("BatchSize %d must be at least 1", o.BatchSize))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("kafka options: %w", err)
+	}
+	return nil
 }
 
 // NewReader returns a consumer-group reader for topic, set up against
@@ -93,10 +106,15 @@ func (o KafkaOptions) withDefaults() KafkaOptions {
 //     Close.
 //   - QueueCapacity above the batch size, so a batch fills from memory.
 func NewReader(o KafkaOptions, topic string) (*kafka.Reader, error) {
-	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.GroupID == "" {
+		return nil, errors.New("kafka options: GroupID is required for a reader")
+	}
 	start := kafka.FirstOffset
 	switch o.StartOffset {
-	case "", "earliest":
+	case "earliest":
 	case "latest":
 		start = kafka.LastOffset
 	default:
@@ -141,7 +159,9 @@ func NewReader(o KafkaOptions, topic string) (*kafka.Reader, error) {
 //     client's partitioner, so records keyed by user land where a Java
 //     producer would put them.
 func NewWriter(o KafkaOptions, topic string) (*kafka.Writer, error) {
-	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	codec, err := o.compression()
 	if err != nil {
 		return nil, err

@@ -31,7 +31,7 @@ func TestKafkaSecurity(t *testing.T) {
 				opts = append(opts, kfake.TLS(ca.Server))
 			}
 			k := testenv.StartKafka(t, 1, []string{"in", "out"}, opts...)
-			o := KafkaOptions{Brokers: k.Addrs, GroupID: "g", FetchMaxWait: 100 * time.Millisecond, SessionTimeout: 6 * time.Second}
+			o := testKafkaOptions(k.Addrs, "g")
 			if tc.tls {
 				o.TLS = ca.Client
 			}
@@ -84,14 +84,23 @@ func TestKafkaOptionErrors(t *testing.T) {
 	if _, err := NewSASL("gssapi", "u", "p"); err == nil || !strings.Contains(err.Error(), "gssapi") {
 		t.Errorf("NewSASL(gssapi) = %v", err)
 	}
-	if _, err := NewWriter(KafkaOptions{Brokers: []string{"x:1"}, Compression: "brotli"}, "t"); err == nil || !strings.Contains(err.Error(), "brotli") {
+	o := testKafkaOptions([]string{"x:1"}, "g")
+	with := func(f func(*KafkaOptions)) KafkaOptions { c := o; f(&c); return c }
+	if _, err := NewWriter(with(func(o *KafkaOptions) { o.Compression = "brotli" }), "t"); err == nil || !strings.Contains(err.Error(), "brotli") {
 		t.Errorf("NewWriter(brotli) = %v", err)
 	}
-	if _, err := NewReader(KafkaOptions{Brokers: []string{"x:1"}, GroupID: "g", StartOffset: "middle"}, "t"); err == nil || !strings.Contains(err.Error(), "middle") {
+	if _, err := NewReader(with(func(o *KafkaOptions) { o.StartOffset = "middle" }), "t"); err == nil || !strings.Contains(err.Error(), "middle") {
 		t.Errorf("NewReader(middle) = %v", err)
 	}
+	if _, err := NewWriter(with(func(o *KafkaOptions) { o.WriteTimeout, o.BatchSize = 0, 0 }), "t"); err == nil ||
+		!strings.Contains(err.Error(), "WriteTimeout 0s must be above 0") || !strings.Contains(err.Error(), "BatchSize 0") {
+		t.Errorf("NewWriter without WriteTimeout and BatchSize = %v", err)
+	}
+	if _, err := NewReader(with(func(o *KafkaOptions) { o.GroupID = "" }), "t"); err == nil || !strings.Contains(err.Error(), "GroupID is required") {
+		t.Errorf("NewReader without a group = %v", err)
+	}
 	for _, c := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
-		if _, err := NewWriter(KafkaOptions{Brokers: []string{"x:1"}, Compression: c}, "t"); err != nil {
+		if _, err := NewWriter(with(func(o *KafkaOptions) { o.Compression = c }), "t"); err != nil {
 			t.Errorf("compression %s: %v", c, err)
 		}
 	}

@@ -1,5 +1,7 @@
 package dispatch
 
+// The worker's metrics, updated once per committed batch.
+
 import (
 	"strconv"
 	"time"
@@ -7,19 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/segmentio/kafka-go"
-
-	"github.com/capper-dev/capper/internal/capping"
-)
-
-// Outcome label values of capper_intents_total.
-const (
-	OutcomeAllowed      = "allowed"
-	OutcomeDuplicate    = "duplicate"
-	OutcomeExempt       = "exempt"
-	OutcomeCapped       = "capped"
-	OutcomeShadowCapped = "shadow_capped"
-	OutcomeInvalid      = "invalid"
-	OutcomeFailOpen     = "fail_open"
 )
 
 // lagForget is how long a partition's lag series stays after this worker
@@ -86,23 +75,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 }
 
-func (w *Worker) observe(batch []kafka.Message, items []item, start time.Time) {
-	w.m.batch.Observe(time.Since(start).Seconds())
-	w.m.batchSize.Observe(float64(len(batch)))
-	for i := range items {
-		it := &items[i]
-		if it.invalid != nil {
-			w.m.intents.WithLabelValues(OutcomeInvalid, "").Inc()
-			w.m.invalid.WithLabelValues(it.invalid.Field).Inc()
-			continue
+func (w *Worker) observe(b *batch) {
+	w.m.batch.Observe(time.Since(b.start).Seconds())
+	w.m.batchSize.Observe(float64(len(b.msgs)))
+	for i := range b.records {
+		rec := &b.records[i]
+		w.m.intents.WithLabelValues(rec.decision.Outcome.String(), rec.segment).Inc()
+		if rec.invalid != nil {
+			w.m.invalid.WithLabelValues(rec.invalid.Field).Inc()
 		}
-		w.m.intents.WithLabelValues(w.outcome(it), it.segment).Inc()
 	}
 	// The last record of each partition in the batch has the newest view of
 	// that partition's high watermark.
 	last := map[int]*kafka.Message{}
-	for i := range batch {
-		last[batch[i].Partition] = &batch[i]
+	for i := range b.msgs {
+		last[b.msgs[i].Partition] = &b.msgs[i]
 	}
 	now := time.Now()
 	for p, m := range last {
@@ -114,22 +101,5 @@ func (w *Worker) observe(batch []kafka.Message, items []item, start time.Time) {
 			w.m.lag.DeleteLabelValues(strconv.Itoa(p))
 			delete(w.m.lagSeen, p)
 		}
-	}
-}
-
-func (w *Worker) outcome(it *item) string {
-	switch {
-	case it.unchecked:
-		return OutcomeFailOpen
-	case it.decision.Outcome == capping.Exempt:
-		return OutcomeExempt
-	case it.decision.Outcome == capping.Duplicate:
-		return OutcomeDuplicate
-	case it.decision.Outcome == capping.Denied && w.o.Shadow:
-		return OutcomeShadowCapped
-	case it.decision.Outcome == capping.Denied:
-		return OutcomeCapped
-	default:
-		return OutcomeAllowed
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/segments"
 	"github.com/capper-dev/capper/internal/testenv"
 )
@@ -36,8 +37,9 @@ const (
 )
 
 var testRules = capping.Rules{
-	Default:  capping.Policy{Limits: []capping.Limit{{Name: "daily", Window: 24 * time.Hour, Max: 2}}},
-	Channels: testChannels,
+	Default:          capping.Policy{Limits: []capping.Limit{{Name: "daily", Window: 24 * time.Hour, Max: 2}}},
+	Channels:         testChannels,
+	ExemptCategories: config.Default().Capping.ExemptCategories,
 }
 
 type env struct {
@@ -58,13 +60,16 @@ func newEnv(t *testing.T) *env {
 }
 
 func (e *env) newEngine(t *testing.T) *capping.Engine {
-	rdb, err := capping.NewClient(capping.ClientOptions{Addrs: []string{e.redis.Addr()},
+	rdb, err := capping.NewClient(capping.ClientOptions{Mode: capping.ModeSingle, Addrs: []string{e.redis.Addr()},
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, MaxRetries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rdb.Close() })
-	eng, err := capping.New(context.Background(), capping.Options{Client: rdb, Rules: testRules})
+	c := config.Default().Capping
+	eng, err := capping.New(context.Background(), capping.Options{Client: rdb, Rules: testRules,
+		Algorithm: capping.Algorithm(c.Algorithm), KeyPrefix: c.KeyPrefix, IdempotencyWindow: c.IdempotencyWindow.D(),
+		SubIntervals: c.SubIntervals, SkewWarn: c.ClockSkewWarn.D()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,8 +101,7 @@ type running struct {
 // decorate them.
 func (e *env) start(mut func(*Options)) *running {
 	e.t.Helper()
-	kopts := KafkaOptions{Brokers: e.kafka.Addrs, GroupID: e.group, FetchMaxWait: 100 * time.Millisecond,
-		SessionTimeout: 6 * time.Second, HeartbeatInterval: 200 * time.Millisecond, BatchSize: 50}
+	kopts := testKafkaOptions(e.kafka.Addrs, e.group)
 	reader, err := NewReader(kopts, tIn)
 	if err != nil {
 		e.t.Fatal(err)
@@ -113,9 +117,10 @@ func (e *env) start(mut func(*Options)) *running {
 	r := &running{reader: reader, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	o := Options{
 		Reader: reader, Deliveries: writer(tDel), Suppressed: writer(tSup), DeadLetter: writer(tDLQ),
-		Decider: e.engine, Snapshots: &segments.Current{}, Decoder: NewDecoder(testChannels, 0),
+		Decider: e.engine, Snapshots: &segments.Current{}, Decoder: testDecoder(e.t, 0),
 		BatchSize: 50, BatchWait: 20 * time.Millisecond, RetryInitial: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond,
-		Registerer: r.reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ShutdownTimeout: config.Default().Worker.ShutdownTimeout.D(),
+		Registerer:      r.reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if mut != nil {
 		mut(&o)
@@ -244,10 +249,11 @@ func TestCrashBetweenWriteAndCommit(t *testing.T) {
 	e := newEnv(t)
 	in := intents(600, 40, "a")
 	e.kafka.Produce(t, tIn, in)
-	var first *running
-	first = e.start(func(o *Options) {
-		o.Reader = &commitGate{Reader: o.Reader, at: 4, crash: func() { first.cancel() }}
+	crashed := make(chan struct{})
+	first := e.start(func(o *Options) {
+		o.Reader = &commitGate{Reader: o.Reader, at: 4, crash: func() { close(crashed) }}
 	})
+	go func() { <-crashed; first.cancel() }()
 	if err := first.wait(t); err != nil {
 		t.Fatalf("first worker: %v", err)
 	}
@@ -420,7 +426,7 @@ func TestFailOpen(t *testing.T) {
 			t.Fatalf("fail-open delivery headers: %v", m.Headers)
 		}
 	}
-	if got := testutil.ToFloat64(r.w.m.intents.WithLabelValues(OutcomeFailOpen, "none")); got != float64(len(in)) {
+	if got := testutil.ToFloat64(r.w.m.intents.WithLabelValues(capping.FailOpen.String(), "none")); got != float64(len(in)) {
 		t.Fatalf("capper_intents_total{outcome=fail_open} = %v, want %d", got, len(in))
 	}
 	if err := r.w.Ready(); err != nil {
@@ -448,7 +454,7 @@ func TestShadowMode(t *testing.T) {
 	if shadow != 80 {
 		t.Fatalf("%d shadow-capped, want 80 (8 of 10 per user)", shadow)
 	}
-	if got := testutil.ToFloat64(r.w.m.intents.WithLabelValues(OutcomeShadowCapped, "none")); got != 80 {
+	if got := testutil.ToFloat64(r.w.m.intents.WithLabelValues(capping.ShadowCapped.String(), "none")); got != 80 {
 		t.Fatalf("capper_intents_total{outcome=shadow_capped} = %v", got)
 	}
 	// Not recorded: each user's log in Redis holds the 2 allowed only.

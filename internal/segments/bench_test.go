@@ -1,6 +1,10 @@
-package segments
+package segments_test
 
 import (
+	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/segbuild"
+	"github.com/capper-dev/capper/internal/segments"
+
 	"context"
 	"math/rand/v2"
 	"sync"
@@ -32,10 +36,10 @@ func benchSegmentOf(id uint64) string {
 }
 
 // bench50M builds the 50M-user snapshot once per benchmark binary run.
-var bench50M = sync.OnceValues(func() (*Build, error) {
-	b := NewBuilder(BuilderOptions{Segments: []string{"new", "active", "dormant", "lapsed"}})
+var bench50M = sync.OnceValues(func() (*segbuild.Build, error) {
+	b := segbuild.NewBuilder(segbuild.BuilderOptions{Segments: []string{"new", "active", "dormant", "lapsed"}})
 	for id := uint64(0); id < benchUsers; id++ {
-		if err := b.Add(id, benchSegmentOf(id), Position{}); err != nil {
+		if err := b.Add(id, benchSegmentOf(id), segbuild.Position{}); err != nil {
 			return nil, err
 		}
 	}
@@ -43,14 +47,14 @@ var bench50M = sync.OnceValues(func() (*Build, error) {
 })
 
 // publishedBench50M publishes the 50M snapshot to a fresh directory store.
-func publishedBench50M(b *testing.B) Store {
+func publishedBench50M(b *testing.B) objstore.Store {
 	b.Helper()
 	build, err := bench50M()
 	if err != nil {
 		b.Fatal(err)
 	}
 	st := openDir(b, b.TempDir())
-	if _, err := Publish(context.Background(), st, build, PublishOptions{Now: fixedNow(t0)}); err != nil {
+	if _, err := segbuild.Publish(context.Background(), st, build, segbuild.PublishOptions{Now: fixedNow(t0)}); err != nil {
 		b.Fatal(err)
 	}
 	return st
@@ -62,7 +66,7 @@ var lookupSink string
 // snapshot loaded from a directory store as a worker would.
 func BenchmarkLookup50M(b *testing.B) {
 	st := publishedBench50M(b)
-	s, err := Load(context.Background(), st, LoadOptions{})
+	s, err := segments.Load(context.Background(), st, segments.LoadOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,7 +75,7 @@ func BenchmarkLookup50M(b *testing.B) {
 	for i := range ids {
 		ids[i] = r.Uint64N(benchUsers)
 	}
-	var c Current
+	var c segments.Current
 	c.Store(s)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -85,11 +89,11 @@ func BenchmarkLookup50M(b *testing.B) {
 // BenchmarkLookup50MParallel: the same, from all cores at once.
 func BenchmarkLookup50MParallel(b *testing.B) {
 	st := publishedBench50M(b)
-	s, err := Load(context.Background(), st, LoadOptions{})
+	s, err := segments.Load(context.Background(), st, segments.LoadOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	var c Current
+	var c segments.Current
 	c.Store(s)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -116,7 +120,7 @@ func BenchmarkLoad50M(b *testing.B) {
 	var index int
 	b.ResetTimer()
 	for b.Loop() {
-		s, err := Load(context.Background(), st, LoadOptions{})
+		s, err := segments.Load(context.Background(), st, segments.LoadOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -135,13 +139,13 @@ func BenchmarkLoad50M(b *testing.B) {
 }
 
 // BenchmarkBuilderAdd50M: the in-process build of the same 50M users through
-// Builder.Add (no parsing), serialization and self-check included.
+// segbuild.Builder.Add (no parsing), serialization and self-check included.
 func BenchmarkBuilderAdd50M(b *testing.B) {
 	for b.Loop() {
 		start := time.Now()
-		bl := NewBuilder(BuilderOptions{Segments: []string{"new", "active", "dormant", "lapsed"}})
+		bl := segbuild.NewBuilder(segbuild.BuilderOptions{Segments: []string{"new", "active", "dormant", "lapsed"}})
 		for id := uint64(0); id < benchUsers; id++ {
-			if err := bl.Add(id, benchSegmentOf(id), Position{}); err != nil {
+			if err := bl.Add(id, benchSegmentOf(id), segbuild.Position{}); err != nil {
 				b.Fatal(err)
 			}
 		}

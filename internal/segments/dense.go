@@ -1,5 +1,7 @@
 package segments
 
+// The dense-range lookup index.
+
 // A Lookup in the bitmaps costs one Contains per segment tried, and each
 // Contains on a large bitmap is a cache miss into its container: about
 // 100 ns, twice per lookup on average with four segments. For the 65536-id

@@ -1,5 +1,6 @@
-// Package segments owns user segments: building one roaring bitmap per
-// segment, publishing verified, versioned snapshots to a store (a directory or
-// S3), loading and verifying them, and serving Lookup(userID) from the
-// snapshot that is current, hot-swapped by a watcher.
+// Package segments owns the runtime side of user segments: the snapshot
+// layout in a store (LATEST, manifest, one roaring bitmap per segment),
+// loading and verifying a snapshot, serving Lookup(userID) from the one in
+// use, and the watcher that hot-swaps a new version in. Building and
+// publishing snapshots is segbuild's; the worker does not link it.
 package segments

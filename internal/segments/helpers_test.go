@@ -1,8 +1,10 @@
-package segments
+package segments_test
 
 import (
+	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/segbuild"
+
 	"context"
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -19,25 +21,25 @@ var t0 = time.Date(2026, 11, 21, 16, 0, 0, 0, time.UTC)
 func fixedNow(t time.Time) func() time.Time { return func() time.Time { return t } }
 
 // buildCSV builds from CSV text read as one (re-readable) input named name.
-func buildCSV(t testing.TB, opts BuilderOptions, name, csv string) (*Build, error) {
+func buildCSV(t testing.TB, opts segbuild.BuilderOptions, name, csv string) (*segbuild.Build, error) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, []byte(csv), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	in, err := FileInput(path, "")
+	in, err := segbuild.FileInput(path, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	in.Name = name // shorter messages to match on
-	b := NewBuilder(opts)
+	b := segbuild.NewBuilder(opts)
 	if err := b.ReadInput(context.Background(), in); err != nil {
 		return nil, err
 	}
 	return b.Finish(context.Background())
 }
 
-func mustBuildCSV(t testing.TB, opts BuilderOptions, csv string) *Build {
+func mustBuildCSV(t testing.TB, opts segbuild.BuilderOptions, csv string) *segbuild.Build {
 	t.Helper()
 	b, err := buildCSV(t, opts, "in.csv", csv)
 	if err != nil {
@@ -49,19 +51,19 @@ func mustBuildCSV(t testing.TB, opts BuilderOptions, csv string) *Build {
 // storeCase is one kind of real store.
 type storeCase struct {
 	name string
-	open func(t *testing.T) Store
+	open func(t *testing.T) objstore.Store
 }
 
 func storeCases() []storeCase {
 	return []storeCase{
-		{name: "dir", open: func(t *testing.T) Store { return openDir(t, t.TempDir()) }},
-		{name: "s3", open: func(t *testing.T) Store { return openS3(t, S3Options{}) }},
+		{name: "dir", open: func(t *testing.T) objstore.Store { return openDir(t, t.TempDir()) }},
+		{name: "s3", open: func(t *testing.T) objstore.Store { return openS3(t, objstore.S3Options{}) }},
 	}
 }
 
-func openDir(t testing.TB, dir string) Store {
+func openDir(t testing.TB, dir string) objstore.Store {
 	t.Helper()
-	st, err := OpenStore(context.Background(), dir, StoreOptions{})
+	st, err := objstore.Open(context.Background(), dir, objstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,10 +72,10 @@ func openDir(t testing.TB, dir string) Store {
 
 // openS3 starts gofakes3 and opens a store on it through the real SDK and
 // the default credential chain.
-func openS3(t testing.TB, opts S3Options) Store {
+func openS3(t testing.TB, opts objstore.S3Options) objstore.Store {
 	t.Helper()
 	opts = startS3(t, opts)
-	st, err := OpenStore(context.Background(), "s3://capper/segments/prod", StoreOptions{S3: opts})
+	st, err := objstore.Open(context.Background(), "s3://capper/segments/prod", objstore.Options{S3: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +84,7 @@ func openS3(t testing.TB, opts S3Options) Store {
 
 // startS3 starts gofakes3 (bucket "capper"), points the default credential
 // chain at it and returns opts with its endpoint.
-func startS3(t testing.TB, opts S3Options) S3Options {
+func startS3(t testing.TB, opts objstore.S3Options) objstore.S3Options {
 	t.Helper()
 	s3 := testenv.StartS3(t, "capper")
 	s3.SetEnv(t)
@@ -93,14 +95,14 @@ func startS3(t testing.TB, opts S3Options) S3Options {
 
 func timeHours(n int) time.Duration { return time.Duration(n) * time.Hour }
 
-func putBytes(t testing.TB, st Store, key string, data []byte) {
+func putBytes(t testing.TB, st objstore.Store, key string, data []byte) {
 	t.Helper()
 	if err := st.Put(context.Background(), key, strings.NewReader(string(data))); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func getBytes(t testing.TB, st Store, key string) []byte {
+func getBytes(t testing.TB, st objstore.Store, key string) []byte {
 	t.Helper()
 	rc, _, err := st.Get(context.Background(), key)
 	if err != nil {
@@ -126,11 +128,4 @@ func wantErrContains(t testing.TB, err error, parts ...string) {
 	}
 }
 
-func asErr[T error](t testing.TB, err error) T {
-	t.Helper()
-	var target T
-	if !errors.As(err, &target) {
-		t.Fatalf("error %v (%T) is not a %T", err, err, target)
-	}
-	return target
-}
+const smallCSV = "user_id,segment\n1,new\n2,new\n3,active\n10,active\n11,dormant\n"

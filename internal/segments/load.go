@@ -1,6 +1,10 @@
 package segments
 
+// Loading a snapshot version and verifying all of it.
+
 import (
+	"github.com/capper-dev/capper/internal/objstore"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,7 +24,7 @@ type LoadOptions struct {
 }
 
 // Load reads LATEST and loads the version it names (see LoadVersion).
-func Load(ctx context.Context, st Store, opts LoadOptions) (*Snapshot, error) {
+func Load(ctx context.Context, st objstore.Store, opts LoadOptions) (*Snapshot, error) {
 	version, _, err := readLatest(ctx, st, "")
 	if err != nil {
 		return nil, err
@@ -28,18 +32,24 @@ func Load(ctx context.Context, st Store, opts LoadOptions) (*Snapshot, error) {
 	return LoadVersion(ctx, st, version, opts)
 }
 
+// ReadLatest reads LATEST: the version in use.
+func ReadLatest(ctx context.Context, st objstore.Store) (string, error) {
+	v, _, err := readLatest(ctx, st, "")
+	return v, err
+}
+
 // readLatest reads LATEST (conditionally when etag is set).
-func readLatest(ctx context.Context, st Store, etag string) (version, newETag string, err error) {
-	data, newETag, err := st.GetIfChanged(ctx, latestKey, etag)
-	if errors.Is(err, ErrNotModified) {
+func readLatest(ctx context.Context, st objstore.Store, etag string) (version, newETag string, err error) {
+	data, newETag, err := st.GetIfChanged(ctx, LatestKey, etag)
+	if errors.Is(err, objstore.ErrNotModified) {
 		return "", newETag, err
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("load snapshot: read %s from %s: %w", latestKey, st, err)
+		return "", "", fmt.Errorf("load snapshot: read %s from %s: %w", LatestKey, st, err)
 	}
 	version = strings.TrimSpace(string(data))
-	if err := validateVersion(version); err != nil {
-		return "", "", fmt.Errorf("load snapshot: %s in %s: %w", latestKey, st, err)
+	if err := ValidateVersion(version); err != nil {
+		return "", "", fmt.Errorf("load snapshot: %s in %s: %w", LatestKey, st, err)
 	}
 	return version, newETag, nil
 }
@@ -49,7 +59,7 @@ func readLatest(ctx context.Context, st Store, etag string) (version, newETag st
 // the number of users the manifest says, and that no two segments share a
 // user. Any failure is an error naming the version, the object and the
 // problem; nothing partial is returned.
-func LoadVersion(ctx context.Context, st Store, version string, opts LoadOptions) (*Snapshot, error) {
+func LoadVersion(ctx context.Context, st objstore.Store, version string, opts LoadOptions) (*Snapshot, error) {
 	s, err := loadVersion(ctx, st, version, opts)
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot %s from %s: %w", version, st, err)
@@ -57,8 +67,8 @@ func LoadVersion(ctx context.Context, st Store, version string, opts LoadOptions
 	return s, nil
 }
 
-func loadVersion(ctx context.Context, st Store, version string, opts LoadOptions) (*Snapshot, error) {
-	if err := validateVersion(version); err != nil {
+func loadVersion(ctx context.Context, st objstore.Store, version string, opts LoadOptions) (*Snapshot, error) {
+	if err := ValidateVersion(version); err != nil {
 		return nil, err
 	}
 	m, err := readManifest(ctx, st, version)
@@ -67,7 +77,7 @@ func loadVersion(ctx context.Context, st Store, version string, opts LoadOptions
 	}
 	datas := make([][]byte, len(m.Segments))
 	for i, seg := range m.Segments {
-		key := versionKey(version, seg.Object)
+		key := VersionKey(version, seg.Object)
 		data, err := readObject(ctx, st, key, seg.Bytes, seg.SHA256)
 		if err != nil {
 			return nil, fmt.Errorf("object %s: %w", key, err)
@@ -86,14 +96,9 @@ func loadVersion(ctx context.Context, st Store, version string, opts LoadOptions
 	return s, nil
 }
 
-func readManifest(ctx context.Context, st Store, version string) (*Manifest, error) {
-	key := versionKey(version, manifestObject)
-	rc, _, err := st.Get(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("object %s: %w", key, err)
-	}
-	defer rc.Close()
-	data, err := readSmall(rc, maxSmallObject)
+func readManifest(ctx context.Context, st objstore.Store, version string) (*Manifest, error) {
+	key := VersionKey(version, ManifestObject)
+	data, err := objstore.ReadAll(ctx, st, key)
 	if err != nil {
 		return nil, fmt.Errorf("object %s: %w", key, err)
 	}
@@ -101,7 +106,7 @@ func readManifest(ctx context.Context, st Store, version string) (*Manifest, err
 	if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("object %s: decode JSON: %w", key, err)
 	}
-	if err := m.validate(version); err != nil {
+	if err := m.Validate(version); err != nil {
 		return nil, fmt.Errorf("object %s: %w", key, err)
 	}
 	return &m, nil
@@ -109,7 +114,7 @@ func readManifest(ctx context.Context, st Store, version string) (*Manifest, err
 
 // readObject reads a whole object into one buffer of the size the manifest
 // gives (the bitmap will reference it), hashing as it goes.
-func readObject(ctx context.Context, st Store, key string, size int64, wantSHA string) ([]byte, error) {
+func readObject(ctx context.Context, st objstore.Store, key string, size int64, wantSHA string) ([]byte, error) {
 	rc, _, err := st.Get(ctx, key)
 	if err != nil {
 		return nil, err
@@ -140,15 +145,12 @@ func readObject(ctx context.Context, st Store, key string, size int64, wantSHA s
 	return data, nil
 }
 
-// decodeBuild turns a fresh build into a snapshot through the same checks as
-// a load, without a store.
-func decodeBuild(m *Manifest, b *Build) (*Snapshot, error) {
-	datas := make([][]byte, len(b.Segments))
-	for i, s := range b.Segments {
-		datas[i] = s.Data
-	}
-	if err := m.validate(m.Version); err != nil {
+// Decode turns a manifest and its objects (in manifest order, already
+// verified) into a snapshot through the same checks as a load, without a
+// store: a freshly built snapshot is checked this way before it is published.
+func Decode(m *Manifest, objects [][]byte) (*Snapshot, error) {
+	if err := m.Validate(m.Version); err != nil {
 		return nil, err
 	}
-	return newSnapshot(m, datas)
+	return newSnapshot(m, objects)
 }

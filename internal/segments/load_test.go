@@ -1,6 +1,10 @@
-package segments
+package segments_test
 
 import (
+	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/segbuild"
+	"github.com/capper-dev/capper/internal/segments"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,10 +17,10 @@ import (
 )
 
 // publishSmall publishes smallCSV and returns its manifest.
-func publishSmall(t *testing.T, st Store) *Manifest {
+func publishSmall(t *testing.T, st objstore.Store) *segments.Manifest {
 	t.Helper()
-	b := mustBuildCSV(t, BuilderOptions{Segments: []string{"new", "active", "dormant"}}, smallCSV)
-	m, err := Publish(context.Background(), st, b, PublishOptions{Now: fixedNow(t0)})
+	b := mustBuildCSV(t, segbuild.BuilderOptions{Segments: []string{"new", "active", "dormant"}}, smallCSV)
+	m, err := segbuild.Publish(context.Background(), st, b, segbuild.PublishOptions{Now: fixedNow(t0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,98 +30,106 @@ func publishSmall(t *testing.T, st Store) *Manifest {
 func TestLoadRejectsCorruptSnapshots(t *testing.T) {
 	type corruption struct {
 		name    string
-		corrupt func(t *testing.T, st Store, m *Manifest)
-		want    func(m *Manifest) []string
+		corrupt func(t *testing.T, st objstore.Store, m *segments.Manifest)
+		want    func(m *segments.Manifest) []string
 	}
-	obj := func(m *Manifest) string { return "snapshots/" + m.Version + "/new.roaring" }
+	obj := func(m *segments.Manifest) string { return "snapshots/" + m.Version + "/new.roaring" }
 	cases := []corruption{
 		{
 			name: "truncated object",
-			corrupt: func(t *testing.T, st Store, m *Manifest) {
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) {
 				data := getBytes(t, st, obj(m))
 				putBytes(t, st, obj(m), data[:len(data)-3])
 			},
-			want: func(m *Manifest) []string {
+			want: func(m *segments.Manifest) []string {
 				return []string{"load snapshot " + m.Version, "object " + obj(m), fmt.Sprintf("size mismatch (manifest %d bytes, got %d)", m.Segments[0].Bytes, m.Segments[0].Bytes-3)}
 			},
 		},
 		{
 			name: "longer object",
-			corrupt: func(t *testing.T, st Store, m *Manifest) {
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) {
 				putBytes(t, st, obj(m), append(getBytes(t, st, obj(m)), 0))
 			},
-			want: func(m *Manifest) []string {
+			want: func(m *segments.Manifest) []string {
 				return []string{"object " + obj(m), fmt.Sprintf("size mismatch (manifest %d bytes, got %d)", m.Segments[0].Bytes, m.Segments[0].Bytes+1)}
 			},
 		},
 		{
 			name: "wrong sha256",
-			corrupt: func(t *testing.T, st Store, m *Manifest) {
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) {
 				data := getBytes(t, st, obj(m))
 				data[len(data)-1] ^= 0xff // same size, other content
 				putBytes(t, st, obj(m), data)
 			},
-			want: func(m *Manifest) []string {
+			want: func(m *segments.Manifest) []string {
 				return []string{"object " + obj(m), "sha256 mismatch (manifest " + m.Segments[0].SHA256 + ", got "}
 			},
 		},
 		{
 			name:    "missing object",
-			corrupt: func(t *testing.T, st Store, m *Manifest) { deleteKey(t, st, obj(m)) },
-			want: func(m *Manifest) []string {
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) { deleteKey(t, st, obj(m)) },
+			want: func(m *segments.Manifest) []string {
 				return []string{"load snapshot " + m.Version, "object " + obj(m)}
 			},
 		},
 		{
-			name:    "missing manifest",
-			corrupt: func(t *testing.T, st Store, m *Manifest) { deleteKey(t, st, "snapshots/"+m.Version+"/manifest.json") },
-			want: func(m *Manifest) []string {
+			name: "missing manifest",
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) {
+				deleteKey(t, st, "snapshots/"+m.Version+"/manifest.json")
+			},
+			want: func(m *segments.Manifest) []string {
 				return []string{"load snapshot " + m.Version, "object snapshots/" + m.Version + "/manifest.json"}
 			},
 		},
 		{
 			name:    "missing LATEST",
-			corrupt: func(t *testing.T, st Store, m *Manifest) { deleteKey(t, st, "LATEST") },
-			want:    func(m *Manifest) []string { return []string{"load snapshot: read LATEST from "} },
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) { deleteKey(t, st, "LATEST") },
+			want:    func(m *segments.Manifest) []string { return []string{"load snapshot: read LATEST from "} },
 		},
 		{
-			name:    "garbage in LATEST",
-			corrupt: func(t *testing.T, st Store, m *Manifest) { putBytes(t, st, "LATEST", []byte("../../etc\n")) },
-			want:    func(m *Manifest) []string { return []string{`LATEST in`, `version "../../etc" is not of the form`} },
+			name: "garbage in LATEST",
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) {
+				putBytes(t, st, "LATEST", []byte("../../etc\n"))
+			},
+			want: func(m *segments.Manifest) []string {
+				return []string{`LATEST in`, `version "../../etc" is not of the form`}
+			},
 		},
 		{
 			name: "manifest users disagree",
-			corrupt: func(t *testing.T, st Store, m *Manifest) {
-				editManifest(t, st, m, func(m *Manifest) { m.Segments[0].Users++ })
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) {
+				editManifest(t, st, m, func(m *segments.Manifest) { m.Segments[0].Users++ })
 			},
-			want: func(m *Manifest) []string {
+			want: func(m *segments.Manifest) []string {
 				return []string{"object " + obj(m), "holds 2 users, manifest says 3"}
 			},
 		},
 		{
 			name: "object path escapes the version",
-			corrupt: func(t *testing.T, st Store, m *Manifest) {
-				editManifest(t, st, m, func(m *Manifest) { m.Segments[0].Object = "../x.roaring" })
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) {
+				editManifest(t, st, m, func(m *segments.Manifest) { m.Segments[0].Object = "../x.roaring" })
 			},
-			want: func(m *Manifest) []string { return []string{`object name "../x.roaring" is not a plain file name`} },
+			want: func(m *segments.Manifest) []string {
+				return []string{`object name "../x.roaring" is not a plain file name`}
+			},
 		},
 		{
 			name: "invalid segment name",
-			corrupt: func(t *testing.T, st Store, m *Manifest) {
-				editManifest(t, st, m, func(m *Manifest) { m.Segments[0].Name = "none" })
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) {
+				editManifest(t, st, m, func(m *segments.Manifest) { m.Segments[0].Name = "none" })
 			},
-			want: func(m *Manifest) []string { return []string{`segments[0]: segment name "none" is reserved`} },
+			want: func(m *segments.Manifest) []string { return []string{`segments[0]: segment name "none" is reserved`} },
 		},
 		{
 			name: "unknown format",
-			corrupt: func(t *testing.T, st Store, m *Manifest) {
-				editManifest(t, st, m, func(m *Manifest) { m.Format = 2 })
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) {
+				editManifest(t, st, m, func(m *segments.Manifest) { m.Format = 2 })
 			},
-			want: func(m *Manifest) []string { return []string{"format 2 is not supported"} },
+			want: func(m *segments.Manifest) []string { return []string{"format 2 is not supported"} },
 		},
 		{
 			name: "overlapping segments",
-			corrupt: func(t *testing.T, st Store, m *Manifest) {
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) {
 				// A well-formed object for "new" that also holds user 3,
 				// which "active" holds: sizes and sha256 all match.
 				bm := roaring.BitmapOf(1, 2, 3)
@@ -126,26 +138,26 @@ func TestLoadRejectsCorruptSnapshots(t *testing.T) {
 					t.Fatal(err)
 				}
 				putBytes(t, st, obj(m), data)
-				editManifest(t, st, m, func(m *Manifest) {
+				editManifest(t, st, m, func(m *segments.Manifest) {
 					sum := sha256.Sum256(data)
 					m.Segments[0].Users, m.Segments[0].Bytes, m.Segments[0].SHA256 = 3, int64(len(data)), hex.EncodeToString(sum[:])
 				})
 			},
-			want: func(m *Manifest) []string {
+			want: func(m *segments.Manifest) []string {
 				return []string{"load snapshot " + m.Version, `segments "new" (object ` + obj(m) + `) and "active" (object snapshots/` + m.Version + `/active.roaring) share users`}
 			},
 		},
 		{
 			name: "undecodable object with matching sha256",
-			corrupt: func(t *testing.T, st Store, m *Manifest) {
+			corrupt: func(t *testing.T, st objstore.Store, m *segments.Manifest) {
 				data := []byte("this is not a roaring bitmap")
 				putBytes(t, st, obj(m), data)
-				editManifest(t, st, m, func(m *Manifest) {
+				editManifest(t, st, m, func(m *segments.Manifest) {
 					sum := sha256.Sum256(data)
 					m.Segments[0].Bytes, m.Segments[0].SHA256 = int64(len(data)), hex.EncodeToString(sum[:])
 				})
 			},
-			want: func(m *Manifest) []string { return []string{"object " + obj(m) + ": decode:"} },
+			want: func(m *segments.Manifest) []string { return []string{"object " + obj(m) + ": decode:"} },
 		},
 	}
 	for _, sc := range storeCases() {
@@ -154,7 +166,7 @@ func TestLoadRejectsCorruptSnapshots(t *testing.T) {
 				st := sc.open(t)
 				m := publishSmall(t, st)
 				c.corrupt(t, st, m)
-				s, err := Load(context.Background(), st, LoadOptions{})
+				s, err := segments.Load(context.Background(), st, segments.LoadOptions{})
 				if s != nil {
 					t.Fatalf("got a snapshot from a broken store")
 				}
@@ -169,7 +181,7 @@ func TestLoadAcceptRejects(t *testing.T) {
 	st := openDir(t, t.TempDir())
 	m := publishSmall(t, st)
 	errUnknown := errors.New(`segment "dormant" is not in the config`)
-	_, err := Load(context.Background(), st, LoadOptions{Accept: func(s *Snapshot) error {
+	_, err := segments.Load(context.Background(), st, segments.LoadOptions{Accept: func(s *segments.Snapshot) error {
 		if s.Has("dormant") {
 			return errUnknown
 		}
@@ -181,7 +193,7 @@ func TestLoadAcceptRejects(t *testing.T) {
 	wantErrContains(t, err, "load snapshot "+m.Version, "rejected")
 }
 
-func deleteKey(t *testing.T, st Store, key string) {
+func deleteKey(t *testing.T, st objstore.Store, key string) {
 	t.Helper()
 	if err := st.Delete(context.Background(), key); err != nil {
 		t.Fatal(err)
@@ -189,12 +201,12 @@ func deleteKey(t *testing.T, st Store, key string) {
 }
 
 // editManifest rewrites the stored manifest (m keeps the published values).
-func editManifest(t *testing.T, st Store, m *Manifest, edit func(*Manifest)) {
+func editManifest(t *testing.T, st objstore.Store, m *segments.Manifest, edit func(*segments.Manifest)) {
 	t.Helper()
 	cp := *m
-	cp.Segments = append([]ManifestSegment(nil), m.Segments...)
+	cp.Segments = append([]segments.ManifestSegment(nil), m.Segments...)
 	edit(&cp)
-	data, err := cp.marshal()
+	data, err := cp.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,32 +214,32 @@ func editManifest(t *testing.T, st Store, m *Manifest, edit func(*Manifest)) {
 }
 
 func TestSnapshotNilAndCurrentZeroValue(t *testing.T) {
-	var s *Snapshot
-	if s.Lookup(1) != None || s.Version() != "" || s.IDBits() != 0 || s.Segments() != nil || !s.CreatedAt().IsZero() || s.Has("new") {
+	var s *segments.Snapshot
+	if s.Lookup(1) != segments.None || s.Version() != "" || s.IDBits() != 0 || s.Segments() != nil || !s.CreatedAt().IsZero() || s.Has("new") {
 		t.Fatal("nil snapshot must behave as an empty one")
 	}
-	var c Current
-	if c.Load() != nil || c.Lookup(1) != None {
-		t.Fatal("zero Current must hold nil")
+	var c segments.Current
+	if c.Load() != nil || c.Lookup(1) != segments.None {
+		t.Fatal("zero segments.Current must hold nil")
 	}
-	b := mustBuildCSV(t, BuilderOptions{}, "1,new\n")
+	b := mustBuildCSV(t, segbuild.BuilderOptions{}, "1,new\n")
 	snap, err := b.Snapshot(t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Store(snap)
 	if c.Lookup(1) != "new" || c.Load().Version() != b.Manifest(t0).Version {
-		t.Fatal("Current does not serve the stored snapshot")
+		t.Fatal("segments.Current does not serve the stored snapshot")
 	}
 }
 
 func TestLookupDoesNotAllocate(t *testing.T) {
-	b := mustBuildCSV(t, BuilderOptions{}, strings.Repeat("", 0)+"1,new\n70000,active\n5,dormant\n")
+	b := mustBuildCSV(t, segbuild.BuilderOptions{}, strings.Repeat("", 0)+"1,new\n70000,active\n5,dormant\n")
 	s, err := b.Snapshot(t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c Current
+	var c segments.Current
 	c.Store(s)
 	ids := []uint64{1, 70000, 5, 6, 1 << 33}
 	allocs := testing.AllocsPerRun(1000, func() {

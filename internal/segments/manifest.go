@@ -1,5 +1,7 @@
 package segments
 
+// The manifest: what a snapshot holds and how to verify it.
+
 import (
 	"crypto/sha256"
 	"encoding/hex"
@@ -7,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/capper-dev/capper/internal/clip"
 )
 
 // ManifestFormat is the manifest format this package writes and reads.
@@ -31,11 +35,11 @@ type ManifestSegment struct {
 	SHA256 string `json:"sha256"`
 }
 
-// versionString is "<created_at as 20060102T150405Z>-<8 hex>", where the hex
+// VersionString is "<created_at as 20060102T150405Z>-<8 hex>", where the hex
 // is the start of a sha256 over the id width and each segment's name and
 // object sha256: identical content gives an identical suffix, and versions
 // sort by time.
-func versionString(createdAt time.Time, idBits int, segs []ManifestSegment) string {
+func VersionString(createdAt time.Time, idBits int, segs []ManifestSegment) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "id_bits %d\n", idBits)
 	for _, s := range segs {
@@ -44,7 +48,8 @@ func versionString(createdAt time.Time, idBits int, segs []ManifestSegment) stri
 	return createdAt.UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(h.Sum(nil))[:8]
 }
 
-func (m *Manifest) marshal() ([]byte, error) {
+// Marshal is the manifest.json a publisher writes.
+func (m *Manifest) Marshal() ([]byte, error) {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err
@@ -52,14 +57,14 @@ func (m *Manifest) marshal() ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// validate checks everything about the manifest that does not need the
-// objects, so that nothing unchecked is used to build a key.
-func (m *Manifest) validate(version string) error {
+// Validate checks everything about the manifest of a version that does not
+// need the objects, so that nothing unchecked is used to build a key.
+func (m *Manifest) Validate(version string) error {
 	if m.Format != ManifestFormat {
 		return fmt.Errorf("format %d is not supported (want %d)", m.Format, ManifestFormat)
 	}
 	if m.Version != version {
-		return fmt.Errorf("version %q does not match its location %q", truncate(m.Version, 80), version)
+		return fmt.Errorf("version %q does not match its location %q", clip.String(m.Version, 80), version)
 	}
 	if m.CreatedAt.IsZero() {
 		return fmt.Errorf("created_at is missing")
@@ -80,9 +85,9 @@ func (m *Manifest) validate(version string) error {
 			return fmt.Errorf("segments[%d]: segment %q is listed twice", i, s.Name)
 		}
 		names[s.Name] = true
-		if s.Object == "" || s.Object == "." || s.Object == ".." || s.Object == manifestObject ||
+		if s.Object == "" || s.Object == "." || s.Object == ".." || s.Object == ManifestObject ||
 			strings.ContainsAny(s.Object, `/\`) || strings.Contains(s.Object, "..") {
-			return fmt.Errorf("segments[%d] (%s): object name %q is not a plain file name", i, s.Name, truncate(s.Object, 80))
+			return fmt.Errorf("segments[%d] (%s): object name %q is not a plain file name", i, s.Name, clip.String(s.Object, 80))
 		}
 		if objects[s.Object] {
 			return fmt.Errorf("segments[%d] (%s): object %q is used twice", i, s.Name, s.Object)
@@ -92,10 +97,10 @@ func (m *Manifest) validate(version string) error {
 			return fmt.Errorf("segments[%d] (%s): bytes %d is not positive", i, s.Name, s.Bytes)
 		}
 		if len(s.SHA256) != 64 || strings.ToLower(s.SHA256) != s.SHA256 {
-			return fmt.Errorf("segments[%d] (%s): sha256 %q is not 64 lower-case hex digits", i, s.Name, truncate(s.SHA256, 80))
+			return fmt.Errorf("segments[%d] (%s): sha256 %q is not 64 lower-case hex digits", i, s.Name, clip.String(s.SHA256, 80))
 		}
 		if _, err := hex.DecodeString(s.SHA256); err != nil {
-			return fmt.Errorf("segments[%d] (%s): sha256 %q is not 64 lower-case hex digits", i, s.Name, truncate(s.SHA256, 80))
+			return fmt.Errorf("segments[%d] (%s): sha256 %q is not 64 lower-case hex digits", i, s.Name, clip.String(s.SHA256, 80))
 		}
 	}
 	return nil

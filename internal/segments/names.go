@@ -1,8 +1,12 @@
 package segments
 
+// Names of the snapshot layout: keys, versions, segment names.
+
 import (
 	"fmt"
 	"regexp"
+
+	"github.com/capper-dev/capper/internal/clip"
 )
 
 // None is Lookup's answer for a user in no segment. It is not a valid segment
@@ -11,10 +15,10 @@ const None = "none"
 
 // Keys of the snapshot layout, relative to the store's root.
 const (
-	latestKey      = "LATEST"
-	snapshotsDir   = "snapshots/"
-	manifestObject = "manifest.json"
-	objectSuffix   = ".roaring"
+	LatestKey      = "LATEST"        // the current version, written last
+	SnapshotsDir   = "snapshots/"    // one directory per version
+	ManifestObject = "manifest.json" // in a version's directory
+	ObjectSuffix   = ".roaring"      // a segment's object: <name>.roaring
 )
 
 var (
@@ -32,26 +36,20 @@ func ValidateSegmentName(name string) error {
 		return fmt.Errorf("segment name %q is reserved (it is Lookup's answer for users in no segment)", name)
 	}
 	if !segmentNameRE.MatchString(name) {
-		return fmt.Errorf("segment name %q is invalid (want %s)", truncate(name, 80), segmentNameRE)
+		return fmt.Errorf("segment name %q is invalid (want %s)", clip.String(name, 80), segmentNameRE)
 	}
 	return nil
 }
 
-func validateVersion(v string) error {
+// ValidateVersion checks the form of a snapshot version.
+func ValidateVersion(v string) error {
 	if !versionRE.MatchString(v) {
-		return fmt.Errorf("version %q is not of the form YYYYMMDDTHHMMSSZ-xxxxxxxx", truncate(v, 80))
+		return fmt.Errorf("version %q is not of the form YYYYMMDDTHHMMSSZ-xxxxxxxx", clip.String(v, 80))
 	}
 	return nil
 }
 
-func versionKey(version, object string) string {
-	return snapshotsDir + version + "/" + object
-}
-
-// truncate shortens s to about n bytes for error messages.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
+// VersionKey is the key of an object of a version.
+func VersionKey(version, object string) string {
+	return SnapshotsDir + version + "/" + object
 }

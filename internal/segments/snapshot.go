@@ -1,5 +1,7 @@
 package segments
 
+// The Snapshot in memory, its Lookup, and Current (the one in use).
+
 import (
 	"encoding/binary"
 	"fmt"
@@ -167,7 +169,7 @@ func newSnapshot(m *Manifest, datas [][]byte) (*Snapshot, error) {
 	b32 := make([]*roaring.Bitmap, len(m.Segments))
 	b64 := make([]*roaring64.Bitmap, len(m.Segments))
 	for i, seg := range m.Segments {
-		key := versionKey(m.Version, seg.Object)
+		key := VersionKey(m.Version, seg.Object)
 		var card uint64
 		var err error
 		if m.IDBits == 64 {
@@ -201,8 +203,8 @@ func newSnapshot(m *Manifest, datas [][]byte) (*Snapshot, error) {
 			}
 			if overlap {
 				return nil, fmt.Errorf("segments %q (object %s) and %q (object %s) share users; segments must be mutually exclusive",
-					m.Segments[i].Name, versionKey(m.Version, m.Segments[i].Object),
-					m.Segments[j].Name, versionKey(m.Version, m.Segments[j].Object))
+					m.Segments[i].Name, VersionKey(m.Version, m.Segments[i].Object),
+					m.Segments[j].Name, VersionKey(m.Version, m.Segments[j].Object))
 			}
 		}
 	}
@@ -249,16 +251,24 @@ func decode32(data []byte) (bm *roaring.Bitmap, err error) {
 	}()
 	bm = roaring.New()
 	n, err := bm.FromBuffer(data)
-	if err != nil {
+	if err := checkDecoded(n, err, len(data), bm.Validate); err != nil {
 		return nil, err
 	}
-	if n != int64(len(data)) {
-		return nil, fmt.Errorf("%d trailing bytes after the bitmap", int64(len(data))-n)
-	}
-	if err := bm.Validate(); err != nil {
-		return nil, fmt.Errorf("malformed bitmap: %w", err)
-	}
 	return bm, nil
+}
+
+// checkDecoded: the bitmap took every byte and is internally consistent.
+func checkDecoded(n int64, err error, size int, validate func() error) error {
+	if err != nil {
+		return err
+	}
+	if n != int64(size) {
+		return fmt.Errorf("%d trailing bytes after the bitmap", int64(size)-n)
+	}
+	if err := validate(); err != nil {
+		return fmt.Errorf("malformed bitmap: %w", err)
+	}
+	return nil
 }
 
 func decode64(data []byte) (bm *roaring64.Bitmap, err error) {
@@ -278,14 +288,8 @@ func decode64(data []byte) (bm *roaring64.Bitmap, err error) {
 	}
 	bm = roaring64.New()
 	n, err := bm.FromUnsafeBytes(data)
-	if err != nil {
+	if err := checkDecoded(n, err, len(data), bm.Validate); err != nil {
 		return nil, err
-	}
-	if n != int64(len(data)) {
-		return nil, fmt.Errorf("%d trailing bytes after the bitmap", int64(len(data))-n)
-	}
-	if err := bm.Validate(); err != nil {
-		return nil, fmt.Errorf("malformed bitmap: %w", err)
 	}
 	return bm, nil
 }

@@ -1,6 +1,10 @@
 package segments
 
+// The watcher: polls LATEST, loads and swaps new versions in.
+
 import (
+	"github.com/capper-dev/capper/internal/objstore"
+
 	"context"
 	"errors"
 	"fmt"
@@ -12,15 +16,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DefaultWatchInterval is how often a Watcher polls LATEST by default.
-const DefaultWatchInterval = 30 * time.Second
-
 // WatcherOptions configures a Watcher.
 type WatcherOptions struct {
-	Store Store // required
+	Store objstore.Store // required
 	// Current receives each loaded snapshot; nil: the watcher makes one.
 	Current *Current
-	// Interval between polls; default DefaultWatchInterval.
+	// Interval between polls (required: segments.poll_interval).
 	Interval time.Duration
 	// Accept is passed to LoadOptions: a rejected snapshot is a failed load.
 	Accept func(*Snapshot) error
@@ -37,16 +38,15 @@ type WatcherOptions struct {
 // failed load keeps the current snapshot, is counted and reported, and is
 // retried at the next poll.
 type Watcher struct {
-	st       Store
+	st       objstore.Store
 	current  *Current
 	interval time.Duration
 	accept   func(*Snapshot) error
 	log      *slog.Logger
 	now      func() time.Time
 
-	mu      sync.Mutex // serializes polls; guards etag and lastErr
-	etag    string     // ETag of the LATEST whose version is in current
-	lastErr error
+	mu   sync.Mutex // serializes polls; guards etag
+	etag string     // ETag of the LATEST whose version is in current
 
 	loads     atomic.Uint64
 	failures  atomic.Uint64
@@ -58,15 +58,15 @@ func NewWatcher(opts WatcherOptions) (*Watcher, error) {
 	if opts.Store == nil {
 		return nil, errors.New("segment watcher: no store")
 	}
+	if opts.Interval <= 0 {
+		return nil, fmt.Errorf("segment watcher: interval %s must be above 0", opts.Interval)
+	}
 	w := &Watcher{
 		st: opts.Store, current: opts.Current, interval: opts.Interval,
 		accept: opts.Accept, log: opts.Logger, now: opts.Now,
 	}
 	if w.current == nil {
 		w.current = &Current{}
-	}
-	if w.interval <= 0 {
-		w.interval = DefaultWatchInterval
 	}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
@@ -109,12 +109,10 @@ func (w *Watcher) Poll(ctx context.Context) error {
 	err := w.poll(ctx)
 	switch {
 	case err == nil:
-		w.lastErr = nil
 		w.lastCheck.Store(w.now().UnixNano())
 	case ctx.Err() != nil:
 		// Shutting down: not a failure of the snapshot.
 	default:
-		w.lastErr = err
 		w.failures.Add(1)
 	}
 	return err
@@ -122,7 +120,7 @@ func (w *Watcher) Poll(ctx context.Context) error {
 
 func (w *Watcher) poll(ctx context.Context) error {
 	version, etag, err := readLatest(ctx, w.st, w.etag)
-	if errors.Is(err, ErrNotModified) {
+	if errors.Is(err, objstore.ErrNotModified) {
 		return nil
 	}
 	if err != nil {
@@ -145,53 +143,6 @@ func (w *Watcher) poll(ctx context.Context) error {
 	w.log.Info("segment snapshot loaded", "version", s.Version(), "previous", prev.Version(),
 		"users", s.Users(), "id_bits", s.IDBits(), "created_at", s.CreatedAt())
 	return nil
-}
-
-// Current is where the watcher stores snapshots.
-func (w *Watcher) Current() *Current { return w.current }
-
-// Version is the current snapshot's version ("" before the first load).
-func (w *Watcher) Version() string { return w.current.Load().Version() }
-
-// Age is how old the current snapshot is (now - created_at); 0 without one.
-func (w *Watcher) Age() time.Duration {
-	s := w.current.Load()
-	if s == nil {
-		return 0
-	}
-	return w.now().Sub(s.CreatedAt())
-}
-
-// Users is the number of users per segment of the current snapshot.
-func (w *Watcher) Users() map[string]uint64 {
-	out := make(map[string]uint64)
-	for _, in := range w.current.Load().Segments() {
-		out[in.Name] = in.Users
-	}
-	return out
-}
-
-// Loads is the number of snapshots swapped in.
-func (w *Watcher) Loads() uint64 { return w.loads.Load() }
-
-// LoadFailures is the number of failed polls (LATEST unreadable or a version
-// that failed to load).
-func (w *Watcher) LoadFailures() uint64 { return w.failures.Load() }
-
-// LastError is the error of the last poll, nil when it succeeded.
-func (w *Watcher) LastError() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.lastErr
-}
-
-// LastCheck is when a poll last succeeded (zero if never).
-func (w *Watcher) LastCheck() time.Time {
-	ns := w.lastCheck.Load()
-	if ns == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns)
 }
 
 // watcherCollector reads the values at scrape time, so they always describe

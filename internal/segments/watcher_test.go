@@ -1,6 +1,9 @@
-package segments
+package segments_test
 
 import (
+	"github.com/capper-dev/capper/internal/segbuild"
+	"github.com/capper-dev/capper/internal/segments"
+
 	"context"
 	"errors"
 	"fmt"
@@ -23,8 +26,8 @@ func TestWatcherSwapsAndSurvivesBadVersions(t *testing.T) {
 			st := sc.open(t)
 			reg := prometheus.NewRegistry()
 			now := t0.Add(90 * time.Minute)
-			var cur Current
-			w, err := NewWatcher(WatcherOptions{Store: st, Current: &cur, Registerer: reg, Now: func() time.Time { return now }})
+			var cur segments.Current
+			w, err := segments.NewWatcher(segments.WatcherOptions{Interval: time.Hour, Store: st, Current: &cur, Registerer: reg, Now: func() time.Time { return now }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -34,24 +37,24 @@ func TestWatcherSwapsAndSurvivesBadVersions(t *testing.T) {
 			if !errors.Is(err, fs.ErrNotExist) {
 				t.Fatalf("poll without LATEST: %v", err)
 			}
-			if w.LoadFailures() != 1 || w.LastError() == nil || cur.Load() != nil || !w.LastCheck().IsZero() {
-				t.Fatalf("failures %d, last error %v", w.LoadFailures(), w.LastError())
+			if f, check := metric(t, reg, "capper_snapshot_load_failures_total"), metric(t, reg, "capper_snapshot_last_check_timestamp_seconds"); f != 1 || cur.Load() != nil || check != 0 {
+				t.Fatalf("failures %v, last check %v", f, check)
 			}
 
 			// 2. v1 appears.
-			b1 := mustBuildCSV(t, BuilderOptions{Segments: []string{"new", "active"}}, "1,new\n2,active\n3,active\n")
-			m1, err := Publish(ctx, st, b1, PublishOptions{Now: fixedNow(t0)})
+			b1 := mustBuildCSV(t, segbuild.BuilderOptions{Segments: []string{"new", "active"}}, "1,new\n2,active\n3,active\n")
+			m1, err := segbuild.Publish(ctx, st, b1, segbuild.PublishOptions{Now: fixedNow(t0)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := w.Poll(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if w.Version() != m1.Version || cur.Lookup(1) != "new" || w.Loads() != 1 || w.LastError() != nil {
-				t.Fatalf("after v1: version %q lookup %q loads %d", w.Version(), cur.Lookup(1), w.Loads())
+			if cur.Load().Version() != m1.Version || cur.Lookup(1) != "new" || metric(t, reg, "capper_snapshot_loads_total") != 1 {
+				t.Fatalf("after v1: version %q lookup %q", cur.Load().Version(), cur.Lookup(1))
 			}
-			if !w.LastCheck().Equal(now) || w.Age() != 90*time.Minute {
-				t.Fatalf("last check %s, age %s", w.LastCheck(), w.Age())
+			if check, age := metric(t, reg, "capper_snapshot_last_check_timestamp_seconds"), metric(t, reg, "capper_snapshot_age_seconds"); check != float64(now.Unix()) || age != 90*60 {
+				t.Fatalf("last check %v, age %vs", check, age)
 			}
 
 			// 3. Unchanged LATEST: the manifest is not read again (it is
@@ -63,14 +66,14 @@ func TestWatcherSwapsAndSurvivesBadVersions(t *testing.T) {
 					t.Fatalf("unchanged poll re-read the snapshot: %v", err)
 				}
 			}
-			if cur.Load() != served || w.Loads() != 1 {
+			if cur.Load() != served || metric(t, reg, "capper_snapshot_loads_total") != 1 {
 				t.Fatal("an unchanged LATEST swapped the snapshot")
 			}
 
 			// 4. v2 is published with a truncated object: every poll fails
 			// and retries, v1 keeps serving.
-			b2 := mustBuildCSV(t, BuilderOptions{Segments: []string{"new", "active"}}, "1,active\n2,new\n4,new\n")
-			m2, err := Publish(ctx, st, b2, PublishOptions{Now: fixedNow(t0.Add(time.Hour))})
+			b2 := mustBuildCSV(t, segbuild.BuilderOptions{Segments: []string{"new", "active"}}, "1,active\n2,new\n4,new\n")
+			m2, err := segbuild.Publish(ctx, st, b2, segbuild.PublishOptions{Now: fixedNow(t0.Add(time.Hour))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,11 +83,8 @@ func TestWatcherSwapsAndSurvivesBadVersions(t *testing.T) {
 			for i := range 2 {
 				err := w.Poll(ctx)
 				wantErrContains(t, err, "load snapshot "+m2.Version, "object "+bad, "size mismatch")
-				if !errors.Is(w.LastError(), err) && w.LastError().Error() != err.Error() {
-					t.Fatalf("LastError %v, want %v", w.LastError(), err)
-				}
-				if w.LoadFailures() != uint64(2+i) {
-					t.Fatalf("failures = %d, want %d", w.LoadFailures(), 2+i)
+				if f := metric(t, reg, "capper_snapshot_load_failures_total"); f != float64(2+i) {
+					t.Fatalf("failures = %v, want %d", f, 2+i)
 				}
 				if cur.Load() != served || cur.Lookup(1) != "new" {
 					t.Fatal("a failed load replaced the serving snapshot")
@@ -107,8 +107,8 @@ capper_snapshot_load_failures_total 3
 			if err := w.Poll(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if w.Version() != m2.Version || cur.Lookup(1) != "active" || cur.Lookup(4) != "new" || w.LastError() != nil {
-				t.Fatalf("after repair: version %q lookup(1) %q", w.Version(), cur.Lookup(1))
+			if cur.Load().Version() != m2.Version || cur.Lookup(1) != "active" || cur.Lookup(4) != "new" {
+				t.Fatalf("after repair: version %q lookup(1) %q", cur.Load().Version(), cur.Lookup(1))
 			}
 			if err := testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
 # HELP capper_snapshot_age_seconds Seconds since the snapshot in use was created (manifest created_at).
@@ -133,9 +133,6 @@ capper_snapshot_users{segment="new"} 2
 `, m2.Version, now.Unix()))); err != nil {
 				t.Fatal(err)
 			}
-			if got := w.Users(); got["new"] != 2 || got["active"] != 1 {
-				t.Fatalf("Users() = %v", got)
-			}
 		})
 	}
 }
@@ -145,14 +142,16 @@ func TestWatcherAcceptRejection(t *testing.T) {
 	ctx := context.Background()
 	st := openDir(t, t.TempDir())
 	publishSmall(t, st)
-	w, err := NewWatcher(WatcherOptions{Store: st, Accept: func(s *Snapshot) error {
+	reg := prometheus.NewRegistry()
+	var cur segments.Current
+	w, err := segments.NewWatcher(segments.WatcherOptions{Interval: time.Hour, Store: st, Current: &cur, Registerer: reg, Accept: func(s *segments.Snapshot) error {
 		return errors.New("segment dormant is not configured")
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantErrContains(t, w.Poll(ctx), "rejected: segment dormant is not configured")
-	if w.Current().Load() != nil || w.LoadFailures() != 1 {
+	if cur.Load() != nil || metric(t, reg, "capper_snapshot_load_failures_total") != 1 {
 		t.Fatal("a rejected snapshot must not be served")
 	}
 }
@@ -162,7 +161,8 @@ func TestWatcherAcceptRejection(t *testing.T) {
 func TestWatcherRunStopsOnCancel(t *testing.T) {
 	st := openDir(t, t.TempDir())
 	m := publishSmall(t, st)
-	w, err := NewWatcher(WatcherOptions{Store: st, Interval: 5 * time.Millisecond})
+	var cur segments.Current
+	w, err := segments.NewWatcher(segments.WatcherOptions{Store: st, Current: &cur, Interval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestWatcherRunStopsOnCancel(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	deadline := time.After(30 * time.Second) // a hang guard, not a timing assertion
-	for w.Version() != m.Version {
+	for cur.Load().Version() != m.Version {
 		select {
 		case <-deadline:
 			t.Fatal("Run never loaded the snapshot")
@@ -184,15 +184,18 @@ func TestWatcherRunStopsOnCancel(t *testing.T) {
 }
 
 func TestWatcherNeedsStoreAndRegistersOnce(t *testing.T) {
-	if _, err := NewWatcher(WatcherOptions{}); err == nil {
+	if _, err := segments.NewWatcher(segments.WatcherOptions{Interval: time.Hour}); err == nil {
 		t.Fatal("a watcher without a store must be an error")
+	}
+	if _, err := segments.NewWatcher(segments.WatcherOptions{Store: openDir(t, t.TempDir())}); err == nil {
+		t.Fatal("a watcher without an interval must be an error")
 	}
 	reg := prometheus.NewRegistry()
 	st := openDir(t, t.TempDir())
-	if _, err := NewWatcher(WatcherOptions{Store: st, Registerer: reg}); err != nil {
+	if _, err := segments.NewWatcher(segments.WatcherOptions{Interval: time.Hour, Store: st, Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := NewWatcher(WatcherOptions{Store: st, Registerer: reg})
+	_, err := segments.NewWatcher(segments.WatcherOptions{Interval: time.Hour, Store: st, Registerer: reg})
 	wantErrContains(t, err, "register metrics")
 }
 
@@ -201,8 +204,9 @@ func TestWatcherNeedsStoreAndRegistersOnce(t *testing.T) {
 func TestLookupsDuringSwaps(t *testing.T) {
 	ctx := context.Background()
 	st := openDir(t, t.TempDir())
-	var cur Current
-	w, err := NewWatcher(WatcherOptions{Store: st, Current: &cur})
+	var cur segments.Current
+	reg := prometheus.NewRegistry()
+	w, err := segments.NewWatcher(segments.WatcherOptions{Interval: time.Hour, Store: st, Current: &cur, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,8 +223,8 @@ func TestLookupsDuringSwaps(t *testing.T) {
 			fmt.Fprintf(&sb, "%d,%s\n", u, seg)
 		}
 		fmt.Fprintf(&sb, "%d,marker\n", 5000+i)
-		b := mustBuildCSV(t, BuilderOptions{}, sb.String())
-		if _, err := Publish(ctx, st, b, PublishOptions{Now: fixedNow(t0.Add(timeHours(i)))}); err != nil {
+		b := mustBuildCSV(t, segbuild.BuilderOptions{}, sb.String())
+		if _, err := segbuild.Publish(ctx, st, b, segbuild.PublishOptions{Now: fixedNow(t0.Add(timeHours(i)))}); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.Poll(ctx); err != nil {
@@ -267,7 +271,23 @@ func TestLookupsDuringSwaps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if w.Loads() != 10 {
-		t.Fatalf("loads %d, want 10", w.Loads())
+	if n := metric(t, reg, "capper_snapshot_loads_total"); n != 10 {
+		t.Fatalf("loads %v, want 10", n)
 	}
+}
+
+// metric reads a gauge or counter without labels from reg.
+func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			m := mf.GetMetric()[0]
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return 0
 }

@@ -1,5 +1,7 @@
 package testenv
 
+// A 3-master Redis Cluster of real redis-server processes.
+
 import (
 	"context"
 	"fmt"

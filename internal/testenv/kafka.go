@@ -1,5 +1,7 @@
 package testenv
 
+// An in-process Kafka-protocol broker reached over TCP.
+
 import (
 	"context"
 	"testing"

@@ -1,5 +1,7 @@
 package testenv
 
+// Free loopback ports.
+
 import (
 	"net"
 	"strconv"

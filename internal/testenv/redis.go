@@ -1,5 +1,7 @@
 package testenv
 
+// Real redis-server processes owned by a test.
+
 import (
 	"bytes"
 	"context"

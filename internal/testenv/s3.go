@@ -1,5 +1,7 @@
 package testenv
 
+// An S3-protocol endpoint over HTTP.
+
 import (
 	"context"
 	"net/http/httptest"

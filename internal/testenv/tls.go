@@ -1,5 +1,7 @@
 package testenv
 
+// A private CA and certificates for the TLS tests.
+
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"

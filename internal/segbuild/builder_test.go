@@ -1,6 +1,9 @@
-package segments
+package segbuild
 
 import (
+	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/segments"
+
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -82,7 +85,7 @@ func TestBuilderReadsEveryInputForm(t *testing.T) {
 		t.Fatal(err)
 	}
 	lookups(t, b, map[uint64]string{1: "new", 2: "new", 3: "active", 4: "active", 5: "dormant", 6: "new", 7: "new",
-		8: "lapsed", 9: "lapsed", 10: "active", 11: "new", 12: None})
+		8: "lapsed", 9: "lapsed", 10: "active", 11: "new", 12: segments.None})
 	var names []string
 	for _, s := range b.Segments {
 		names = append(names, s.Name)
@@ -224,7 +227,7 @@ func TestBuilderMalformedLines(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("bad lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	lookups(t, b, map[uint64]string{1: "new", 7: "active", 5: None})
+	lookups(t, b, map[uint64]string{1: "new", 7: "active", 5: segments.None})
 
 	_, err = buildCSV(t, BuilderOptions{MaxErrors: 7}, "bad.csv", csv)
 	bie = asErr[*BadInputError](t, err)
@@ -272,7 +275,7 @@ func TestBuilder64BitIDs(t *testing.T) {
 	if b.IDBits != 64 {
 		t.Fatalf("id bits %d", b.IDBits)
 	}
-	lookups(t, b, map[uint64]string{1: "new", math.MaxUint32: "new", big: "active", math.MaxUint64: "active", 2: "active", big + 1: None, 3: None})
+	lookups(t, b, map[uint64]string{1: "new", math.MaxUint32: "new", big: "active", math.MaxUint64: "active", 2: "active", big + 1: segments.None, 3: segments.None})
 	// Five users in ~150 bytes: far more than 8 bytes per user.
 	if !strings.Contains(logs.String(), "roaring64 is compact only for clustered ids") {
 		t.Fatalf("no warning about bytes per user: %q", logs.String())
@@ -284,7 +287,7 @@ func TestBuilder64BitIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Load(context.Background(), st, LoadOptions{})
+	s, err := segments.Load(context.Background(), st, segments.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,12 +301,12 @@ func TestBuilder64BitIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lookups(t, b, map[uint64]string{big: "new", 7: "active", 0: None})
+	lookups(t, b, map[uint64]string{big: "new", 7: "active", 0: segments.None})
 	b, err = buildCSV(t, BuilderOptions{}, "w.csv", fmt.Sprintf("%d,new\n%d,active\n", big, big+1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lookups(t, b, map[uint64]string{big: "new", big + 1: "active", 0: None})
+	lookups(t, b, map[uint64]string{big: "new", big + 1: "active", 0: segments.None})
 
 	// A 64-bit conflict is still found across the switch.
 	_, err = buildCSV(t, BuilderOptions{}, "w.csv", fmt.Sprintf("7,new\n%d,new\n7,active\n", big))
@@ -321,7 +324,7 @@ func TestBuilderDeterministic(t *testing.T) {
 		rows = append(rows, fmt.Sprintf("%d,seg%d", id, id%3))
 	}
 	var first *Build
-	var firstM *Manifest
+	var firstM *segments.Manifest
 	for i := range 3 {
 		shuffled := slices.Clone(rows)
 		r.Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
@@ -368,8 +371,8 @@ func TestResolveInputsErrors(t *testing.T) {
 
 func TestBuilderS3Input(t *testing.T) {
 	ctx := context.Background()
-	opts := startS3(t, S3Options{})
-	st, err := OpenStore(ctx, "s3://capper/in", StoreOptions{S3: opts})
+	opts := startS3(t, objstore.S3Options{})
+	st, err := objstore.Open(ctx, "s3://capper/in", objstore.Options{S3: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,6 @@
-package segments
+package objstore
+
+// The directory store.
 
 import (
 	"context"
@@ -58,6 +60,22 @@ func (d *dirStore) Get(_ context.Context, key string) (io.ReadCloser, int64, err
 	return f, fi.Size(), nil
 }
 
+// Size returns the file's size.
+func (d *dirStore) Size(_ context.Context, key string) (int64, error) {
+	p, err := d.path(key)
+	if err != nil {
+		return 0, err
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0, err
+	}
+	if fi.IsDir() {
+		return 0, fmt.Errorf("%s is a directory", p)
+	}
+	return fi.Size(), nil
+}
+
 // GetIfChanged reads the file and uses a hash of its content as the ETag.
 // For a local file the read is as cheap as a stat, and unlike size+mtime it
 // cannot miss a rewrite within the file system's timestamp granularity.
@@ -67,7 +85,7 @@ func (d *dirStore) GetIfChanged(ctx context.Context, key, etag string) ([]byte, 
 		return nil, "", err
 	}
 	defer rc.Close()
-	data, err := readSmall(rc, maxSmallObject)
+	data, err := readSmall(rc, MaxSmallObject)
 	if err != nil {
 		return nil, "", fmt.Errorf("read %s: %w", filepath.Join(d.root, key), err)
 	}

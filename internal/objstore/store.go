@@ -1,4 +1,8 @@
-package segments
+// Package objstore owns the object stores capper publishes to and reads
+// from: a directory or an S3 bucket/prefix behind one small interface, with
+// atomic puts and conditional reads of small pointer objects. Segment
+// snapshots live in one.
+package objstore
 
 import (
 	"context"
@@ -10,15 +14,18 @@ import (
 	"strings"
 )
 
-// Store is where snapshots live: a directory or an S3 bucket/prefix. Keys are
-// slash-separated and relative to the store's root. A missing object is an
-// error wrapping fs.ErrNotExist.
+// Store is a directory or an S3 bucket/prefix. Keys are slash-separated and
+// relative to the store's root. A missing object is an error wrapping
+// fs.ErrNotExist.
 type Store interface {
 	// Get opens an object for reading; size is -1 when the store cannot tell.
 	Get(ctx context.Context, key string) (rc io.ReadCloser, size int64, err error)
-	// GetIfChanged reads a small object unless its ETag still equals etag
-	// (then it returns ErrNotModified): how the watcher polls LATEST with one
-	// small round trip. An empty etag always reads.
+	// Size returns an object's size.
+	Size(ctx context.Context, key string) (int64, error)
+	// GetIfChanged reads a small object (at most MaxSmallObject bytes)
+	// unless its ETag still equals etag (then it returns ErrNotModified): how
+	// a watcher polls a pointer object with one small round trip. An empty
+	// etag always reads.
 	GetIfChanged(ctx context.Context, key, etag string) (data []byte, newETag string, err error)
 	// Put writes an object; readers see either the old or the whole new
 	// content, never a part.
@@ -34,11 +41,11 @@ type Store interface {
 // ErrNotModified is GetIfChanged's answer for an unchanged object.
 var ErrNotModified = errors.New("not modified")
 
-// maxSmallObject bounds what GetIfChanged and the manifest reader accept.
-const maxSmallObject = 1 << 20
+// MaxSmallObject bounds what GetIfChanged and ReadAll accept.
+const MaxSmallObject = 1 << 20
 
-// StoreOptions configures OpenStore.
-type StoreOptions struct {
+// Options configures Open.
+type Options struct {
 	S3 S3Options
 }
 
@@ -58,14 +65,14 @@ type S3Options struct {
 	PartSize int64
 }
 
-// OpenStore opens the store at rawURL: "/path" or "relative/path" (a
-// directory), "file:///path", or "s3://bucket[/prefix]".
-func OpenStore(ctx context.Context, rawURL string, opts StoreOptions) (Store, error) {
+// Open opens the store at rawURL: "/path" or "relative/path" (a directory),
+// "file:///path", or "s3://bucket[/prefix]".
+func Open(ctx context.Context, rawURL string, opts Options) (Store, error) {
 	switch {
 	case rawURL == "":
 		return nil, errors.New("open store: empty location")
 	case strings.HasPrefix(rawURL, "s3://"):
-		bucket, prefix, err := parseS3URL(rawURL)
+		bucket, prefix, err := SplitS3URL(rawURL)
 		if err != nil {
 			return nil, fmt.Errorf("open store %s: %w", rawURL, err)
 		}
@@ -75,7 +82,7 @@ func OpenStore(ctx context.Context, rawURL string, opts StoreOptions) (Store, er
 		}
 		return st, nil
 	case strings.HasPrefix(rawURL, "file://"):
-		dir, err := fileURLPath(rawURL)
+		dir, err := FilePath(rawURL)
 		if err != nil {
 			return nil, fmt.Errorf("open store %s: %w", rawURL, err)
 		}
@@ -87,7 +94,8 @@ func OpenStore(ctx context.Context, rawURL string, opts StoreOptions) (Store, er
 	}
 }
 
-func fileURLPath(raw string) (string, error) {
+// FilePath is the path of a file:/// URL.
+func FilePath(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", err
@@ -101,14 +109,28 @@ func fileURLPath(raw string) (string, error) {
 	return filepath.FromSlash(u.Path), nil
 }
 
-// parseS3URL splits s3://bucket/some/prefix into "bucket" and "some/prefix".
-func parseS3URL(raw string) (bucket, key string, err error) {
+// SplitS3URL splits s3://bucket/some/key into "bucket" and "some/key".
+func SplitS3URL(raw string) (bucket, key string, err error) {
 	rest := strings.TrimPrefix(raw, "s3://")
 	bucket, key, _ = strings.Cut(rest, "/")
 	if bucket == "" {
 		return "", "", errors.New("no bucket in S3 URL (want s3://bucket/prefix)")
 	}
 	return bucket, key, nil
+}
+
+// ReadAll reads a small object whole (at most MaxSmallObject bytes).
+func ReadAll(ctx context.Context, st Store, key string) ([]byte, error) {
+	rc, _, err := st.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := readSmall(rc, MaxSmallObject)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	return data, nil
 }
 
 // readSmall reads at most limit bytes; more is an error.

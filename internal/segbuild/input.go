@@ -1,6 +1,12 @@
-package segments
+package segbuild
+
+// Inputs: files, directories, stdin and S3 objects, read line by line.
 
 import (
+	"github.com/capper-dev/capper/internal/segments"
+
+	"github.com/capper-dev/capper/internal/objstore"
+
 	"bufio"
 	"bytes"
 	"compress/gzip"
@@ -12,6 +18,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/capper-dev/capper/internal/clip"
 )
 
 const stdinName = "<stdin>"
@@ -34,8 +42,8 @@ type Input struct {
 
 // InputOptions configures ResolveInputs.
 type InputOptions struct {
-	Stdin io.Reader // read for "-"
-	S3    S3Options // for s3:// inputs
+	Stdin io.Reader          // read for "-"
+	S3    objstore.S3Options // for s3:// inputs
 }
 
 // ResolveInputs turns --input arguments into inputs: "-" (stdin, at most
@@ -65,7 +73,7 @@ func ResolveInputs(ctx context.Context, args []string, opts InputOptions) ([]Inp
 			}
 			out = append(out, in)
 		case strings.HasPrefix(arg, "file://"):
-			p, err := fileURLPath(arg)
+			p, err := objstore.FilePath(arg)
 			if err != nil {
 				return nil, fmt.Errorf("input %s: %w", arg, err)
 			}
@@ -127,7 +135,7 @@ func pathInputs(path string) ([]Input, error) {
 		if e.IsDir() || !ok {
 			return nil, fmt.Errorf("input %s: %s is not a <segment>.txt or <segment>.txt.gz file (a directory input holds one id list per segment and nothing else)", path, full)
 		}
-		if err := ValidateSegmentName(seg); err != nil {
+		if err := segments.ValidateSegmentName(seg); err != nil {
 			return nil, fmt.Errorf("input %s: file %s: %w", path, e.Name(), err)
 		}
 		in, err := FileInput(full, seg)
@@ -151,19 +159,19 @@ func listFileSegment(name string) (string, bool) {
 	return "", false
 }
 
-func s3Input(ctx context.Context, raw string, opts S3Options) (Input, error) {
-	bucket, key, err := parseS3URL(raw)
+func s3Input(ctx context.Context, raw string, opts objstore.S3Options) (Input, error) {
+	bucket, key, err := objstore.SplitS3URL(raw)
 	if err != nil {
 		return Input{}, err
 	}
 	if key == "" || strings.HasSuffix(key, "/") {
 		return Input{}, errors.New("want s3://bucket/key naming one object")
 	}
-	st, err := newS3Store(ctx, bucket, "", opts)
+	st, err := objstore.Open(ctx, "s3://"+bucket, objstore.Options{S3: opts})
 	if err != nil {
 		return Input{}, err
 	}
-	size, err := st.size(ctx, key)
+	size, err := st.Size(ctx, key)
 	if err != nil {
 		return Input{}, err
 	}
@@ -279,7 +287,7 @@ func (p *lineParser) parse(raw []byte, at Position, row rowFunc, bad badFunc) er
 	if p.list {
 		id, ok := parseUint(unquote(line))
 		if !ok {
-			return bad(at, line, fmt.Sprintf("user id %q is not an unsigned 64-bit decimal integer", truncate(string(line), 40)))
+			return bad(at, line, fmt.Sprintf("user id %q is not an unsigned 64-bit decimal integer", clip.String(string(line), 40)))
 		}
 		return row(id, p.segment, at, line)
 	}
@@ -304,7 +312,7 @@ func (p *lineParser) parse(raw []byte, at Position, row rowFunc, bad badFunc) er
 		if first && bytes.EqualFold(idField, []byte("user_id")) && bytes.EqualFold(segField, []byte("segment")) {
 			return nil // header
 		}
-		return bad(at, line, fmt.Sprintf("user_id %q is not an unsigned 64-bit decimal integer", truncate(string(idField), 40)))
+		return bad(at, line, fmt.Sprintf("user_id %q is not an unsigned 64-bit decimal integer", clip.String(string(idField), 40)))
 	}
 	return row(id, segField, at, line)
 }

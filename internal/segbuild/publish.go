@@ -1,6 +1,12 @@
-package segments
+package segbuild
+
+// Publishing a build (objects, manifest, then LATEST) and pruning old
+// versions.
 
 import (
+	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/segments"
+
 	"bytes"
 	"context"
 	"errors"
@@ -30,7 +36,7 @@ type PublishOptions struct {
 // follows LATEST therefore never sees a partial snapshot. Afterwards it
 // deletes old versions (see Prune); a failed clean-up is logged, since the
 // snapshot is published by then.
-func Publish(ctx context.Context, st Store, b *Build, opts PublishOptions) (*Manifest, error) {
+func Publish(ctx context.Context, st objstore.Store, b *Build, opts PublishOptions) (*segments.Manifest, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -45,24 +51,24 @@ func Publish(ctx context.Context, st Store, b *Build, opts PublishOptions) (*Man
 		return nil, errors.New("publish snapshot: empty build")
 	}
 	m := b.Manifest(opts.Now())
-	if err := m.validate(m.Version); err != nil {
+	if err := m.Validate(m.Version); err != nil {
 		return nil, fmt.Errorf("publish snapshot %s: %w", m.Version, err)
 	}
 	for i, s := range b.Segments {
-		key := versionKey(m.Version, m.Segments[i].Object)
+		key := segments.VersionKey(m.Version, m.Segments[i].Object)
 		if err := st.Put(ctx, key, bytes.NewReader(s.Data)); err != nil {
 			return nil, fmt.Errorf("publish snapshot %s to %s: object %s: %w", m.Version, st, key, err)
 		}
 	}
-	data, err := m.marshal()
+	data, err := m.Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("publish snapshot %s: manifest: %w", m.Version, err)
 	}
-	if err := st.Put(ctx, versionKey(m.Version, manifestObject), bytes.NewReader(data)); err != nil {
+	if err := st.Put(ctx, segments.VersionKey(m.Version, segments.ManifestObject), bytes.NewReader(data)); err != nil {
 		return nil, fmt.Errorf("publish snapshot %s to %s: manifest: %w", m.Version, st, err)
 	}
-	if err := st.Put(ctx, latestKey, strings.NewReader(m.Version+"\n")); err != nil {
-		return nil, fmt.Errorf("publish snapshot %s to %s: %s: %w", m.Version, st, latestKey, err)
+	if err := st.Put(ctx, segments.LatestKey, strings.NewReader(m.Version+"\n")); err != nil {
+		return nil, fmt.Errorf("publish snapshot %s to %s: %s: %w", m.Version, st, segments.LatestKey, err)
 	}
 	if deleted, err := Prune(ctx, st, opts.Keep); err != nil {
 		log.Warn("deleting old segment snapshots failed", "store", st.String(), "err", err)
@@ -75,22 +81,22 @@ func Publish(ctx context.Context, st Store, b *Build, opts PublishOptions) (*Man
 // Prune deletes all but the newest keep versions under snapshots/, never the
 // one LATEST names, and returns the deleted versions. Versions start with
 // their creation time, so they sort by age.
-func Prune(ctx context.Context, st Store, keep int) ([]string, error) {
+func Prune(ctx context.Context, st objstore.Store, keep int) ([]string, error) {
 	if keep < 1 {
 		keep = 1
 	}
-	latest, _, err := readLatest(ctx, st, "")
+	latest, err := segments.ReadLatest(ctx, st)
 	if err != nil {
 		return nil, fmt.Errorf("prune %s: %w", st, err)
 	}
-	keys, err := st.List(ctx, snapshotsDir)
+	keys, err := st.List(ctx, segments.SnapshotsDir)
 	if err != nil {
 		return nil, fmt.Errorf("prune %s: %w", st, err)
 	}
 	byVersion := make(map[string][]string)
 	for _, k := range keys {
-		v, _, ok := strings.Cut(strings.TrimPrefix(k, snapshotsDir), "/")
-		if !ok || validateVersion(v) != nil {
+		v, _, ok := strings.Cut(strings.TrimPrefix(k, segments.SnapshotsDir), "/")
+		if !ok || segments.ValidateVersion(v) != nil {
 			continue // not ours: leave it alone
 		}
 		byVersion[v] = append(byVersion[v], k)
@@ -109,7 +115,7 @@ func Prune(ctx context.Context, st Store, keep int) ([]string, error) {
 		// recognisably broken (no manifest or missing objects) either way.
 		ks := byVersion[v]
 		sort.Slice(ks, func(a, b int) bool {
-			return !strings.HasSuffix(ks[a], "/"+manifestObject) && strings.HasSuffix(ks[b], "/"+manifestObject)
+			return !strings.HasSuffix(ks[a], "/"+segments.ManifestObject) && strings.HasSuffix(ks[b], "/"+segments.ManifestObject)
 		})
 		for _, k := range ks {
 			if err := st.Delete(ctx, k); err != nil {

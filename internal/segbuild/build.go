@@ -1,6 +1,10 @@
-package segments
+package segbuild
+
+// A finished build: its segments, manifest and summary table.
 
 import (
+	"github.com/capper-dev/capper/internal/segments"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -51,28 +55,37 @@ func (b *Build) Bytes() int64 {
 	return n
 }
 
-// Manifest describes the build as a snapshot created at now (truncated to
+// segments.Manifest describes the build as a snapshot created at now (truncated to
 // the second, UTC).
-func (b *Build) Manifest(now time.Time) *Manifest {
-	m := &Manifest{Format: ManifestFormat, CreatedAt: now.UTC().Truncate(time.Second), IDBits: b.IDBits}
+func (b *Build) Manifest(now time.Time) *segments.Manifest {
+	m := &segments.Manifest{Format: segments.ManifestFormat, CreatedAt: now.UTC().Truncate(time.Second), IDBits: b.IDBits}
 	for _, s := range b.Segments {
-		m.Segments = append(m.Segments, ManifestSegment{
-			Name: s.Name, Object: s.Name + objectSuffix, Users: s.Users, Bytes: int64(len(s.Data)), SHA256: s.SHA256,
+		m.Segments = append(m.Segments, segments.ManifestSegment{
+			Name: s.Name, Object: s.Name + segments.ObjectSuffix, Users: s.Users, Bytes: int64(len(s.Data)), SHA256: s.SHA256,
 		})
 	}
-	m.Version = versionString(m.CreatedAt, m.IDBits, m.Segments)
+	m.Version = segments.VersionString(m.CreatedAt, m.IDBits, m.Segments)
 	return m
 }
 
-// Snapshot decodes the build into a snapshot without a store, through the
+// segments.Snapshot decodes the build into a snapshot without a store, through the
 // same checks as Load (for a demo or a test that needs one in memory).
-func (b *Build) Snapshot(now time.Time) (*Snapshot, error) {
+func (b *Build) Snapshot(now time.Time) (*segments.Snapshot, error) {
 	m := b.Manifest(now)
-	s, err := decodeBuild(m, b)
+	s, err := segments.Decode(m, b.objects())
 	if err != nil {
 		return nil, fmt.Errorf("snapshot of build %s: %w", m.Version, err)
 	}
 	return s, nil
+}
+
+// objects are the segment objects in manifest order.
+func (b *Build) objects() [][]byte {
+	out := make([][]byte, len(b.Segments))
+	for i, s := range b.Segments {
+		out[i] = s.Data
+	}
+	return out
 }
 
 // WriteSummary prints a table of the segments and the build's counters.

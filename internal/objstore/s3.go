@@ -1,4 +1,6 @@
-package segments
+package objstore
+
+// The S3 store (aws-sdk-go-v2).
 
 // feature/s3/manager is deprecated in favour of feature/s3/transfermanager,
 // which is still v0 (pre-release); manager is the pinned, maintained choice.
@@ -99,15 +101,15 @@ func (s *s3Store) GetIfChanged(ctx context.Context, key, etag string) ([]byte, s
 		return nil, "", s.wrap("get", key, err)
 	}
 	defer out.Body.Close()
-	data, err := readSmall(out.Body, maxSmallObject)
+	data, err := readSmall(out.Body, MaxSmallObject)
 	if err != nil {
 		return nil, "", fmt.Errorf("read %s: %w", s.url(key), err)
 	}
 	return data, aws.ToString(out.ETag), nil
 }
 
-// size is HeadObject's content length (for progress on s3:// inputs).
-func (s *s3Store) size(ctx context.Context, key string) (int64, error) {
+// Size returns an object's size (a HEAD request).
+func (s *s3Store) Size(ctx context.Context, key string) (int64, error) {
 	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: aws.String(s.prefix + key)})
 	if err != nil {
 		return 0, s.wrap("head", key, err)

@@ -1,47 +1,20 @@
-package segments
+package segbuild
+
+// The Builder: rows in, one bitmap per segment, exclusivity enforced.
 
 import (
+	"github.com/capper-dev/capper/internal/segments"
+
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"sort"
-	"strings"
 	"time"
+
+	"github.com/capper-dev/capper/internal/clip"
 )
-
-// ConflictPolicy says what a build does with a user listed in two segments.
-type ConflictPolicy int
-
-const (
-	// ConflictError fails the build, reporting the conflicts.
-	ConflictError ConflictPolicy = iota
-	// ConflictPriority keeps the user in the segment that comes first in
-	// BuilderOptions.Segments.
-	ConflictPriority
-)
-
-func (p ConflictPolicy) String() string {
-	switch p {
-	case ConflictError:
-		return "error"
-	case ConflictPriority:
-		return "priority"
-	}
-	return fmt.Sprintf("ConflictPolicy(%d)", int(p))
-}
-
-// ParseConflictPolicy parses "error" or "priority".
-func ParseConflictPolicy(s string) (ConflictPolicy, error) {
-	switch s {
-	case "error", "":
-		return ConflictError, nil
-	case "priority":
-		return ConflictPriority, nil
-	}
-	return 0, fmt.Errorf("conflict policy %q: want error or priority", s)
-}
 
 // MaxConflictSamples is how many conflicts a failed build reports in detail.
 const MaxConflictSamples = 10
@@ -76,7 +49,7 @@ type Progress struct {
 func (o BuilderOptions) Validate() error {
 	seen := make(map[string]bool, len(o.Segments))
 	for _, s := range o.Segments {
-		if err := ValidateSegmentName(s); err != nil {
+		if err := segments.ValidateSegmentName(s); err != nil {
 			return err
 		}
 		if seen[s] {
@@ -97,102 +70,6 @@ func (o BuilderOptions) Validate() error {
 		return fmt.Errorf("max errors %d is negative", o.MaxErrors)
 	}
 	return nil
-}
-
-// Position is where a row came from.
-type Position struct {
-	Source string // file, URL or "<stdin>"
-	Line   int64  // 1-based; 0 when not known
-}
-
-func (p Position) String() string {
-	if p.Line <= 0 {
-		return p.Source
-	}
-	return fmt.Sprintf("%s:%d", p.Source, p.Line)
-}
-
-// BadLine is a malformed input line.
-type BadLine struct {
-	At      Position
-	Reason  string
-	Content string // truncated to about 80 bytes
-}
-
-func (l BadLine) String() string { return fmt.Sprintf("%s: %s (line %q)", l.At, l.Reason, l.Content) }
-
-// BadInputError fails a build with more malformed lines than MaxErrors.
-type BadInputError struct {
-	MaxErrors int
-	Lines     []BadLine // every bad line seen, the last one over the limit
-}
-
-func (e *BadInputError) Error() string {
-	if e.MaxErrors == 0 && len(e.Lines) == 1 {
-		return "malformed line: " + e.Lines[0].String()
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "more than %d malformed lines:", e.MaxErrors)
-	for _, l := range e.Lines {
-		b.WriteString("\n  " + l.String())
-	}
-	return b.String()
-}
-
-// UnknownSegmentError is a segment name outside BuilderOptions.Segments.
-type UnknownSegmentError struct {
-	Name  string
-	At    Position
-	Known []string
-}
-
-func (e *UnknownSegmentError) Error() string {
-	return fmt.Sprintf("%s: unknown segment %q (the config's segments are: %s)", e.At, truncate(e.Name, 80), strings.Join(e.Known, ", "))
-}
-
-// Conflict is a user found in two segments.
-type Conflict struct {
-	UserID   uint64
-	First    string   // the segment the user was first seen in
-	FirstAt  Position // Line 0: not known (see FirstNote)
-	Second   string
-	SecondAt Position
-	// FirstNote explains a missing FirstAt line, e.g. stdin cannot be re-read.
-	FirstNote string
-}
-
-func (c Conflict) String() string {
-	first := c.FirstAt.String()
-	if c.FirstNote != "" {
-		first += " (" + c.FirstNote + ")"
-	}
-	return fmt.Sprintf("user %d: %q at %s and %q at %s", c.UserID, c.First, first, c.Second, c.SecondAt)
-}
-
-// ConflictsError fails a build (ConflictError policy) in which some users are
-// in two or more segments.
-type ConflictsError struct {
-	Users   uint64     // how many users are in more than one segment
-	Samples []Conflict // the first MaxConflictSamples of them
-}
-
-func (e *ConflictsError) Error() string {
-	var b strings.Builder
-	if e.Users == 1 {
-		b.WriteString("1 user is")
-	} else {
-		fmt.Fprintf(&b, "%d users are", e.Users)
-	}
-	b.WriteString(" in more than one segment (segments must be mutually exclusive; the priority policy keeps the segment that comes first in the config)")
-	if uint64(len(e.Samples)) < e.Users {
-		fmt.Fprintf(&b, "; the first %d:", len(e.Samples))
-	} else {
-		b.WriteString(":")
-	}
-	for _, c := range e.Samples {
-		b.WriteString("\n  " + c.String())
-	}
-	return b.String()
 }
 
 // Builder collects (user, segment) rows into one bitmap per segment. Memory
@@ -284,7 +161,7 @@ func (b *Builder) segmentIndex(name []byte, at Position, line []byte) (int, erro
 		return i, nil
 	}
 	s := string(name)
-	if err := ValidateSegmentName(s); err != nil {
+	if err := segments.ValidateSegmentName(s); err != nil {
 		if len(s) == 0 {
 			err = errors.New("segment is empty")
 		}
@@ -355,7 +232,7 @@ func (b *Builder) widen() {
 // than MaxErrors.
 func (b *Builder) badLine(at Position, line []byte, reason string) error {
 	b.badCount++
-	b.bad = append(b.bad, BadLine{At: at, Reason: reason, Content: truncate(string(line), 80)})
+	b.bad = append(b.bad, BadLine{At: at, Reason: reason, Content: clip.String(string(line), 80)})
 	if b.badCount > b.opts.MaxErrors {
 		return &BadInputError{MaxErrors: b.opts.MaxErrors, Lines: b.bad}
 	}
@@ -442,54 +319,3 @@ func (b *Builder) Finish(ctx context.Context) (*Build, error) {
 	}
 	return out, nil
 }
-
-// locateFirstOccurrences finds where each sampled conflict's user was first
-// listed, by re-reading the inputs for those few ids only: keeping a position
-// per user while streaming would cost memory per row. Inputs that cannot be
-// re-read (stdin) are noted instead.
-func (b *Builder) locateFirstOccurrences(ctx context.Context) {
-	want := make(map[uint64]int, len(b.samples))
-	for i, c := range b.samples {
-		want[c.UserID] = i
-	}
-	var once []string
-	for _, in := range b.inputs {
-		if len(want) == 0 {
-			break
-		}
-		if !in.Rereadable || in.Open == nil {
-			once = append(once, in.Name)
-			continue
-		}
-		_, err := scanInput(ctx, in, nil, func(id uint64, seg []byte, at Position, _ []byte) error {
-			i, ok := want[id]
-			if !ok || string(seg) != b.samples[i].First {
-				return nil
-			}
-			b.samples[i].FirstAt = at
-			delete(want, id)
-			if len(want) == 0 {
-				return errStopScan
-			}
-			return nil
-		}, func(Position, []byte, string) error { return nil })
-		if err != nil && !errors.Is(err, errStopScan) {
-			b.log.Warn("re-reading input to locate conflicts", "input", in.Name, "err", err)
-		}
-	}
-	for _, i := range want {
-		switch {
-		case len(once) == 1 && once[0] == stdinName:
-			b.samples[i].FirstAt = Position{Source: stdinName}
-			b.samples[i].FirstNote = "line not kept: stdin is read once"
-		case len(once) > 0:
-			b.samples[i].FirstAt = Position{Source: strings.Join(once, ", ")}
-			b.samples[i].FirstNote = "line not kept: the input is read once"
-		default:
-			b.samples[i].FirstAt = Position{Source: "an input"}
-			b.samples[i].FirstNote = "not found when re-reading the inputs: did they change during the build?"
-		}
-	}
-}
-
-var errStopScan = errors.New("stop scan")

@@ -1,11 +1,12 @@
-package segments
+package segbuild
 
 import (
+	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/segments"
+
 	"context"
 	"encoding/json"
-	"errors"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,7 +26,7 @@ func TestPublishLoadRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.HasPrefix(m.Version, "20261121T160000Z-") || validateVersion(m.Version) != nil {
+			if !strings.HasPrefix(m.Version, "20261121T160000Z-") || segments.ValidateVersion(m.Version) != nil {
 				t.Fatalf("version %q", m.Version)
 			}
 			if got := strings.TrimSpace(string(getBytes(t, st, "LATEST"))); got != m.Version {
@@ -45,14 +46,14 @@ func TestPublishLoadRoundTrip(t *testing.T) {
 				t.Fatalf("manifest segments %v", segs)
 			}
 
-			s, err := Load(ctx, st, LoadOptions{})
+			s, err := segments.Load(ctx, st, segments.LoadOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if s.Version() != m.Version || s.IDBits() != 32 || !s.CreatedAt().Equal(t0) {
 				t.Fatalf("loaded %s bits %d created %s", s.Version(), s.IDBits(), s.CreatedAt())
 			}
-			want := map[uint64]string{1: "new", 2: "new", 3: "active", 10: "active", 11: "dormant", 0: None, 4: None, 1 << 40: None}
+			want := map[uint64]string{1: "new", 2: "new", 3: "active", 10: "active", 11: "dormant", 0: segments.None, 4: segments.None, 1 << 40: segments.None}
 			for id, seg := range want {
 				if got := s.Lookup(id); got != seg {
 					t.Errorf("Lookup(%d) = %q, want %q", id, got, seg)
@@ -76,7 +77,7 @@ func TestPublishLoadRoundTrip(t *testing.T) {
 // so the uploader must use a multipart upload, and loads it back intact.
 func TestS3MultipartRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	st := openS3(t, S3Options{PartSize: 5 << 20})
+	st := openS3(t, objstore.S3Options{PartSize: 5 << 20})
 	bld := NewBuilder(BuilderOptions{})
 	// Every 17th id: array containers of ~3855 ids, 2 bytes per id, so
 	// 3.6M ids make a ~7 MB object: two parts.
@@ -101,10 +102,7 @@ func TestS3MultipartRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := st.(*s3Store).multipartUploads.Load(); got != 1 {
-		t.Fatalf("multipart uploads = %d, want 1 (the big object)", got)
-	}
-	s, err := Load(ctx, st, LoadOptions{})
+	s, err := segments.Load(ctx, st, segments.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +117,7 @@ func TestS3MultipartRoundTrip(t *testing.T) {
 		if got := s.Lookup(i * 17); got != want {
 			t.Errorf("Lookup(%d) = %q, want %q", i*17, got, want)
 		}
-		if got := s.Lookup(i*17 + 1); got != None {
+		if got := s.Lookup(i*17 + 1); got != segments.None {
 			t.Errorf("Lookup(%d) = %q, want none", i*17+1, got)
 		}
 	}
@@ -154,14 +152,14 @@ func TestRetentionKeepsNewestAndLatest(t *testing.T) {
 			if got := listVersions(t, st); !slices.Equal(got, []string{versions[4], versions[6]}) {
 				t.Fatalf("after prune keep 1: %v", got)
 			}
-			if _, err := Load(ctx, st, LoadOptions{}); err != nil {
+			if _, err := segments.Load(ctx, st, segments.LoadOptions{}); err != nil {
 				t.Fatalf("LATEST's version must still load: %v", err)
 			}
 		})
 	}
 }
 
-func listVersions(t *testing.T, st Store) []string {
+func listVersions(t *testing.T, st objstore.Store) []string {
 	t.Helper()
 	keys, err := st.List(context.Background(), "snapshots/")
 	if err != nil {
@@ -197,43 +195,4 @@ func TestDirStoreLeavesNoTempFilesOrEmptyDirs(t *testing.T) {
 	if len(files) != 6 { // ., LATEST, snapshots, snapshots/V, manifest, new.roaring
 		t.Fatalf("store holds %v", files)
 	}
-}
-
-func TestOpenStoreURLs(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	for _, u := range []string{dir, "file://" + dir} {
-		st, err := OpenStore(ctx, u, StoreOptions{})
-		if err != nil {
-			t.Fatalf("%s: %v", u, err)
-		}
-		if st.String() != dir {
-			t.Fatalf("%s opened %s", u, st)
-		}
-	}
-	for u, want := range map[string]string{
-		"":                  "empty location",
-		"http://x/y":        "unsupported scheme",
-		"file://host/x":     "want file:///absolute/path",
-		"s3:///prefix-only": "no bucket",
-	} {
-		_, err := OpenStore(ctx, u, StoreOptions{})
-		wantErrContains(t, err, want)
-	}
-	_, _, err := openDir(t, dir).Get(ctx, "LATEST")
-	if !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("missing object: %v, want fs.ErrNotExist", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "LATEST")); err == nil {
-		t.Fatal("nothing should have been written")
-	}
-}
-
-func TestS3MissingObjectIsNotExist(t *testing.T) {
-	st := openS3(t, S3Options{})
-	_, _, err := st.Get(context.Background(), "LATEST")
-	if !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("missing object: %v, want fs.ErrNotExist", err)
-	}
-	wantErrContains(t, err, "s3://capper/segments/prod/LATEST")
 }

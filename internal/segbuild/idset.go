@@ -1,7 +1,10 @@
-package segments
+package segbuild
+
+// The id sets of a build: 32-bit roaring, widened to 64 when needed.
 
 import (
 	"bytes"
+	"io"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
@@ -43,15 +46,7 @@ func (s *set32) widen() idSet {
 	return &set64{bm: roaring64.Roaring32AsRoaring64(s.bm)}
 }
 
-func (s *set32) serialize() ([]byte, error) {
-	s.bm.RunOptimize()
-	var buf bytes.Buffer
-	buf.Grow(int(s.bm.GetSerializedSizeInBytes()))
-	if _, err := s.bm.WriteTo(&buf); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
+func (s *set32) serialize() ([]byte, error) { return serialize(s.bm) }
 
 type set64 struct{ bm *roaring64.Bitmap }
 
@@ -62,11 +57,18 @@ func (s *set64) remove(x uint64)          { s.bm.Remove(x) }
 func (s *set64) cardinality() uint64      { return s.bm.GetCardinality() }
 func (s *set64) widen() idSet             { return s }
 
-func (s *set64) serialize() ([]byte, error) {
-	s.bm.RunOptimize()
+func (s *set64) serialize() ([]byte, error) { return serialize(s.bm) }
+
+// serialize run-optimizes a bitmap and writes its portable serialization.
+func serialize(bm interface {
+	RunOptimize()
+	GetSerializedSizeInBytes() uint64
+	WriteTo(io.Writer) (int64, error)
+}) ([]byte, error) {
+	bm.RunOptimize()
 	var buf bytes.Buffer
-	buf.Grow(int(s.bm.GetSerializedSizeInBytes()))
-	if _, err := s.bm.WriteTo(&buf); err != nil {
+	buf.Grow(int(bm.GetSerializedSizeInBytes()))
+	if _, err := bm.WriteTo(&buf); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil

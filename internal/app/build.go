@@ -1,0 +1,128 @@
+package app
+
+// Building the components from the configuration: Redis, the engine, the
+// segment store and watcher.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/segments"
+)
+
+// NewRedisClient connects to Redis as the config says.
+func NewRedisClient(cfg *config.Config) (redis.UniversalClient, error) {
+	r := cfg.Redis
+	tlsCfg, err := r.TLS.Build()
+	if err != nil {
+		return nil, fmt.Errorf("redis.tls: %w", err)
+	}
+	c, err := capping.NewClient(capping.ClientOptions{
+		Mode:             r.Mode,
+		ClientName:       "capper",
+		Addrs:            r.Addrs,
+		MasterName:       r.MasterName,
+		Username:         r.Username,
+		Password:         string(r.Password),
+		SentinelPassword: string(r.SentinelPassword),
+		DB:               r.DB,
+		TLS:              tlsCfg,
+		DialTimeout:      r.DialTimeout.D(),
+		ReadTimeout:      r.ReadTimeout.D(),
+		WriteTimeout:     r.WriteTimeout.D(),
+		PoolSize:         r.PoolSize,
+		MaxRetries:       r.MaxRetries,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redis client: %w", err)
+	}
+	return c, nil
+}
+
+// NewEngine builds the capping engine (and loads its scripts into Redis).
+func NewEngine(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*capping.Engine, error) {
+	c := cfg.Capping
+	e, err := capping.New(ctx, capping.Options{
+		Client:            rdb,
+		Rules:             cfg.Rules(),
+		Algorithm:         capping.Algorithm(c.Algorithm),
+		KeyPrefix:         c.KeyPrefix,
+		IdempotencyWindow: c.IdempotencyWindow.D(),
+		SubIntervals:      c.SubIntervals,
+		SkewWarn:          c.ClockSkewWarn.D(),
+		Registerer:        reg,
+		Logger:            log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("capping engine: %w", err)
+	}
+	return e, nil
+}
+
+// OpenSegmentStore opens the configured snapshot store.
+func OpenSegmentStore(ctx context.Context, cfg *config.Config) (objstore.Store, error) {
+	s := cfg.Segments
+	st, err := objstore.Open(ctx, s.Source, objstore.Options{S3: objstore.S3Options{
+		Region: s.S3.Region, Endpoint: s.S3.Endpoint, UsePathStyle: s.S3.UsePathStyle,
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("segments.source %s: %w", s.Source, err)
+	}
+	return st, nil
+}
+
+// acceptSnapshot rejects a snapshot that names a segment the config has no
+// policy for: its users would silently get the default policy.
+func acceptSnapshot(cfg *config.Config) func(*segments.Snapshot) error {
+	known := map[string]bool{}
+	for _, n := range cfg.SegmentNames() {
+		known[n] = true
+	}
+	return func(s *segments.Snapshot) error {
+		for _, seg := range s.Segments() {
+			if !known[seg.Name] {
+				return fmt.Errorf("segment %q has no policy in capping.segments (known: %v)", seg.Name, cfg.SegmentNames())
+			}
+		}
+		return nil
+	}
+}
+
+func startSegments(ctx context.Context, cfg *config.Config, cur *segments.Current, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*segments.Watcher, error) {
+	st, err := OpenSegmentStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	accept := acceptSnapshot(cfg)
+	snap, err := segments.Load(ctx, st, segments.LoadOptions{Accept: accept})
+	switch {
+	case err == nil:
+		cur.Store(snap)
+	case cfg.Segments.Required:
+		return nil, fmt.Errorf("no usable segment snapshot at %s (set segments.required: false to start without one): %w", cfg.Segments.Source, err)
+	default:
+		log.Warn("starting without a segment snapshot: every user gets the default policy until one loads",
+			"source", cfg.Segments.Source, "error", err)
+	}
+	w, err := segments.NewWatcher(segments.WatcherOptions{
+		Store:      st,
+		Current:    cur,
+		Interval:   cfg.Segments.PollInterval.D(),
+		Accept:     accept,
+		Logger:     log,
+		Registerer: reg,
+		Now:        now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("segment watcher: %w", err)
+	}
+	return w, nil
+}

@@ -1,0 +1,61 @@
+package capping
+
+// What a caller asks (Request) and what the engine answers (Decision).
+
+import (
+	"errors"
+	"time"
+)
+
+// MaxIntentID is the longest intent id, in bytes (the event contract's limit;
+// the decoder enforces it with this constant).
+const MaxIntentID = 128
+
+// Request is one send-intent to decide.
+type Request struct {
+	UserID uint64
+	// Segment names the user's policy; a segment without one (including
+	// the snapshot's "none" for users in no segment) gets Rules.Default.
+	Segment  string
+	IntentID string // the idempotency key (1-MaxIntentID bytes)
+	Channel  string
+	Category string    // required; an exempt one bypasses capping
+	At       time.Time // decision time from the caller's clock; sent to Redis as ms
+}
+
+// RetryAfter says when a capped intent could be allowed. Never is a field of
+// its own, so that "never" cannot be lost in a conversion of the duration.
+type RetryAfter struct {
+	// Never: the denying limit has max 0, no slot will ever free.
+	Never bool
+	// In: otherwise, the time until the denying window frees a slot if no
+	// other intent is allowed meanwhile.
+	In time.Duration
+}
+
+// Decision is the engine's answer for one request.
+type Decision struct {
+	Outcome Outcome // Allowed, Capped, Duplicate or Exempt
+	// Limit is the name of the first limit (policy order) that capped.
+	Limit string
+	// RetryAfter (Capped): when a slot frees.
+	RetryAfter RetryAfter
+	// At is the time the intent counts at: the request's decision time, or
+	// for a Duplicate the time it was first allowed.
+	At time.Time
+	// Counts has one entry per limit of the request's policy, in policy
+	// order: the intents in the window as seen by the script, before this
+	// intent. A limit on another channel than the request's is not evaluated
+	// and reports 0. For Duplicate they are all 0: a duplicate is answered
+	// without counting. sliding_window reports the estimate rounded up. Nil
+	// for Exempt.
+	Counts []int64
+	// Err is a per-request failure; the other fields are meaningless then.
+	// Invalid requests wrap ErrInvalidRequest (they will never succeed);
+	// anything else is a Redis failure worth retrying later.
+	Err error
+}
+
+// ErrInvalidRequest is wrapped by Decision.Err for a request that can never
+// be decided (unknown channel, bad intent id, no category or time).
+var ErrInvalidRequest = errors.New("invalid request")

@@ -1,0 +1,47 @@
+// Package cli owns what capper's commands share: parsing a command line
+// with kong into one of three exit codes (0 ok, 1 failure, 2 usage error)
+// without exiting inside the parser, so that each main has one exit path and
+// tests can run it in-process.
+package cli
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/alecthomas/kong"
+)
+
+// Exit codes of every capper command.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// Parse parses args into grammar (a kong CLI struct). It returns the parsed
+// context and ok, or the exit code to return at once: ExitOK after --help,
+// ExitUsage (with the error and usage printed) for a bad command line.
+func Parse(name, description string, grammar any, args []string, stdout, stderr io.Writer, opts ...kong.Option) (kctx *kong.Context, code int, ok bool) {
+	exitCode := -1
+	opts = append([]kong.Option{
+		kong.Name(name),
+		kong.Description(description),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { exitCode = code }), // --help: return after parsing, not exit inside kong
+		kong.UsageOnError(),
+	}, opts...)
+	parser, err := kong.New(grammar, opts...)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return nil, ExitUsage, false
+	}
+	kctx, err = parser.Parse(args)
+	switch {
+	case exitCode >= 0:
+		return nil, exitCode, false
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return nil, ExitUsage, false
+	}
+	return kctx, ExitOK, true
+}

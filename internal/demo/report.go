@@ -1,0 +1,159 @@
+package demo
+
+// The demo's report: outcomes per segment from the worker's metrics, capped
+// intents by limit from the suppressed topic, throughput and latency.
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/segmentio/kafka-go"
+)
+
+// row is one segment's line of the report.
+type row struct {
+	intents, allowed, exempt, duplicates, capped, deadLettered int
+	byLimit                                                    map[string]int
+}
+
+func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, elapsed time.Duration) {
+	rows := map[string]*row{}
+	get := func(seg string) *row {
+		if rows[seg] == nil {
+			rows[seg] = &row{byLimit: map[string]int{}}
+		}
+		return rows[seg]
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "capper_intents_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var outcome, seg string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "outcome":
+					outcome = l.GetValue()
+				case "segment":
+					seg = l.GetValue()
+				}
+			}
+			if seg == "" {
+				seg = "(malformed)"
+			}
+			n := int(m.GetCounter().GetValue())
+			r := get(seg)
+			r.intents += n
+			switch outcome {
+			case "allowed":
+				r.allowed += n
+			case "duplicate":
+				r.duplicates += n
+			case "exempt":
+				r.exempt += n
+			case "capped":
+				r.capped += n
+			case "invalid":
+				r.deadLettered += n
+			}
+		}
+	}
+	for _, m := range o.suppressed {
+		get(headerOf(m, "capper-segment")).byLimit[headerOf(m, "capper-limit")]++
+	}
+	names := make([]string, 0, len(rows))
+	for n := range rows {
+		names = append(names, n)
+	}
+	order := map[string]int{"new": 0, "active": 1, "dormant": 2, "none": 3, "(malformed)": 4}
+	sort.Slice(names, func(i, j int) bool { return order[names[i]] < order[names[j]] })
+
+	fmt.Fprintf(w, "\ncapper demo: %d send-intents\n\n", total)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "segment\tintents\tallowed\tcapped\t(by limit)\texempt\tduplicates\tdead-lettered\t")
+	var sum row
+	for _, n := range names {
+		r := rows[n]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t\n", n, r.intents, r.allowed, r.capped, limits(r.byLimit), r.exempt, r.duplicates, r.deadLettered)
+		sum.intents += r.intents
+		sum.allowed += r.allowed
+		sum.capped += r.capped
+		sum.exempt += r.exempt
+		sum.duplicates += r.duplicates
+		sum.deadLettered += r.deadLettered
+	}
+	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t\t%d\t%d\t%d\t\n", sum.intents, sum.allowed, sum.capped, sum.exempt, sum.duplicates, sum.deadLettered)
+	_ = tw.Flush()
+	p50, p99 := quantile(mfs, "capper_decision_duration_seconds", 0.5), quantile(mfs, "capper_decision_duration_seconds", 0.99)
+	batches := quantileCount(mfs, "capper_batch_size")
+	fmt.Fprintf(w, "\nthroughput: %.0f intents/s (%d intents in %s, %d batches)\n", float64(total)/elapsed.Seconds(), total, elapsed.Round(time.Millisecond), batches)
+	fmt.Fprintf(w, "decision latency per batch (one Redis pipeline): p50 %s, p99 %s\n", fmtSeconds(p50), fmtSeconds(p99))
+}
+
+func limits(m map[string]int) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+func headerOf(m kafka.Message, key string) string {
+	for _, h := range m.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// quantile estimates a quantile from a histogram's buckets by linear
+// interpolation inside the bucket, as Prometheus' histogram_quantile does.
+func quantile(mfs []*dto.MetricFamily, name string, q float64) float64 {
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		total := float64(h.GetSampleCount())
+		if total == 0 {
+			return 0
+		}
+		rank := q * total
+		prevBound, prevCount := 0.0, 0.0
+		for _, b := range h.GetBucket() {
+			c := float64(b.GetCumulativeCount())
+			if c >= rank {
+				if c == prevCount {
+					return b.GetUpperBound()
+				}
+				return prevBound + (b.GetUpperBound()-prevBound)*(rank-prevCount)/(c-prevCount)
+			}
+			prevBound, prevCount = b.GetUpperBound(), c
+		}
+		return prevBound
+	}
+	return 0
+}
+
+func quantileCount(mfs []*dto.MetricFamily, name string) uint64 {
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+func fmtSeconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(10 * time.Microsecond).String()
+}

@@ -1,0 +1,74 @@
+package dispatch
+
+// A batch on its way through the stages: one record per fetched message,
+// filled once by decode and decide, then only read by route and observe.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/capping"
+)
+
+// batch is the fetched messages and what became of each.
+type batch struct {
+	msgs    []kafka.Message
+	records []record // records[i] is msgs[i]'s
+	snap    string   // snapshot version the segments came from
+	start   time.Time
+}
+
+// record is what became of one message.
+type record struct {
+	// invalid says why it could not be decoded (Outcome Invalid).
+	invalid *InvalidError
+	segment string
+	// decision is the final one: the engine's, or Invalid, FailOpen, or
+	// ShadowCapped for what the engine capped in shadow mode.
+	decision capping.Decision
+}
+
+// decideBatch decodes the messages, resolves segments from one snapshot and
+// decides them.
+func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch, error) {
+	b := &batch{msgs: msgs, records: make([]record, len(msgs)), start: time.Now()}
+	snap := w.o.Snapshots.Load()
+	b.snap = snap.Version()
+	reqs := make([]capping.Request, 0, len(msgs))
+	for i := range msgs {
+		rec := &b.records[i]
+		in, err := w.o.Decoder.Decode(msgs[i].Key, msgs[i].Value)
+		if err != nil {
+			if !errors.As(err, &rec.invalid) {
+				rec.invalid = &InvalidError{Field: "value", Reason: err.Error()}
+			}
+			rec.decision.Outcome = capping.Invalid
+			continue
+		}
+		rec.segment = snap.Lookup(in.UserID)
+		reqs = append(reqs, capping.Request{
+			UserID: in.UserID, Segment: rec.segment, IntentID: in.ID,
+			Channel: in.Channel, Category: in.Category,
+		})
+	}
+	decisions, err := w.decide(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	j := 0
+	for i := range b.records {
+		rec := &b.records[i]
+		if rec.invalid != nil {
+			continue
+		}
+		rec.decision = decisions[j]
+		j++
+		if w.o.Shadow && rec.decision.Outcome == capping.Capped {
+			rec.decision.Outcome = capping.ShadowCapped
+		}
+	}
+	return b, nil
+}

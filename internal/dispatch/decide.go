@@ -1,0 +1,92 @@
+package dispatch
+
+// Deciding with retries: nothing undecided is forwarded or committed.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/capper-dev/capper/internal/capping"
+)
+
+// decide asks the Decider until every request has an answer. Requests that
+// failed are retried with capped exponential backoff (nothing undecided is
+// forwarded and nothing is committed meanwhile), unless FailOpen is set:
+// then they are answered FailOpen.
+func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.Decision, error) {
+	out := make([]capping.Decision, len(reqs))
+	pending := make([]int, len(reqs))
+	for i := range pending {
+		pending[i] = i
+	}
+	sub := make([]capping.Request, 0, len(reqs))
+	backoff := w.o.RetryInitial
+	for attempt := 1; len(pending) > 0; attempt++ {
+		// The decision time is taken per attempt: a retried intent is decided
+		// now, not when it first arrived.
+		now := w.o.Now().Truncate(time.Millisecond)
+		sub = sub[:0]
+		for _, i := range pending {
+			r := reqs[i]
+			r.At = now
+			sub = append(sub, r)
+		}
+		t0 := time.Now()
+		ds, err := w.o.Decider.Decide(ctx, sub)
+		w.m.decision.Observe(time.Since(t0).Seconds())
+		if err != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("decide: %w", err)
+		}
+		var still []int
+		var lastErr error
+		for j, i := range pending {
+			switch {
+			case err != nil:
+				lastErr = err
+			case ds[j].Err != nil:
+				lastErr = ds[j].Err
+			default:
+				out[i] = ds[j]
+				continue
+			}
+			still = append(still, i)
+		}
+		if len(still) == 0 {
+			w.ready.Store(nil)
+			return out, nil
+		}
+		if w.o.FailOpen {
+			for _, i := range still {
+				out[i] = capping.Decision{Outcome: capping.FailOpen, At: now}
+			}
+			w.o.Logger.Warn("redis could not decide; failing open as configured",
+				"intents", len(still), "error", lastErr)
+			return out, nil
+		}
+		notReady := fmt.Errorf("redis cannot decide %d intents: %w", len(still), lastErr)
+		w.ready.Store(&notReady)
+		w.m.redisRetries.Add(float64(len(still)))
+		if attempt == 1 || attempt%10 == 0 {
+			w.o.Logger.Warn("redis could not decide; waiting and retrying", "intents", len(still),
+				"attempt", attempt, "backoff", backoff, "error", lastErr)
+		}
+		if err := sleep(ctx, backoff); err != nil {
+			return nil, fmt.Errorf("decide: %w (last redis error: %v)", err, lastErr)
+		}
+		backoff = min(2*backoff, w.o.RetryMax)
+		pending = still
+	}
+	return out, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

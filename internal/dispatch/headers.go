@@ -1,0 +1,150 @@
+package dispatch
+
+// The header contract: every capper-* header of an output record is built
+// here, from the record's outcome (README, "The event contract").
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/capping"
+)
+
+// Header names of the output contract.
+const (
+	HeaderDecision   = "capper-decision"       // see decisionValue
+	HeaderSegment    = "capper-segment"        // the user's segment
+	HeaderSnapshot   = "capper-snapshot"       // the segment snapshot's version
+	HeaderLimit      = "capper-limit"          // capped: the limit that capped
+	HeaderRetryAfter = "capper-retry-after-ms" // capped: ms until a slot frees, -1 never
+	HeaderError      = "capper-error"          // dead-lettered: the field and the reason
+	HeaderDecidedAt  = "capper-decided-at"     // RFC 3339, ms: the time the intent counts at
+	HeaderDuplicate  = "capper-duplicate"      // "true": this id was allowed before (a redelivery)
+	HeaderUnchecked  = "capper-unchecked"      // "true": failed open, Redis did not decide
+	HeaderSource     = "capper-source"         // <topic>/<partition>/<offset> of the input record
+)
+
+// Values of capper-decision.
+const (
+	DecisionAllowed      = "allowed"
+	DecisionExempt       = "exempt"
+	DecisionShadowCapped = "shadow-capped"
+	DecisionCapped       = "capped"
+)
+
+// TimeLayout is the format of capper-decided-at.
+const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// decisionValue is the capper-decision of an outcome: a duplicate and a
+// failed-open intent are delivered as allowed (with their own marker).
+var decisionValue = map[capping.Outcome][]byte{
+	capping.Allowed:      []byte(DecisionAllowed),
+	capping.Duplicate:    []byte(DecisionAllowed),
+	capping.FailOpen:     []byte(DecisionAllowed),
+	capping.Exempt:       []byte(DecisionExempt),
+	capping.ShadowCapped: []byte(DecisionShadowCapped),
+	capping.Capped:       []byte(DecisionCapped),
+}
+
+var vTrue = []byte("true")
+
+// headerBuilder makes the output headers of one batch. Values shared by many
+// records (segment names, the snapshot version, decision times) are turned
+// into bytes once, and the per-record bytes (capper-source, retry-after)
+// come from one arena, so a record costs one allocation for its headers.
+type headerBuilder struct {
+	version []byte
+	names   map[string][]byte // segment and limit names
+	lastAt  time.Time
+	lastAtB []byte
+	arena   []byte
+	backing []kafka.Header // the records' header slices are cut from it
+	scratch []kafka.Header
+}
+
+func newHeaderBuilder(version string) *headerBuilder {
+	return &headerBuilder{version: []byte(version), names: map[string][]byte{}}
+}
+
+// build returns the output headers of a record: the input's own headers
+// except capper-* ones (capper owns that namespace, so an upstream producer
+// cannot forge a decision), then the outcome's, then capper-source.
+func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
+	add := hb.scratch[:0]
+	d := &rec.decision
+	if d.Outcome == capping.Invalid {
+		add = append(add, kafka.Header{Key: HeaderError, Value: []byte(rec.invalid.Error())})
+	} else {
+		add = append(add,
+			kafka.Header{Key: HeaderDecision, Value: decisionValue[d.Outcome]},
+			kafka.Header{Key: HeaderSegment, Value: hb.name(rec.segment)},
+			kafka.Header{Key: HeaderSnapshot, Value: hb.version},
+			kafka.Header{Key: HeaderDecidedAt, Value: hb.at(d.At)})
+		switch d.Outcome {
+		case capping.Duplicate:
+			add = append(add, kafka.Header{Key: HeaderDuplicate, Value: vTrue})
+		case capping.FailOpen:
+			add = append(add, kafka.Header{Key: HeaderUnchecked, Value: vTrue})
+		case capping.Capped, capping.ShadowCapped:
+			add = append(add,
+				kafka.Header{Key: HeaderLimit, Value: hb.name(d.Limit)},
+				kafka.Header{Key: HeaderRetryAfter, Value: hb.bytes(func(b []byte) []byte {
+					if d.RetryAfter.Never {
+						return append(b, "-1"...)
+					}
+					return strconv.AppendInt(b, d.RetryAfter.In.Milliseconds(), 10)
+				})})
+		}
+	}
+	hb.scratch = add
+
+	n := len(m.Headers) + len(add) + 1
+	if cap(hb.backing)-len(hb.backing) < n {
+		hb.backing = make([]kafka.Header, 0, max(n, 1024))
+	}
+	h := hb.backing[len(hb.backing) : len(hb.backing) : len(hb.backing)+n]
+	hb.backing = hb.backing[:len(hb.backing)+n]
+	for _, x := range m.Headers {
+		if !strings.HasPrefix(x.Key, "capper-") {
+			h = append(h, x)
+		}
+	}
+	h = append(h, add...)
+	return append(h, kafka.Header{Key: HeaderSource, Value: hb.bytes(func(b []byte) []byte {
+		b = append(b, m.Topic...)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, int64(m.Partition), 10)
+		b = append(b, '/')
+		return strconv.AppendInt(b, m.Offset, 10)
+	})})
+}
+
+func (hb *headerBuilder) name(s string) []byte {
+	b, ok := hb.names[s]
+	if !ok {
+		b = []byte(s)
+		hb.names[s] = b
+	}
+	return b
+}
+
+func (hb *headerBuilder) at(t time.Time) []byte {
+	if !t.Equal(hb.lastAt) || hb.lastAtB == nil {
+		hb.lastAt, hb.lastAtB = t, []byte(t.UTC().Format(TimeLayout))
+	}
+	return hb.lastAtB
+}
+
+// bytes appends to the arena and returns the appended part; a full arena
+// is replaced, not grown, so earlier slices stay valid.
+func (hb *headerBuilder) bytes(f func([]byte) []byte) []byte {
+	if cap(hb.arena)-len(hb.arena) < 64 {
+		hb.arena = make([]byte, 0, 16<<10)
+	}
+	start := len(hb.arena)
+	hb.arena = f(hb.arena)
+	return hb.arena[start:len(hb.arena):len(hb.arena)]
+}

@@ -1,0 +1,137 @@
+package dispatch
+
+// The stage pipeline: stage 1 fetches, decodes and decides a batch; stage 2
+// writes its outcomes and commits it. Both stages take batches in order.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Run consumes until ctx ends, then finishes the batches in flight
+// (decide, write, commit) within ShutdownTimeout and returns nil. It returns
+// an error when the reader fails or a batch in flight could not be finished
+// in time.
+//
+// Two stages overlap: while batch N's outcomes are written and committed,
+// batch N+1 is fetched, decoded and decided. Each stage handles one batch at
+// a time and hands batches on in order, so a user's intents are still
+// decided in partition order and their outcomes written in that order, and
+// offsets are still committed only after their outcomes are acknowledged.
+func (w *Worker) Run(ctx context.Context) error {
+	// work outlives ctx by up to ShutdownTimeout, so that fetched batches are
+	// finished and committed after a SIGTERM instead of being redelivered.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stopTimer := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(w.o.ShutdownTimeout, cancelWork)
+		context.AfterFunc(work, func() { t.Stop() })
+	})
+	defer stopTimer()
+
+	// Two batch buffers: one in each stage. Stage 1 waits for a free one,
+	// which is the pipeline's backpressure.
+	free := make(chan []kafka.Message, 2)
+	for range 2 {
+		free <- make([]kafka.Message, 0, w.o.BatchSize)
+	}
+	decided := make(chan *batch, 1)
+	failed := make(chan struct{}) // closed when stage 2 gives up
+	stage2 := make(chan error, 1)
+	go func() {
+		var err error
+		for b := range decided {
+			if err == nil {
+				if err = w.finish(work, b); err != nil {
+					close(failed)
+				}
+			}
+			free <- b.msgs[:0]
+		}
+		stage2 <- err
+	}()
+
+	err := w.produce(ctx, work, free, decided, failed)
+	close(decided)
+	if err2 := <-stage2; err2 != nil {
+		return err2
+	}
+	return err
+}
+
+// produce is stage 1: fetch, decode, decide, hand on.
+func (w *Worker) produce(ctx, work context.Context, free chan []kafka.Message, out chan<- *batch, failed <-chan struct{}) error {
+	for {
+		var buf []kafka.Message
+		select {
+		case buf = <-free:
+		case <-failed:
+			return nil // stage 2 reports why
+		}
+		msgs, ferr := w.fetch(ctx, buf)
+		if len(msgs) > 0 {
+			b, err := w.decideBatch(work, msgs)
+			if err != nil {
+				return uncommitted(len(msgs), err)
+			}
+			select {
+			case out <- b:
+			case <-failed:
+				return nil
+			}
+		} else {
+			free <- buf
+		}
+		if ferr != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("fetch send-intents: %w", ferr)
+		}
+	}
+}
+
+// finish is stage 2: write every outcome, then commit.
+func (w *Worker) finish(ctx context.Context, b *batch) error {
+	if err := w.writeAll(ctx, w.route(b)); err != nil {
+		return uncommitted(len(b.msgs), err)
+	}
+	if err := w.commit(ctx, b.msgs); err != nil {
+		return uncommitted(len(b.msgs), err)
+	}
+	w.observe(b)
+	return nil
+}
+
+func uncommitted(n int, err error) error {
+	return fmt.Errorf("batch of %d intents left uncommitted (it will be redelivered): %w", n, err)
+}
+
+// fetch blocks for the first intent, then collects more until the batch is
+// full or BatchWait has passed since the first.
+func (w *Worker) fetch(ctx context.Context, msgs []kafka.Message) ([]kafka.Message, error) {
+	first, err := w.o.Reader.FetchMessage(ctx)
+	if err != nil {
+		return msgs, err
+	}
+	msgs = append(msgs, first)
+	bctx, cancel := context.WithTimeout(ctx, w.o.BatchWait)
+	defer cancel()
+	for len(msgs) < w.o.BatchSize {
+		m, err := w.o.Reader.FetchMessage(bctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return msgs, ctx.Err() // stopping: finish what was fetched
+			}
+			if bctx.Err() != nil {
+				return msgs, nil // the batch's wait is over
+			}
+			return msgs, err
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
