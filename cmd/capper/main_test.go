@@ -307,6 +307,24 @@ func (s *stack) audit(t *testing.T) {
 	}
 }
 
+// TestMissingTopic: a configured topic the brokers lack stops the start with
+// exit status 2 and names the key (before, the worker started, stayed ready
+// and stalled on its first write).
+func TestMissingTopic(t *testing.T) {
+	s := newStack(t)
+	s.cfg.Kafka.Topics.Deliveries = "no-such-topic"
+	s.writeConfig(t)
+	_, errOut, code := capper(t, nil, "run", "--config", s.path)
+	if code != 2 {
+		t.Fatalf("exit %d, want 2:\n%s", code, errOut)
+	}
+	for _, want := range []string{"kafka.topics.deliveries", "no-such-topic", "topic does not exist"} {
+		if !strings.Contains(errOut, want) {
+			t.Fatalf("output lacks %q:\n%s", want, errOut)
+		}
+	}
+}
+
 // TestRunSIGTERM: `capper run` against real servers, then SIGTERM: it exits
 // 0, having committed everything it processed.
 func TestRunSIGTERM(t *testing.T) {

@@ -87,7 +87,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	cons, err := newConsumer(cfg, engine, &current, regr, log, now)
+	cons, err := newConsumer(ctx, cfg, engine, &current, regr, log, now)
 	if err != nil {
 		return err
 	}
@@ -121,6 +121,10 @@ func Run(ctx context.Context, o Options) (err error) {
 	{
 		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		g.Add(func() error { return watcher.Run(wctx) }, func(error) { cancel() })
+	}
+	{
+		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		g.Add(func() error { return cons.lag.Run(lctx) }, func(error) { cancel() })
 	}
 	{
 		cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -58,6 +58,8 @@ func NewEngine(ctx context.Context, cfg *config.Config, rdb redis.UniversalClien
 		IdempotencyWindow: c.IdempotencyWindow.D(),
 		SubIntervals:      c.SubIntervals,
 		SkewWarn:          c.ClockSkewWarn.D(),
+		WaitReplicas:      cfg.Redis.WaitReplicas,
+		WaitTimeout:       cfg.Redis.WaitTimeout.D(),
 		Registerer:        reg,
 		Logger:            log,
 	})
@@ -101,28 +103,27 @@ func startSegments(ctx context.Context, cfg *config.Config, cur *segments.Curren
 	if err != nil {
 		return nil, err
 	}
-	accept := acceptSnapshot(cfg)
-	snap, err := segments.Load(ctx, st, segments.LoadOptions{Accept: accept})
-	switch {
-	case err == nil:
-		cur.Store(snap)
-	case cfg.Segments.Required:
-		return nil, fmt.Errorf("no usable segment snapshot at %s (set segments.required: false to start without one): %w", cfg.Segments.Source, err)
-	default:
-		log.Warn("starting without a segment snapshot: every user gets the default policy until one loads",
-			"source", cfg.Segments.Source, "error", err)
-	}
 	w, err := segments.NewWatcher(segments.WatcherOptions{
 		Store:      st,
 		Current:    cur,
 		Interval:   cfg.Segments.PollInterval.D(),
-		Accept:     accept,
+		Accept:     acceptSnapshot(cfg),
 		Logger:     log,
 		Registerer: reg,
 		Now:        now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("segment watcher: %w", err)
+	}
+	// The start-up load is the watcher's first poll, so that it is counted
+	// (capper_snapshot_loads_total or _load_failures_total) like any other.
+	switch err := w.Poll(ctx); {
+	case err == nil:
+	case cfg.Segments.Required:
+		return nil, fmt.Errorf("no usable segment snapshot at %s (set segments.required: false to start without one): %w", cfg.Segments.Source, err)
+	default:
+		log.Warn("starting without a segment snapshot: every user gets the default policy until one loads",
+			"source", cfg.Segments.Source, "error", err)
 	}
 	return w, nil
 }

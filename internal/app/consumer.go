@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -20,17 +21,31 @@ type consumer struct {
 	worker  *dispatch.Worker
 	reader  *kafka.Reader
 	writers *writerSet
+	lag     *dispatch.LagReporter
 }
 
 // newConsumer builds the reader, the writers and the worker; on an error it
 // closes what it built.
-func newConsumer(cfg *config.Config, engine *capping.Engine, snaps dispatch.Snapshots, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (_ *consumer, err error) {
+func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine, snaps dispatch.Snapshots, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (_ *consumer, err error) {
 	kopts, err := kafkaOptions(cfg, log)
 	if err != nil {
 		return nil, err
 	}
+	admin, err := dispatch.NewAdminClient(kopts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTopics(ctx, admin, cfg.Kafka.Topics); err != nil {
+		return nil, err
+	}
+	lag, err := dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: cfg.Kafka.GroupID, Topic: cfg.Kafka.Topics.Input,
+		Interval: cfg.Kafka.LagInterval.D(), Registerer: reg, Logger: log})
+	if err != nil {
+		return nil, err
+	}
 	dec, err := dispatch.NewDecoder(dispatch.DecoderOptions{
-		Channels: cfg.Capping.Channels, DefaultCategory: cfg.Capping.DefaultCategory, MaxBytes: cfg.Kafka.MaxIntentBytes,
+		Channels: cfg.Capping.Channels, Categories: cfg.Capping.Categories, DefaultCategory: cfg.Capping.DefaultCategory,
+		MaxBytes: cfg.Kafka.MaxIntentBytes,
 	})
 	if err != nil {
 		return nil, err
@@ -56,12 +71,13 @@ func newConsumer(cfg *config.Config, engine *capping.Engine, snaps dispatch.Snap
 	w := cfg.Worker
 	worker, err := dispatch.New(dispatch.Options{
 		Reader:          reader,
-		Deliveries:      writers.deliveries,
-		Suppressed:      writers.suppressedOrNil(),
-		DeadLetter:      writers.deadLetter,
+		Deliveries:      dispatch.Output{Topic: cfg.Kafka.Topics.Deliveries, Writer: writers.deliveries},
+		Suppressed:      writers.suppressedOutput(cfg.Kafka.Topics.Suppressed),
+		DeadLetter:      dispatch.Output{Topic: cfg.Kafka.Topics.DeadLetter, Writer: writers.deadLetter},
 		Decider:         engine,
 		Snapshots:       snaps,
 		Decoder:         dec,
+		Segments:        cfg.SegmentNames(),
 		BatchSize:       w.BatchSize,
 		BatchWait:       w.BatchWait.D(),
 		Shadow:          !w.Enforce,
@@ -76,7 +92,32 @@ func newConsumer(cfg *config.Config, engine *capping.Engine, snaps dispatch.Snap
 	if err != nil {
 		return nil, err
 	}
-	return &consumer{worker: worker, reader: reader, writers: writers}, nil
+	return &consumer{worker: worker, reader: reader, writers: writers, lag: lag}, nil
+}
+
+// configError marks an error in what the configuration names (exit status 2,
+// like a bad config file).
+type configError struct{ err error }
+
+func (e configError) Error() string { return e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
+func (configError) ExitCode() int   { return 2 }
+
+// checkTopics refuses to start when a configured topic is missing: the
+// worker would stall on its first write to it.
+func checkTopics(ctx context.Context, admin *kafka.Client, t config.Topics) error {
+	topics := map[string]string{"kafka.topics.input": t.Input, "kafka.topics.deliveries": t.Deliveries, "kafka.topics.dead_letter": t.DeadLetter}
+	if t.Suppressed != "" {
+		topics["kafka.topics.suppressed"] = t.Suppressed
+	}
+	err := dispatch.CheckTopics(ctx, admin, topics)
+	if errors.Is(err, dispatch.ErrMissingTopic) {
+		return configError{fmt.Errorf("kafka topics (create them, or fix the config): %w", err)}
+	}
+	if err != nil {
+		return fmt.Errorf("kafka topics: %w", err)
+	}
+	return nil
 }
 
 // run consumes until ctx ends and the batch in flight is committed, then
@@ -156,12 +197,12 @@ func newWriters(o dispatch.KafkaOptions, t config.Topics) (_ *writerSet, err err
 	return ws, nil
 }
 
-// suppressedOrNil avoids handing the worker a typed nil interface.
-func (ws *writerSet) suppressedOrNil() dispatch.Writer {
+// suppressedOutput avoids handing the worker a typed nil interface.
+func (ws *writerSet) suppressedOutput(topic string) dispatch.Output {
 	if ws.suppressed == nil {
-		return nil
+		return dispatch.Output{}
 	}
-	return ws.suppressed
+	return dispatch.Output{Topic: topic, Writer: ws.suppressed}
 }
 
 // close closes every writer. Their errors are not worth reporting: every

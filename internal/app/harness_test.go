@@ -53,14 +53,16 @@ func (c *fastClock) Now() time.Time { return c.base.Add(time.Since(c.start) * c.
 // e2e is one end-to-end environment: Kafka, S3 and Redis as real servers,
 // and the config a worker gets to run against them.
 type e2e struct {
-	t      *testing.T
-	kafka  *testenv.Kafka
-	s3     *testenv.S3
-	redis  *testenv.Redis   // single mode
-	clus   *testenv.Cluster // cluster mode
-	clock  *fastClock
-	store  objstore.Store
-	inputs int // records produced so far
+	t        *testing.T
+	kafka    *testenv.Kafka
+	s3       *testenv.S3
+	redis    *testenv.Redis    // single mode; the first master in sentinel mode
+	clus     *testenv.Cluster  // cluster mode
+	replicas []*testenv.Redis  // sentinel mode
+	sentinel *testenv.Sentinel // sentinel mode
+	clock    *fastClock
+	store    objstore.Store
+	inputs   int // records produced so far
 }
 
 func newE2E(t *testing.T, mode string, redisArgs ...string) *e2e {
@@ -71,6 +73,10 @@ func newE2E(t *testing.T, mode string, redisArgs ...string) *e2e {
 		e.redis = testenv.StartRedis(t, testenv.RedisOptions{Args: redisArgs})
 	case "cluster":
 		e.clus = testenv.StartCluster(t, 3)
+	case "sentinel":
+		e.redis = testenv.StartRedis(t, testenv.RedisOptions{Args: redisArgs})
+		e.replicas = []*testenv.Redis{testenv.ReplicaOf(t, e.redis), testenv.ReplicaOf(t, e.redis)}
+		e.sentinel = testenv.StartSentinel(t, "capper", e.redis.Port, testenv.SentinelOptions{DownAfter: 500 * time.Millisecond})
 	default:
 		t.Fatalf("mode %q", mode)
 	}
@@ -120,9 +126,12 @@ func (e *e2e) config() *config.Config {
 	cfg.Kafka.SessionTimeout = config.Duration(6 * time.Second) // kfake's minimum
 	cfg.Kafka.RebalanceTimeout = config.Duration(6 * time.Second)
 	cfg.Kafka.HeartbeatInterval = config.Duration(200 * time.Millisecond)
-	if e.redis != nil {
+	switch {
+	case e.sentinel != nil:
+		cfg.Redis.Mode, cfg.Redis.Addrs, cfg.Redis.MasterName = "sentinel", []string{e.sentinel.Addr}, "capper"
+	case e.redis != nil:
 		cfg.Redis.Mode, cfg.Redis.Addrs = "single", []string{e.redis.Addr()}
-	} else {
+	default:
 		cfg.Redis.Mode, cfg.Redis.Addrs = "cluster", e.clus.Addrs()
 	}
 	cfg.Redis.ReadTimeout = config.Duration(500 * time.Millisecond)
@@ -317,6 +326,23 @@ func (e *e2e) waitDrained(timeout time.Duration, workers ...*worker) outputs {
 // as a retry by the scheduler would be.
 func (e *e2e) verify(o outputs, cfg *config.Config, redelivered bool) {
 	e.t.Helper()
+	e.verifyOutcomes(o, redelivered)
+	if v := e.violations(o, cfg); len(v) > 0 {
+		for i, x := range v {
+			if i == 10 {
+				break
+			}
+			e.t.Errorf("audit: %s", x)
+		}
+		e.t.Fatalf("audit: %d violations", len(v))
+	}
+}
+
+// verifyOutcomes checks that every input has exactly one outcome (several
+// only when redelivered: capped, then allowed after its retry-after) and
+// that every output names an input.
+func (e *e2e) verifyOutcomes(o outputs, redelivered bool) {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	in, err := audit.ReadTopic(ctx, e.kafka.Addrs, tIn)
@@ -359,19 +385,16 @@ func (e *e2e) verify(o outputs, cfg *config.Config, redelivered bool) {
 			seen[s] = string(r.Value)
 		}
 	}
+}
+
+// violations audits the deliveries against the caps.
+func (e *e2e) violations(o outputs, cfg *config.Config) []audit.Violation {
+	e.t.Helper()
 	sends, err := audit.Sends(o.deliveries)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if v := audit.Check(cfg.Rules(), sends); len(v) > 0 {
-		for i, x := range v {
-			if i == 10 {
-				break
-			}
-			e.t.Errorf("audit: %s", x)
-		}
-		e.t.Fatalf("audit: %d violations", len(v))
-	}
+	return audit.Check(cfg.Rules(), sends)
 }
 
 // redecidedAfterRetry checks an input found in two topics: it was capped,

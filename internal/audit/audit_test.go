@@ -11,12 +11,12 @@ import (
 )
 
 var rules = capping.Rules{
-	Segments: map[string]capping.Policy{
-		"new": {Limits: []capping.Limit{
+	Segments: []capping.Segment{
+		{Name: "new", Policy: capping.Policy{Limits: []capping.Limit{
 			{Name: "hourly", Window: time.Hour, Max: 1},
 			{Name: "daily", Window: 24 * time.Hour, Max: 2},
 			{Name: "sms", Window: 24 * time.Hour, Max: 0, Channel: "sms"},
-		}},
+		}}},
 	},
 	Default: capping.Policy{Limits: []capping.Limit{{Name: "daily", Window: 24 * time.Hour, Max: 5}}},
 }

@@ -25,10 +25,10 @@ const benchUsers = 1_000_000
 
 func benchRules() Rules {
 	return Rules{
-		Segments: map[string]Policy{"bench": {Limits: []Limit{
+		Segments: []Segment{{Name: "bench", Policy: Policy{Limits: []Limit{
 			{Name: "daily", Window: 24 * time.Hour, Max: 3},
 			{Name: "weekly", Window: 7 * 24 * time.Hour, Max: 10},
-		}}},
+		}}}},
 		Default: Policy{Limits: []Limit{{Name: "daily", Window: 24 * time.Hour, Max: 1}}},
 	}
 }
@@ -382,10 +382,10 @@ func BenchmarkMemoryPerUser(b *testing.B) {
 	c := r.Client()
 	ctx := context.Background()
 	rules := Rules{
-		Segments: map[string]Policy{"bench": {Limits: []Limit{
+		Segments: []Segment{{Name: "bench", Policy: Policy{Limits: []Limit{
 			{Name: "daily", Window: 24 * time.Hour, Max: 100},
 			{Name: "weekly", Window: 7 * 24 * time.Hour, Max: 100},
-		}}},
+		}}}},
 		Default: Policy{Limits: []Limit{{Name: "daily", Window: 24 * time.Hour, Max: 1}}},
 	}
 	const users = 1000

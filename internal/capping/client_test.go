@@ -4,12 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -134,34 +130,7 @@ func TestClientTLS(t *testing.T) {
 // monitors a real master; the engine reaches the master through it.
 func TestClientSentinel(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
-	bin := testenv.RedisServerPath(t)
-	dir := t.TempDir()
-	var sentinel string
-	for attempt := 0; ; attempt++ {
-		port := testenv.FreePort(t)
-		conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", attempt))
-		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor capper 127.0.0.1 %d 1\n", port, dir, master.Port)
-		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, conf, "--sentinel")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
-		sentinel = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if waitSentinel(sentinel, done) {
-			break
-		}
-		if attempt == 4 {
-			t.Fatalf("sentinel did not start:\n%s", out.String())
-		}
-	}
+	sentinel := testenv.StartSentinel(t, "capper", master.Port, testenv.SentinelOptions{}).Addr
 	c, err := NewClient(ClientOptions{Mode: ModeSentinel, Addrs: []string{sentinel}, MasterName: "capper"})
 	if err != nil {
 		t.Fatal(err)
@@ -180,26 +149,4 @@ func TestClientSentinel(t *testing.T) {
 	if _, ok := skews[master.Addr()]; !ok || len(skews) != 1 {
 		t.Fatalf("clock check through the sentinel measured %v, want the master %s", skews, master.Addr())
 	}
-}
-
-// waitSentinel waits until a sentinel knows the master, or its process exits.
-func waitSentinel(addr string, exited <-chan struct{}) bool {
-	s := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer s.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return false
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		_, err := s.GetMasterAddrByName(ctx, "capper").Result()
-		cancel()
-		if err == nil {
-			return true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return false
 }

@@ -26,10 +26,14 @@ type call struct {
 	// cmd reads the script's answer, an array of integers, straight into
 	// []int64 (the generic Cmd boxes every value first).
 	cmd *redis.IntSliceCmd
+	// notReplicated (WaitReplicas): the replicas did not acknowledge what
+	// the answer rests on.
+	notReplicated error
 }
 
 // Decide decides a batch. len(result) == len(reqs); per-request failures are
-// in Decision.Err. The error is the context's when ctx ended during the call
+// in Decision.Err, whose text never names the user or the intent (it may end
+// up in logs and /readyz; the caller has the request). The error is the context's when ctx ended during the call
 // (decisions already received are still returned).
 //
 // The whole batch goes out as one pipeline of EVALSHA; go-redis sends each
@@ -56,7 +60,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		p, err := e.check(r)
 		switch {
 		case err != nil:
-			out[i].Err = fmt.Errorf("intent %q: %w", r.IntentID, err)
+			out[i].Err = err
 		case p == nil:
 			out[i] = Decision{Outcome: Exempt, At: r.At}
 		default:
@@ -69,7 +73,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 	e.prepare(reqs, calls)
 	if err := ctx.Err(); err != nil {
 		for _, c := range calls {
-			out[c.i].Err = fmt.Errorf("decide intent %q: %w", reqs[c.i].IntentID, err)
+			out[c.i].Err = fmt.Errorf("decide: %w", err)
 		}
 		return out, err
 	}
@@ -88,7 +92,13 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		}
 		if err != nil {
 			e.m.errors.WithLabelValues(errorKind(err)).Inc()
-			out[c.i] = Decision{Err: fmt.Errorf("decide intent %q of user %d: %w", reqs[c.i].IntentID, reqs[c.i].UserID, err)}
+			out[c.i] = Decision{Err: fmt.Errorf("decide: %w", err)}
+		}
+	}
+	for k := range calls {
+		c := &calls[k]
+		if d := &out[c.i]; c.notReplicated != nil && d.Err == nil && (d.Outcome == Allowed || d.Outcome == Duplicate) {
+			*d = Decision{Err: fmt.Errorf("decide: %w", c.notReplicated)}
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -189,6 +199,7 @@ func (e *Engine) prepare(reqs []Request, calls []call) {
 }
 
 // send runs calls in one pipeline; errors stay on each call's command.
+// With WaitReplicas, see sendDurable.
 //
 // With a ClusterClient, a user's first call in the pipeline is preceded by a
 // single-key EXISTS when the call has several keys. go-redis re-sends a
@@ -201,10 +212,21 @@ func (e *Engine) prepare(reqs []Request, calls []call) {
 // some user's first command, so the probe keeps that path closed; the
 // TRYAGAIN calls are re-sent by Decide instead.
 func (e *Engine) send(ctx context.Context, calls []*call, eval bool) {
-	pipe := e.client.Pipeline()
+	e.m.scriptCalls.WithLabelValues(string(e.name)).Add(float64(len(calls)))
+	if e.waitReplicas > 0 {
+		e.sendDurable(ctx, calls, eval)
+		return
+	}
 	_, cluster := e.client.(*redis.ClusterClient)
+	pipe := e.client.Pipeline()
+	e.queue(ctx, pipe, calls, eval, cluster)
+	_, _ = pipe.Exec(ctx) // errors are per command
+}
+
+// queue adds the calls' script commands to pipe.
+func (e *Engine) queue(ctx context.Context, pipe redis.Pipeliner, calls []*call, eval, probe bool) {
 	var seen map[string]bool
-	if cluster {
+	if probe {
 		seen = make(map[string]bool, len(calls))
 	}
 	// The arguments: EVALSHA sha numkeys keys... args..., with the keys, the
@@ -244,7 +266,7 @@ func (e *Engine) send(ctx context.Context, calls []*call, eval bool) {
 		if c.plan.member >= 0 {
 			args[3+len(c.keys)+c.plan.member] = &c.member
 		}
-		if cluster {
+		if probe {
 			user := c.keys[0][:strings.IndexByte(c.keys[0], '}')] // <prefix>:{<uid>
 			if !seen[user] {
 				seen[user] = true
@@ -255,8 +277,7 @@ func (e *Engine) send(ctx context.Context, calls []*call, eval bool) {
 		}
 		c.cmd = redis.NewIntSliceCmd(ctx, args...)
 		c.cmd.SetFirstKeyPos(3)
+		c.notReplicated = nil
 		_ = pipe.Process(ctx, c.cmd)
 	}
-	_, _ = pipe.Exec(ctx) // errors are per command
-	e.m.scriptCalls.WithLabelValues(string(e.name)).Add(float64(len(calls)))
 }

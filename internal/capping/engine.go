@@ -27,9 +27,15 @@ type Options struct {
 	SubIntervals      int           // sliding_window: sub-intervals per window (1-1440)
 	SkewWarn          time.Duration // warn above this Redis clock skew
 	SkewInterval      time.Duration // how often RunClockCheck measures; 0 = every 30s
-	Registerer        prometheus.Registerer
-	Logger            *slog.Logger
-	Now               func() time.Time // only for the clock-skew check
+	// WaitReplicas > 0: an allowed or duplicate answer is returned only once
+	// that many replicas of its master acknowledged the writes behind it,
+	// within WaitTimeout (else it is a per-request error, decided again
+	// later). See durable.go.
+	WaitReplicas int
+	WaitTimeout  time.Duration
+	Registerer   prometheus.Registerer
+	Logger       *slog.Logger
+	Now          func() time.Time // only for the clock-skew check
 }
 
 const defaultSkewInterval = 30 * time.Second
@@ -37,21 +43,23 @@ const defaultSkewInterval = 30 * time.Second
 // Engine decides requests against the caps stored in Redis. It is safe for
 // concurrent use.
 type Engine struct {
-	client    redis.UniversalClient
-	rules     Rules
-	algo      algorithm
-	name      Algorithm
-	keys      keys
-	plans     map[string]map[string]*plan // by segment, then channel
-	fallback  map[string]*plan            // Rules.Default, by channel
-	known     map[string]bool             // channels
-	retention int64                       // ms: idempotency record and user log
-	subs      int
-	skewWarn  time.Duration
-	skewEvery time.Duration
-	m         *metrics
-	log       *slog.Logger
-	now       func() time.Time
+	client       redis.UniversalClient
+	rules        Rules
+	algo         algorithm
+	name         Algorithm
+	keys         keys
+	plans        map[string]map[string]*plan // by segment, then channel
+	fallback     map[string]*plan            // Rules.Default, by channel
+	known        map[string]bool             // channels
+	retention    int64                       // ms: idempotency record and user log
+	waitReplicas int
+	waitTimeout  time.Duration
+	subs         int
+	skewWarn     time.Duration
+	skewEvery    time.Duration
+	m            *metrics
+	log          *slog.Logger
+	now          func() time.Time
 }
 
 // New validates the rules and options and loads the script on every node.
@@ -60,17 +68,19 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{
-		client:    opts.Client,
-		rules:     opts.Rules.clone(),
-		name:      opts.Algorithm,
-		keys:      keys{prefix: opts.KeyPrefix},
-		subs:      opts.SubIntervals,
-		skewWarn:  opts.SkewWarn,
-		skewEvery: opts.SkewInterval,
-		m:         newMetrics(opts.Registerer),
-		log:       opts.Logger,
-		now:       opts.Now,
-		known:     map[string]bool{},
+		client:       opts.Client,
+		rules:        opts.Rules.clone(),
+		name:         opts.Algorithm,
+		keys:         keys{prefix: opts.KeyPrefix},
+		subs:         opts.SubIntervals,
+		skewWarn:     opts.SkewWarn,
+		skewEvery:    opts.SkewInterval,
+		m:            newMetrics(opts.Registerer),
+		log:          opts.Logger,
+		now:          opts.Now,
+		known:        map[string]bool{},
+		waitReplicas: opts.WaitReplicas,
+		waitTimeout:  opts.WaitTimeout,
 	}
 	e.retention = max(opts.IdempotencyWindow, e.rules.longestWindow()).Milliseconds()
 	if e.skewEvery <= 0 {
@@ -89,6 +99,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.m.scriptCalls.WithLabelValues(string(opts.Algorithm))
 	e.algo = algo
 	e.compile()
 	if err := e.Reload(ctx); err != nil {
@@ -115,6 +126,12 @@ func (o Options) validate() error {
 	if o.Algorithm == SlidingWindow && (o.SubIntervals < 1 || o.SubIntervals > 1440) {
 		errs = append(errs, fmt.Errorf("sub-intervals %d out of range [1, 1440]", o.SubIntervals))
 	}
+	if o.WaitReplicas < 0 || (o.WaitReplicas > 0 && o.WaitTimeout <= 0) {
+		errs = append(errs, fmt.Errorf("wait replicas %d needs a positive wait timeout, got %s", o.WaitReplicas, o.WaitTimeout))
+	}
+	if _, ring := o.Client.(*redis.Ring); ring && o.WaitReplicas > 0 {
+		errs = append(errs, fmt.Errorf("wait replicas: not supported with a ring client"))
+	}
 	if o.SkewWarn <= 0 {
 		errs = append(errs, fmt.Errorf("skew warning threshold %s must be above 0", o.SkewWarn))
 	}
@@ -130,11 +147,11 @@ func (e *Engine) compile() {
 	e.fallback = map[string]*plan{}
 	for ch := range e.known {
 		e.fallback[ch] = e.algo.compile(e.rules.Default, ch)
-		for seg, pol := range e.rules.Segments {
-			if e.plans[seg] == nil {
-				e.plans[seg] = map[string]*plan{}
+		for _, s := range e.rules.Segments {
+			if e.plans[s.Name] == nil {
+				e.plans[s.Name] = map[string]*plan{}
 			}
-			e.plans[seg][ch] = e.algo.compile(pol, ch)
+			e.plans[s.Name][ch] = e.algo.compile(s.Policy, ch)
 		}
 	}
 }

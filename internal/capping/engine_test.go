@@ -26,36 +26,39 @@ func TestRulesValidate(t *testing.T) {
 		want []string
 	}{
 		{"short window", func(r *Rules) {
-			r.Segments["new"].Limits[0].Window = 30 * time.Second
-		}, []string{`segment "new": limit "daily": window 30s out of range [1m0s, 744h0m0s]`}},
+			r.Segments[0].Limits[0].Window = 30 * time.Second
+		}, []string{`segments[0] (segment "new").limits[0] (limit "daily").window: 30s out of range [1m0s, 744h0m0s]`}},
 		{"long window", func(r *Rules) {
 			r.Default.Limits[0].Window = 32 * day
-		}, []string{`default policy: limit "daily": window 768h0m0s out of range`}},
+		}, []string{`default_policy.limits[0] (limit "daily").window: 768h0m0s out of range`}},
 		{"negative max", func(r *Rules) {
-			r.Segments["active"].Limits[1].Max = -1
-		}, []string{`segment "active": limit "weekly": negative max -1`}},
+			r.Segments[1].Limits[1].Max = -1
+		}, []string{`segments[1] (segment "active").limits[1] (limit "weekly").max: must not be negative, got -1`}},
 		{"duplicate name", func(r *Rules) {
-			r.Segments["new"] = Policy{Limits: []Limit{{Name: "d", Window: day, Max: 1}, {Name: "d", Window: 2 * day, Max: 2}}}
-		}, []string{`segment "new": limit "d": duplicate limit name`}},
+			r.Segments[0].Policy = Policy{Limits: []Limit{{Name: "d", Window: day, Max: 1}, {Name: "d", Window: 2 * day, Max: 2}}}
+		}, []string{`segments[0] (segment "new").limits[1] (limit "d").name: "d" is used by an earlier limit of this policy`}},
 		{"unknown channel", func(r *Rules) {
-			r.Segments["chatty"].Limits[0].Channel = "pigeon"
-		}, []string{`segment "chatty": limit "push-10m": unknown channel "pigeon"`}},
+			r.Segments[2].Limits[0].Channel = "pigeon"
+		}, []string{`segments[2] (segment "chatty").limits[0] (limit "push-10m").channel: "pigeon" is not one of the channels`}},
 		{"no limits", func(r *Rules) {
-			r.Segments["empty"] = Policy{}
+			r.Segments = append(r.Segments, Segment{Name: "empty"})
 			r.Default = Policy{}
-		}, []string{`segment "empty": policy has no limits`, `default policy: policy has no limits`}},
+		}, []string{`segments[4] (segment "empty").limits: at least one limit is required`, `default_policy.limits: at least one limit is required`}},
+		{"duplicate segment", func(r *Rules) {
+			r.Segments = append(r.Segments, Segment{Name: "new", Policy: r.Default})
+		}, []string{`segments[4] (segment "new").name: segment "new" is listed twice`}},
 		{"no channels", func(r *Rules) {
 			r.Channels = nil
 		}, []string{`channels: at least one channel is required`}},
 		{"bad limit name", func(r *Rules) {
-			r.Segments["new"].Limits[0].Name = "a b"
-		}, []string{`segment "new": limits[0]: name "a b"`}},
+			r.Segments[0].Limits[0].Name = "a b"
+		}, []string{`segments[0] (segment "new").limits[0] (limit "a b").name: "a b" must be non-empty`}},
 		{"sub-ms window", func(r *Rules) {
-			r.Segments["new"].Limits[0].Window = time.Hour + time.Microsecond
+			r.Segments[0].Limits[0].Window = time.Hour + time.Microsecond
 		}, []string{`not a whole number of milliseconds`}},
 		{"huge max", func(r *Rules) {
-			r.Segments["new"].Limits[0].Max = MaxMax + 1
-		}, []string{`max 1000001 above 1000000`}},
+			r.Segments[0].Limits[0].Max = MaxMax + 1
+		}, []string{`.max: 1000001 is above 1000000`}},
 		{"bad channel", func(r *Rules) {
 			r.Channels = []string{"email", "email", "a:b"}
 		}, []string{`channels[1]: "email" is listed twice`, `channels[2]: "a:b"`}},
@@ -63,8 +66,8 @@ func TestRulesValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := testRules()
 			// Deep-copy the limits the case edits.
-			for name, p := range r.Segments {
-				r.Segments[name] = Policy{Limits: append([]Limit(nil), p.Limits...)}
+			for i := range r.Segments {
+				r.Segments[i].Limits = append([]Limit(nil), r.Segments[i].Limits...)
 			}
 			r.Default = Policy{Limits: append([]Limit(nil), r.Default.Limits...)}
 			tc.edit(&r)
@@ -90,7 +93,7 @@ func TestNewOptions(t *testing.T) {
 		want string
 	}{
 		{func(o *Options) { o.Client = nil }, "Client is required"},
-		{func(o *Options) { o.Rules = Rules{Channels: o.Rules.Channels} }, `default policy: policy has no limits`},
+		{func(o *Options) { o.Rules = Rules{Channels: o.Rules.Channels} }, `default_policy.limits: at least one limit is required`},
 		{func(o *Options) { o.Algorithm = "token_bucket" }, `algorithm "token_bucket"`},
 		{func(o *Options) { o.KeyPrefix = "a{b" }, "braces"},
 		{func(o *Options) { o.KeyPrefix = "" }, `key prefix ""`},

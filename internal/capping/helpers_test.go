@@ -23,26 +23,26 @@ var T0 = time.Date(2026, 11, 21, 16, 0, 0, 0, time.UTC)
 // short window, the default policy.
 func testRules() Rules {
 	return Rules{
-		Segments: map[string]Policy{
-			"new": {Limits: []Limit{
+		Segments: []Segment{
+			{Name: "new", Policy: Policy{Limits: []Limit{
 				{Name: "daily", Window: 24 * time.Hour, Max: 1},
 				{Name: "weekly", Window: 7 * 24 * time.Hour, Max: 3},
-			}},
-			"active": {Limits: []Limit{
+			}}},
+			{Name: "active", Policy: Policy{Limits: []Limit{
 				{Name: "daily", Window: 24 * time.Hour, Max: 3},
 				{Name: "weekly", Window: 7 * 24 * time.Hour, Max: 10},
 				{Name: "sms-weekly", Window: 7 * 24 * time.Hour, Max: 1, Channel: "sms"},
-			}},
-			"chatty": {Limits: []Limit{
+			}}},
+			{Name: "chatty", Policy: Policy{Limits: []Limit{
 				{Name: "push-10m", Window: 10 * time.Minute, Max: 1, Channel: "push"},
 				{Name: "hourly", Window: time.Hour, Max: 4},
 				{Name: "daily", Window: 24 * time.Hour, Max: 12},
 				{Name: "email-daily", Window: 24 * time.Hour, Max: 2, Channel: "email"},
-			}},
-			"blocked": {Limits: []Limit{
+			}}},
+			{Name: "blocked", Policy: Policy{Limits: []Limit{
 				{Name: "no-sms", Window: time.Hour, Max: 0, Channel: "sms"},
 				{Name: "daily", Window: 24 * time.Hour, Max: 2},
-			}},
+			}}},
 		},
 		Default: Policy{Limits: []Limit{
 			{Name: "daily", Window: 24 * time.Hour, Max: 2},
@@ -57,7 +57,7 @@ func testSegments() []string { return []string{"new", "active", "chatty", "block
 // testOptions fills what the tests leave out with the configuration's
 // defaults (internal/config owns them; this package cannot import it).
 func testOptions(o Options) Options {
-	if o.Rules.Segments == nil {
+	if o.Rules.Segments == nil && o.Rules.Default.Limits == nil {
 		o.Rules = testRules()
 	}
 	if o.Rules.Channels == nil {

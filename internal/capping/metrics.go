@@ -15,16 +15,19 @@ import (
 )
 
 type metrics struct {
-	errors      *prometheus.CounterVec
-	noscript    prometheus.Counter
-	skew        *prometheus.GaugeVec
-	scriptCalls *prometheus.CounterVec
+	errors       *prometheus.CounterVec
+	noscript     prometheus.Counter
+	skew         *prometheus.GaugeVec
+	scriptCalls  *prometheus.CounterVec
+	waitDuration prometheus.Histogram
+	waitFailures prometheus.Counter
 }
 
-// newMetrics registers on reg; a nil reg creates unregistered metrics.
+// newMetrics registers on reg (a nil reg creates unregistered metrics) and
+// starts the labelled counters at 0 for every error kind.
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
-	return &metrics{
+	m := &metrics{
 		errors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "capper_redis_errors_total",
 			Help: "Decisions that failed with a Redis error, by kind (timeout, connection, cluster, other).",
@@ -41,7 +44,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "capper_redis_script_calls_total",
 			Help: "Script calls sent to Redis (EVALSHA and EVAL), by algorithm.",
 		}, []string{"algorithm"}),
+		waitDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "capper_redis_wait_duration_seconds",
+			Help:    "Time a batch waited for replicas to acknowledge its writes (redis.wait_replicas).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
+		}),
+		waitFailures: f.NewCounter(prometheus.CounterOpts{
+			Name: "capper_redis_wait_failures_total",
+			Help: "Masters whose replicas did not acknowledge a batch's writes in time; its answers are decided again.",
+		}),
 	}
+	for _, k := range []string{kindTimeout, kindConnection, kindCluster, kindOther} {
+		m.errors.WithLabelValues(k)
+	}
+	return m
 }
 
 // Error kinds of capper_redis_errors_total.

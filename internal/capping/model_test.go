@@ -72,10 +72,7 @@ func window(set map[string]int64, now, w int64) []int64 {
 // request or an exempt category. It returns the request's policy otherwise
 // (a segment without a policy gets the default one).
 func screen(rules Rules, r Request) (Policy, *Decision) {
-	pol, ok := rules.Segments[r.Segment]
-	if !ok {
-		pol = rules.Default
-	}
+	pol := rules.PolicyOf(r.Segment)
 	if !slices.Contains(rules.Channels, r.Channel) || r.Category == "" {
 		return pol, &Decision{Err: ErrInvalidRequest}
 	}

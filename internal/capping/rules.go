@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 )
@@ -35,84 +34,117 @@ type Limit struct {
 // Policy is the limits of one segment; all must pass.
 type Policy struct{ Limits []Limit }
 
+// Segment is the policy of one segment.
+type Segment struct {
+	Name string
+	Policy
+}
+
 // Rules is everything the engine needs to decide. The config package builds
 // it (and owns the defaults); the engine only validates it.
 type Rules struct {
-	Segments         map[string]Policy // by segment name
-	Default          Policy            // users in a segment without a policy, or in none
-	Channels         []string          // known channels
-	ExemptCategories []string          // bypass capping, not counted
+	Segments         []Segment // priority order, as configured
+	Default          Policy    // users in a segment without a policy, or in none
+	Channels         []string  // known channels
+	ExemptCategories []string  // bypass capping, not counted
 }
 
-// Validate reports every problem of the rules at once. Each error names the
-// segment and the limit, e.g.
-// `segment "new": limit "daily": window 30s out of range [1m0s, 744h0m0s]`.
-func (r Rules) Validate() error {
-	var errs []error
+// Problem is one thing wrong with the rules, at the path of the field in
+// the policy as configured, e.g.
+// segments[0] (segment "new").limits[2] (limit "x").window.
+type Problem struct{ Path, Msg string }
+
+func (p Problem) Error() string { return p.Path + ": " + p.Msg }
+
+// SegmentPath names a segment's policy in every message.
+func SegmentPath(i int, name string) string { return fmt.Sprintf("segments[%d] (segment %q)", i, name) }
+
+// LimitPath names a limit of a policy in every message.
+func LimitPath(i int, name string) string { return fmt.Sprintf("limits[%d] (limit %q)", i, name) }
+
+// Problems reports every problem of the rules at once, each at its path.
+func (r Rules) Problems() []Problem {
+	var ps []Problem
+	add := func(path, format string, args ...any) {
+		ps = append(ps, Problem{path, fmt.Sprintf(format, args...)})
+	}
 	if len(r.Channels) == 0 {
-		errs = append(errs, errors.New("channels: at least one channel is required"))
+		add("channels", "at least one channel is required")
 	}
 	known := map[string]bool{}
 	for i, c := range r.Channels {
 		switch {
 		case !validName(c):
-			errs = append(errs, fmt.Errorf("channels[%d]: %q must be non-empty, at most 64 bytes, without spaces, braces or colons", i, c))
+			add(fmt.Sprintf("channels[%d]", i), "%q must be non-empty, at most 64 bytes, without spaces, braces or colons", c)
 		case known[c]:
-			errs = append(errs, fmt.Errorf("channels[%d]: %q is listed twice", i, c))
+			add(fmt.Sprintf("channels[%d]", i), "%q is listed twice", c)
 		}
 		known[c] = true
 	}
 	for i, c := range r.ExemptCategories {
 		if c == "" {
-			errs = append(errs, fmt.Errorf("exempt_categories[%d]: empty category", i))
+			add(fmt.Sprintf("exempt_categories[%d]", i), "empty category")
 		}
 	}
-	names := make([]string, 0, len(r.Segments))
-	for name := range r.Segments {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		if name == "" {
-			errs = append(errs, errors.New(`segment "": empty segment name`))
-			continue
+	names := map[string]bool{}
+	for i, s := range r.Segments {
+		path := SegmentPath(i, s.Name)
+		switch {
+		case s.Name == "":
+			add(path+".name", "is required")
+		case names[s.Name]:
+			add(path+".name", "segment %q is listed twice", s.Name)
 		}
-		errs = append(errs, r.Segments[name].validate(fmt.Sprintf("segment %q", name), known)...)
+		names[s.Name] = true
+		ps = append(ps, s.Policy.problems(path, known)...)
 	}
-	errs = append(errs, r.Default.validate("default policy", known)...)
+	return append(ps, r.Default.problems("default_policy", known)...)
+}
+
+// Validate is Problems as one error (nil when there is none).
+func (r Rules) Validate() error {
+	ps := r.Problems()
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		errs[i] = p
+	}
 	return errors.Join(errs...)
 }
 
-// validate checks one policy; owner names it in the messages.
-func (p Policy) validate(owner string, channels map[string]bool) []error {
+// problems checks one policy at path.
+func (p Policy) problems(path string, channels map[string]bool) []Problem {
 	if len(p.Limits) == 0 {
-		return []error{fmt.Errorf("%s: policy has no limits", owner)}
+		return []Problem{{path + ".limits", "at least one limit is required"}}
 	}
-	var errs []error
+	var ps []Problem
+	add := func(path, format string, args ...any) {
+		ps = append(ps, Problem{path, fmt.Sprintf(format, args...)})
+	}
 	seen := map[string]bool{}
 	for i, l := range p.Limits {
-		where := fmt.Sprintf("%s: limit %q", owner, l.Name)
-		if !validName(l.Name) {
-			errs = append(errs, fmt.Errorf("%s: limits[%d]: name %q must be non-empty, at most 64 bytes, without spaces, braces or colons", owner, i, l.Name))
-		} else if seen[l.Name] {
-			errs = append(errs, fmt.Errorf("%s: duplicate limit name", where))
+		at := path + "." + LimitPath(i, l.Name)
+		switch {
+		case !validName(l.Name):
+			add(at+".name", "%q must be non-empty, at most 64 bytes, without spaces, braces or colons", l.Name)
+		case seen[l.Name]:
+			add(at+".name", "%q is used by an earlier limit of this policy", l.Name)
 		}
 		seen[l.Name] = true
 		if l.Window < MinWindow || l.Window > MaxWindow {
-			errs = append(errs, fmt.Errorf("%s: window %s out of range [%s, %s]", where, l.Window, MinWindow, MaxWindow))
+			add(at+".window", "%s out of range [%s, %s]", l.Window, MinWindow, MaxWindow)
 		} else if l.Window%time.Millisecond != 0 {
-			errs = append(errs, fmt.Errorf("%s: window %s is not a whole number of milliseconds", where, l.Window))
+			add(at+".window", "%s is not a whole number of milliseconds", l.Window)
 		}
 		if l.Max < 0 {
-			errs = append(errs, fmt.Errorf("%s: negative max %d", where, l.Max))
+			add(at+".max", "must not be negative, got %d", l.Max)
 		} else if l.Max > MaxMax {
-			errs = append(errs, fmt.Errorf("%s: max %d above %d", where, l.Max, MaxMax))
+			add(at+".max", "%d is above %d", l.Max, MaxMax)
 		}
 		if l.Channel != "" && !channels[l.Channel] {
-			errs = append(errs, fmt.Errorf("%s: unknown channel %q", where, l.Channel))
+			add(at+".channel", "%q is not one of the channels", l.Channel)
 		}
 	}
-	return errs
+	return ps
 }
 
 // validName: names end up in Redis keys and message headers.
@@ -123,8 +155,10 @@ func validName(s string) bool {
 // PolicyOf returns the policy of a segment: its own, or Default for a
 // segment without one (and for users in no segment).
 func (r Rules) PolicyOf(segment string) Policy {
-	if p, ok := r.Segments[segment]; ok {
-		return p
+	for _, s := range r.Segments {
+		if s.Name == segment {
+			return s.Policy
+		}
 	}
 	return r.Default
 }
@@ -135,8 +169,8 @@ func (l Limit) Applies(channel string) bool { return l.Channel == "" || l.Channe
 // allPolicies returns every policy, the default one included.
 func (r Rules) allPolicies() []Policy {
 	ps := []Policy{r.Default}
-	for _, p := range r.Segments {
-		ps = append(ps, p)
+	for _, s := range r.Segments {
+		ps = append(ps, s.Policy)
 	}
 	return ps
 }
@@ -179,13 +213,13 @@ func (r Rules) IsExempt(category string) bool {
 // clone copies the rules so that the caller's maps and slices can change.
 func (r Rules) clone() Rules {
 	c := Rules{
-		Segments:         make(map[string]Policy, len(r.Segments)),
+		Segments:         make([]Segment, len(r.Segments)),
 		Default:          Policy{Limits: slices.Clone(r.Default.Limits)},
 		Channels:         slices.Clone(r.Channels),
 		ExemptCategories: slices.Clone(r.ExemptCategories),
 	}
-	for name, p := range r.Segments {
-		c.Segments[name] = Policy{Limits: slices.Clone(p.Limits)}
+	for i, s := range r.Segments {
+		c.Segments[i] = Segment{Name: s.Name, Policy: Policy{Limits: slices.Clone(s.Limits)}}
 	}
 	return c
 }

@@ -236,7 +236,7 @@ func TestSlidingWindowCluster(t *testing.T) {
 func TestSlidingWindowBurst(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	rules := Rules{
-		Segments: map[string]Policy{"s": {Limits: []Limit{{Name: "hourly", Window: time.Hour, Max: 4}}}},
+		Segments: []Segment{{Name: "s", Policy: Policy{Limits: []Limit{{Name: "hourly", Window: time.Hour, Max: 4}}}}},
 		Default:  Policy{Limits: []Limit{{Name: "daily", Window: 24 * time.Hour, Max: 2}}},
 	}
 	e := newEngine(t, r.Client(), Options{Algorithm: SlidingWindow, Rules: rules, SubIntervals: 4}) // s = 15m
@@ -275,7 +275,7 @@ func TestSlidingWindowBurst(t *testing.T) {
 			allowed++
 		}
 	}
-	l := rules.Segments["s"].Limits[0]
+	l := rules.Segments[0].Limits[0]
 	ex, err := checkBound(log, at.UnixMilli(), l, 4)
 	if err != nil {
 		t.Fatal(err)

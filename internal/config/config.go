@@ -41,6 +41,7 @@ type Kafka struct {
 	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
 	WriteTimeout      Duration `yaml:"write_timeout"`
 	MaxIntentBytes    int      `yaml:"max_intent_bytes"`
+	LagInterval       Duration `yaml:"lag_interval"`
 }
 
 // Topics names the input and output topics.
@@ -85,6 +86,8 @@ type Redis struct {
 	WriteTimeout     Duration `yaml:"write_timeout"`
 	PoolSize         int      `yaml:"pool_size"`
 	MaxRetries       int      `yaml:"max_retries"`
+	WaitReplicas     int      `yaml:"wait_replicas"`
+	WaitTimeout      Duration `yaml:"wait_timeout"`
 }
 
 // Capping is the cap policy and the engine's settings.
@@ -94,6 +97,7 @@ type Capping struct {
 	SubIntervals      int             `yaml:"sub_intervals"`
 	IdempotencyWindow Duration        `yaml:"idempotency_window"`
 	Channels          []string        `yaml:"channels"`
+	Categories        []string        `yaml:"categories"`
 	DefaultCategory   string          `yaml:"default_category"`
 	ExemptCategories  []string        `yaml:"exempt_categories"`
 	ClockSkewWarn     Duration        `yaml:"clock_skew_warn"`
@@ -180,6 +184,7 @@ func Default() Config {
 			HeartbeatInterval: Duration(3 * time.Second),
 			WriteTimeout:      Duration(10 * time.Second),
 			MaxIntentBytes:    64 << 10,
+			LagInterval:       Duration(15 * time.Second),
 		},
 		Redis: Redis{
 			Mode:         "single",
@@ -188,6 +193,7 @@ func Default() Config {
 			ReadTimeout:  Duration(2 * time.Second),
 			WriteTimeout: Duration(2 * time.Second),
 			MaxRetries:   3,
+			WaitTimeout:  Duration(100 * time.Millisecond),
 		},
 		Capping: Capping{
 			Algorithm:         "sliding_log",
@@ -195,6 +201,7 @@ func Default() Config {
 			SubIntervals:      24,
 			IdempotencyWindow: Duration(24 * time.Hour),
 			Channels:          []string{"email", "push", "sms", "inapp"},
+			Categories:        []string{"marketing", "transactional"},
 			DefaultCategory:   "marketing",
 			ExemptCategories:  []string{"transactional"},
 			ClockSkewWarn:     Duration(500 * time.Millisecond),

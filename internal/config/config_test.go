@@ -21,15 +21,21 @@ var badFiles = map[string][]string{
 	"sasl-no-password.bad.yaml":   {"kafka.sasl.password", "CAPPER_KAFKA_SASL_PASSWORD"},
 	"single-many-addrs.bad.yaml":  {"redis.addrs", "mode single takes one address"},
 	"sentinel-no-master.bad.yaml": {"redis.master_name", "required with mode sentinel"},
-	"reserved-segment.bad.yaml":   {"capping.segments[0].name", `"none" is reserved`},
-	"dup-segment.bad.yaml":        {"capping.segments[1].name", "listed twice"},
+	"reserved-segment.bad.yaml":   {`capping.segments[0] (segment "none").name`, `"none" is reserved`},
+	"dup-segment.bad.yaml":        {`capping.segments[1] (segment "new").name: segment "new" is listed twice`},
 	"brace-prefix.bad.yaml":       {"capping.key_prefix", "without braces"},
 	"bad-enum.bad.yaml":           {"capping.algorithm", `"token_bucket" is not one of sliding_log, sliding_window`},
 	"batch-size.bad.yaml":         {"worker.batch_size", "between 1 and 10000"},
 	"two-docs.bad.yaml":           {"more than one YAML document"},
 	"bad-source.bad.yaml":         {"segments.source", "gs://bucket/segments"},
-	"window-range.bad.yaml":       {"capping", `segment "new"`, `limit "burst"`, "window 30s out of range"},
-	"unknown-channel.bad.yaml":    {"capping", `segment "new"`, `limit "daily"`, "fax"},
+	"window-range.bad.yaml":       {`capping.segments[0] (segment "new").limits[0] (limit "burst").window: 30s out of range`},
+	"many-problems.bad.yaml": {
+		`capping.segments[0] (segment "new").limits[0] (limit "daily").max: is required (0 means never)`,
+		`capping.segments[0] (segment "new").limits[1] (limit "burst").window: 30s out of range`,
+		`capping.default_policy.limits[0] (limit "d").channel: "fax" is not one of the channels`,
+		`worker.batch_size: must be between 1 and 10000, got 0`,
+	},
+	"unknown-channel.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "daily").channel: "fax" is not one of the channels`},
 }
 
 func TestBadFiles(t *testing.T) {

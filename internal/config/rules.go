@@ -1,9 +1,10 @@
 package config
 
-// From the capping section to the engine's rules.
+// From the capping section to the engine's rules, and their validation
+// (capping owns the rules; the file adds only what YAML can get wrong).
 
 import (
-	"strings"
+	"fmt"
 
 	"github.com/capper-dev/capper/internal/capping"
 )
@@ -11,17 +12,19 @@ import (
 // Rules converts the capping section into the engine's rules.
 func (c *Config) Rules() capping.Rules {
 	r := capping.Rules{
-		Segments:         make(map[string]capping.Policy, len(c.Capping.Segments)),
+		Segments:         make([]capping.Segment, 0, len(c.Capping.Segments)),
 		Default:          policy(c.Capping.DefaultPolicy.Limits),
 		Channels:         c.Capping.Channels,
 		ExemptCategories: c.Capping.ExemptCategories,
 	}
 	for _, s := range c.Capping.Segments {
-		r.Segments[s.Name] = policy(s.Limits)
+		r.Segments = append(r.Segments, capping.Segment{Name: s.Name, Policy: policy(s.Limits)})
 	}
 	return r
 }
 
+// policy converts limits; a missing max (reported by validateRules) reads
+// as 0, so that everything else about the limit is still checked.
 func policy(ls []Limit) capping.Policy {
 	p := capping.Policy{Limits: make([]capping.Limit, 0, len(ls))}
 	for _, l := range ls {
@@ -34,25 +37,22 @@ func policy(ls []Limit) capping.Policy {
 	return p
 }
 
-// validateRules lets the engine check the cap rules (window range, duplicate
-// limit names, channels), so they are defined once, and files its messages
-// under the capping key.
+// validateRules reports every problem of the cap rules at once, each at its
+// path under capping (capping.segments[0] (segment "new").limits[2] (limit
+// "x").max): a missing max here, everything else by capping.Rules.
 func (c *Config) validateRules(p *problems) {
-	for _, l := range c.Capping.Segments {
-		for _, lim := range l.Limits {
-			if lim.Max == nil {
-				return // already reported; the engine would read it as 0
+	missingMax := func(path string, ls []Limit) {
+		for i, l := range ls {
+			if l.Max == nil {
+				p.add(path+"."+capping.LimitPath(i, l.Name)+".max", "is required (0 means never)")
 			}
 		}
 	}
-	for _, lim := range c.Capping.DefaultPolicy.Limits {
-		if lim.Max == nil {
-			return
-		}
+	for i, s := range c.Capping.Segments {
+		missingMax("capping."+capping.SegmentPath(i, s.Name), s.Limits)
 	}
-	if err := c.Rules().Validate(); err != nil {
-		for _, line := range strings.Split(err.Error(), "\n") {
-			p.add("capping", "%s", line)
-		}
+	missingMax("capping.default_policy", c.Capping.DefaultPolicy.Limits)
+	for _, pr := range c.Rules().Problems() {
+		p.add(fmt.Sprintf("capping.%s", pr.Path), "%s", pr.Msg)
 	}
 }

@@ -122,6 +122,7 @@ func (k *Kafka) validate(p *problems) {
 	positive(p, "kafka.rebalance_timeout", k.RebalanceTimeout)
 	positive(p, "kafka.heartbeat_interval", k.HeartbeatInterval)
 	positive(p, "kafka.write_timeout", k.WriteTimeout)
+	positive(p, "kafka.lag_interval", k.LagInterval)
 	if k.HeartbeatInterval >= k.SessionTimeout && k.SessionTimeout > 0 {
 		p.add("kafka.heartbeat_interval", "must be below kafka.session_timeout (%s)", k.SessionTimeout.D())
 	}
@@ -157,6 +158,10 @@ func (r *Redis) validate(p *problems) {
 	if r.MaxRetries < -1 {
 		p.add("redis.max_retries", "must be -1 (no retries) or more")
 	}
+	if r.WaitReplicas < 0 {
+		p.add("redis.wait_replicas", "must not be negative, got %d", r.WaitReplicas)
+	}
+	positive(p, "redis.wait_timeout", r.WaitTimeout)
 }
 
 func (c *Capping) validate(p *problems) {
@@ -173,35 +178,37 @@ func (c *Capping) validate(p *problems) {
 	if len(c.Channels) == 0 {
 		p.add("capping.channels", "at least one channel is required")
 	}
-	if c.DefaultCategory == "" || len(c.DefaultCategory) > 64 {
-		p.add("capping.default_category", "%q must be 1 to 64 bytes", c.DefaultCategory)
+	if len(c.Categories) == 0 {
+		p.add("capping.categories", "at least one category is required")
 	}
-	// Channel names and the cap rules are checked by capping (validateRules),
-	// segment names by segments: each rule is defined once.
-	seen := map[string]bool{}
+	known := map[string]bool{}
+	for i, cat := range c.Categories {
+		switch {
+		case cat == "" || len(cat) > 64:
+			p.add(fmt.Sprintf("capping.categories[%d]", i), "%q must be 1 to 64 bytes", cat)
+		case known[cat]:
+			p.add(fmt.Sprintf("capping.categories[%d]", i), "%q is listed twice", cat)
+		}
+		known[cat] = true
+	}
+	if !known[c.DefaultCategory] {
+		p.add("capping.default_category", "%q is not one of capping.categories (%s)", c.DefaultCategory, strings.Join(c.Categories, ", "))
+	}
+	for i, cat := range c.ExemptCategories {
+		if !known[cat] {
+			p.add(fmt.Sprintf("capping.exempt_categories[%d]", i), "%q is not one of capping.categories (%s)", cat, strings.Join(c.Categories, ", "))
+		}
+	}
+	// The cap rules are checked by capping (validateRules), the form of a
+	// segment name by segments (it names snapshot objects): each rule is
+	// defined once.
 	for i, s := range c.Segments {
-		field := fmt.Sprintf("capping.segments[%d]", i)
+		field := "capping." + capping.SegmentPath(i, s.Name) + ".name"
 		switch err := segments.ValidateSegmentName(s.Name); {
 		case s.Name == segments.None:
-			p.add(field+".name", `"none" is reserved for users in no segment (they get capping.default_policy)`)
-		case err != nil:
-			p.add(field+".name", "%v", err)
-		case seen[s.Name]:
-			p.add(field+".name", "segment %q is listed twice", s.Name)
-		}
-		seen[s.Name] = true
-		limits(p, fmt.Sprintf("%s (segment %q).limits", field, s.Name), s.Limits)
-	}
-	limits(p, "capping.default_policy.limits", c.DefaultPolicy.Limits)
-}
-
-// limits checks what only the file can get wrong (a missing max). The cap
-// rules themselves (window range, duplicate names, channels) are checked by
-// capping.Rules.Validate, so they are defined in one place.
-func limits(p *problems, field string, ls []Limit) {
-	for i, l := range ls {
-		if l.Max == nil {
-			p.add(fmt.Sprintf("%s[%d] (limit %q).max", field, i, l.Name), "is required (0 means never)")
+			p.add(field, `"none" is reserved for users in no segment (they get capping.default_policy)`)
+		case err != nil && s.Name != "":
+			p.add(field, "%v", err)
 		}
 	}
 }

@@ -25,7 +25,9 @@ type batch struct {
 type record struct {
 	// invalid says why it could not be decoded (Outcome Invalid).
 	invalid *InvalidError
-	segment string
+	// truncated: dead-lettered with only the start of its value.
+	truncated bool
+	segment   string
 	// decision is the final one: the engine's, or Invalid, FailOpen, or
 	// ShadowCapped for what the engine capped in shadow mode.
 	decision capping.Decision

@@ -46,6 +46,10 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 				lastErr = err
 			case ds[j].Err != nil:
 				lastErr = ds[j].Err
+				if len(still) < 10 {
+					// Ids only at debug: logs above it never name a user.
+					w.o.Logger.Debug("intent not decided", "user", reqs[i].UserID, "intent", reqs[i].IntentID, "error", lastErr)
+				}
 			default:
 				out[i] = ds[j]
 				continue
@@ -53,7 +57,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 			still = append(still, i)
 		}
 		if len(still) == 0 {
-			w.ready.Store(nil)
+			w.setReady("redis")
 			return out, nil
 		}
 		if w.o.FailOpen {
@@ -64,8 +68,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 				"intents", len(still), "error", lastErr)
 			return out, nil
 		}
-		notReady := fmt.Errorf("redis cannot decide %d intents: %w", len(still), lastErr)
-		w.ready.Store(&notReady)
+		w.setNotReady("redis", fmt.Errorf("redis cannot decide %d intents: %w", len(still), lastErr))
 		w.m.redisRetries.Add(float64(len(still)))
 		if attempt == 1 || attempt%10 == 0 {
 			w.o.Logger.Warn("redis could not decide; waiting and retrying", "intents", len(still),

@@ -4,6 +4,7 @@ package dispatch
 // here, from the record's outcome (README, "The event contract").
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +26,12 @@ const (
 	HeaderDuplicate  = "capper-duplicate"      // "true": this id was allowed before (a redelivery)
 	HeaderUnchecked  = "capper-unchecked"      // "true": failed open, Redis did not decide
 	HeaderSource     = "capper-source"         // <topic>/<partition>/<offset> of the input record
+	HeaderTruncated  = "capper-truncated"      // "true": dead-lettered with its value cut down (see README)
 )
+
+// capperPrefix starts every header capper owns; an input's own capper-*
+// headers are dropped, so an upstream producer cannot forge a decision.
+const capperPrefix = "capper-"
 
 // Values of capper-decision.
 const (
@@ -77,6 +83,9 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 	d := &rec.decision
 	if d.Outcome == capping.Invalid {
 		add = append(add, kafka.Header{Key: HeaderError, Value: []byte(rec.invalid.Error())})
+		if rec.truncated {
+			add = append(add, kafka.Header{Key: HeaderTruncated, Value: vTrue})
+		}
 	} else {
 		add = append(add,
 			kafka.Header{Key: HeaderDecision, Value: decisionValue[d.Outcome]},
@@ -108,7 +117,7 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 	h := hb.backing[len(hb.backing) : len(hb.backing) : len(hb.backing)+n]
 	hb.backing = hb.backing[:len(hb.backing)+n]
 	for _, x := range m.Headers {
-		if !strings.HasPrefix(x.Key, "capper-") {
+		if !strings.HasPrefix(x.Key, capperPrefix) {
 			h = append(h, x)
 		}
 	}
@@ -147,4 +156,27 @@ func (hb *headerBuilder) bytes(f func([]byte) []byte) []byte {
 	start := len(hb.arena)
 	hb.arena = f(hb.arena)
 	return hb.arena[start:len(hb.arena):len(hb.arena)]
+}
+
+// setHeader sets a header in h, replacing one with the same key; h may be
+// shared, so a replacement is made on a copy.
+func setHeader(h []kafka.Header, key string, v []byte) []kafka.Header {
+	for i := range h {
+		if h[i].Key == key {
+			h = slices.Clone(h)
+			h[i].Value = v
+			return h
+		}
+	}
+	return append(h[:len(h):len(h)], kafka.Header{Key: key, Value: v})
+}
+
+// findHeader returns the value of key in h, or "".
+func findHeader(h []kafka.Header, key string) string {
+	for _, x := range h {
+		if x.Key == key {
+			return string(x.Value)
+		}
+	}
+	return ""
 }

@@ -31,7 +31,8 @@ func testDecoder(t testing.TB, maxBytes int) *Decoder {
 	if maxBytes == 0 {
 		maxBytes = c.Kafka.MaxIntentBytes
 	}
-	d, err := NewDecoder(DecoderOptions{Channels: c.Capping.Channels, DefaultCategory: c.Capping.DefaultCategory, MaxBytes: maxBytes})
+	d, err := NewDecoder(DecoderOptions{Channels: c.Capping.Channels, Categories: c.Capping.Categories,
+		DefaultCategory: c.Capping.DefaultCategory, MaxBytes: maxBytes})
 	if err != nil {
 		t.Fatal(err)
 	}

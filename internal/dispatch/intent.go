@@ -4,6 +4,7 @@ package dispatch
 
 import (
 	"bytes"
+	stdjson "encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+	"unsafe"
 
 	json "github.com/segmentio/encoding/json"
 
@@ -22,6 +25,8 @@ import (
 // value (payload, unknown fields) is forwarded untouched with the original
 // bytes.
 type Intent struct {
+	// ID is the idempotency key: the id's bytes exactly as the producer
+	// wrote them inside the JSON string, escapes included.
 	ID         string
 	UserID     uint64
 	CampaignID string
@@ -37,6 +42,10 @@ const (
 	maxCategoryBytes = 64
 )
 
+// invalidFields are every InvalidError.Field the decoder uses (a bounded
+// metric label: a key capper does not read is reported as "value").
+var invalidFields = []string{"value", "key", "id", "user_id", "campaign_id", "channel", "category", "created_at"}
+
 // InvalidError says why an intent cannot be decided. Its text goes into the
 // dead-letter record's capper-error header, so it names the field.
 type InvalidError struct {
@@ -47,21 +56,24 @@ type InvalidError struct {
 func (e *InvalidError) Error() string { return e.Field + ": " + e.Reason }
 
 func invalid(field, format string, args ...any) *InvalidError {
-	// The reason becomes a Kafka header and may quote producer bytes (the
-	// JSON decoder echoes the offending byte): keep it valid UTF-8.
+	// The reason becomes a Kafka header and may quote producer bytes: keep
+	// it valid UTF-8.
 	return &InvalidError{Field: field, Reason: strings.ToValidUTF8(fmt.Sprintf(format, args...), "\uFFFD")}
 }
 
 // DecoderOptions are the contract's configurable parts; all are required.
 type DecoderOptions struct {
 	Channels        []string // the channels an intent may name
-	DefaultCategory string   // the category of an intent that names none
+	Categories      []string // the categories an intent may name
+	DefaultCategory string   // the category of an intent that names none (one of Categories)
 	MaxBytes        int      // the largest value accepted
 }
 
-// Decoder validates intents against the configured channels and size limit.
+// Decoder validates intents against the configured channels, categories and
+// size limit. It is safe for concurrent use.
 type Decoder struct {
 	channels        []string
+	categories      []string
 	defaultCategory string
 	maxBytes        int
 }
@@ -71,87 +83,99 @@ func NewDecoder(o DecoderOptions) (*Decoder, error) {
 	switch {
 	case len(o.Channels) == 0:
 		return nil, errors.New("dispatch: decoder: Channels is required")
-	case o.DefaultCategory == "":
-		return nil, errors.New("dispatch: decoder: DefaultCategory is required")
+	case len(o.Categories) == 0:
+		return nil, errors.New("dispatch: decoder: Categories is required")
+	case !slices.Contains(o.Categories, o.DefaultCategory):
+		return nil, fmt.Errorf("dispatch: decoder: DefaultCategory %q is not one of Categories", o.DefaultCategory)
 	case o.MaxBytes <= 0:
 		return nil, fmt.Errorf("dispatch: decoder: MaxBytes %d must be above 0", o.MaxBytes)
 	}
-	return &Decoder{channels: slices.Clone(o.Channels), defaultCategory: o.DefaultCategory, maxBytes: o.MaxBytes}, nil
-}
-
-// wire is the JSON shape. It is parsed with segmentio/encoding/json (a
-// drop-in for encoding/json at about twice its speed: decoding is the
-// largest CPU cost per intent) in zero-copy mode: the strings point into the
-// record's value, which lives as long as its batch and is never modified. A
-// missing and an empty string are the same here (both "required").
-// user_id stays raw because the contract accepts a number or a decimal
-// string, and a float64 would silently round ids above 2^53.
-type wire struct {
-	ID         string          `json:"id"`
-	UserID     json.RawMessage `json:"user_id"`
-	CampaignID string          `json:"campaign_id"`
-	Channel    string          `json:"channel"`
-	Category   string          `json:"category"`
-	CreatedAt  string          `json:"created_at"`
+	return &Decoder{channels: slices.Clone(o.Channels), categories: slices.Clone(o.Categories),
+		defaultCategory: o.DefaultCategory, maxBytes: o.MaxBytes}, nil
 }
 
 // Decode validates one record. key is the record key, which the contract
 // says is the user id in decimal: a mismatch would put the user's intents on
 // different partitions and lose their order, so it is rejected too.
+//
+// The value must be valid UTF-8 throughout (a JSON decoder would turn every
+// invalid byte into U+FFFD, and two ids that differ only there would be one
+// idempotency key), valid JSON, one object, and name no top-level key twice
+// (which one would count is a matter of the reader).
 func (d *Decoder) Decode(key, value []byte) (Intent, error) {
-	if len(value) > d.maxBytes {
+	switch {
+	case len(value) == 0:
+		// kafka-go reads a null and a 0-byte value alike.
+		return Intent{}, invalid("value", "empty: a null or 0-byte value is not an intent")
+	case len(value) > d.maxBytes:
 		return Intent{}, invalid("value", "%d bytes, above the limit of %d (kafka.max_intent_bytes)", len(value), d.maxBytes)
 	}
-	var w wire
-	rest, err := json.Parse(value, &w, json.ZeroCopy)
-	if err == nil && len(rest) != 0 {
-		err = fmt.Errorf("invalid character %q after top-level value", rest[0])
+	if i := invalidUTF8(value); i >= 0 {
+		return Intent{}, invalid("value", "not valid UTF-8: byte %#02x at offset %d", value[i], i)
 	}
-	if err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return Intent{}, invalid(te.Field, "must be a JSON %s", te.Type.Kind())
-		}
-		return Intent{}, invalid("value", "not a JSON object: %s", clip.String(err.Error(), 120))
+	if !json.Valid(value) {
+		return Intent{}, invalid("value", "not valid JSON: %s", syntaxError(value))
 	}
+	var f fields
+	if err := f.scan(value); err != nil {
+		return Intent{}, err
+	}
+	return d.validate(key, &f)
+}
+
+func (d *Decoder) validate(key []byte, f *fields) (Intent, error) {
 	var in Intent
-	switch {
-	case w.ID == "":
-		return Intent{}, invalid("id", "is required (1 to %d bytes)", maxIDBytes)
-	case len(w.ID) > maxIDBytes:
-		return Intent{}, invalid("id", "must be 1 to %d bytes, got %d", maxIDBytes, len(w.ID))
-	}
-	in.ID = w.ID
-	uid, err := parseUserID(w.UserID)
+	id, err := f.str("id", f.id, true)
 	if err != nil {
 		return Intent{}, err
 	}
-	in.UserID = uid
 	switch {
-	case w.CampaignID == "":
+	case len(id) == 0:
+		return Intent{}, invalid("id", "is required (1 to %d bytes)", maxIDBytes)
+	case len(id) > maxIDBytes:
+		return Intent{}, invalid("id", "must be 1 to %d bytes, got %d", maxIDBytes, len(id))
+	}
+	in.ID = id
+	if in.UserID, err = parseUserID(f.userID); err != nil {
+		return Intent{}, err
+	}
+	if in.CampaignID, err = f.str("campaign_id", f.campaignID, false); err != nil {
+		return Intent{}, err
+	}
+	switch {
+	case in.CampaignID == "":
 		return Intent{}, invalid("campaign_id", "is required (1 to %d bytes)", maxCampaignBytes)
-	case len(w.CampaignID) > maxCampaignBytes:
-		return Intent{}, invalid("campaign_id", "must be 1 to %d bytes, got %d", maxCampaignBytes, len(w.CampaignID))
+	case len(in.CampaignID) > maxCampaignBytes:
+		return Intent{}, invalid("campaign_id", "must be 1 to %d bytes, got %d", maxCampaignBytes, len(in.CampaignID))
 	}
-	in.CampaignID = w.CampaignID
+	if in.Channel, err = f.str("channel", f.channel, false); err != nil {
+		return Intent{}, err
+	}
 	switch {
-	case w.Channel == "":
+	case in.Channel == "":
 		return Intent{}, invalid("channel", "is required")
-	case !slices.Contains(d.channels, w.Channel):
-		return Intent{}, invalid("channel", "%q is not a configured channel (%s)", clip.String(w.Channel, 40), strings.Join(d.channels, ", "))
+	case !slices.Contains(d.channels, in.Channel):
+		return Intent{}, invalid("channel", "%q is not a configured channel (%s)", clip.String(in.Channel, 40), strings.Join(d.channels, ", "))
 	}
-	in.Channel = w.Channel
-	in.Category = d.defaultCategory
-	if w.Category != "" {
-		if len(w.Category) > maxCategoryBytes {
-			return Intent{}, invalid("category", "must be at most %d bytes, got %d", maxCategoryBytes, len(w.Category))
-		}
-		in.Category = w.Category
+	if in.Category, err = f.str("category", f.category, false); err != nil {
+		return Intent{}, err
 	}
-	if w.CreatedAt != "" {
-		t, err := time.Parse(time.RFC3339Nano, w.CreatedAt)
+	switch {
+	case in.Category == "":
+		in.Category = d.defaultCategory
+	case len(in.Category) > maxCategoryBytes:
+		return Intent{}, invalid("category", "must be at most %d bytes, got %d", maxCategoryBytes, len(in.Category))
+	case !slices.Contains(d.categories, in.Category):
+		return Intent{}, invalid("category", "%q is not a configured category (%s)", clip.String(in.Category, 40), strings.Join(d.categories, ", "))
+	}
+	createdAt, err := f.str("created_at", f.createdAt, false)
+	if err != nil {
+		return Intent{}, err
+	}
+	if createdAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, createdAt)
 		if err != nil {
-			return Intent{}, invalid("created_at", "%q is not an RFC 3339 time", clip.String(w.CreatedAt, 40))
+			return Intent{}, invalid("created_at", "%q is not an RFC 3339 time", clip.String(createdAt, 40))
 		}
 		in.CreatedAt = t
 	}
@@ -162,17 +186,174 @@ func (d *Decoder) Decode(key, value []byte) (Intent, error) {
 	return in, nil
 }
 
+// fields are the raw JSON tokens of the top-level keys capper reads (nil
+// when absent): a scalar token as written, or the opening delimiter of an
+// array or object.
+type fields struct {
+	id, userID, campaignID, channel, category, createdAt json.RawValue
+}
+
+func (f *fields) slot(name []byte) *json.RawValue {
+	switch string(name) {
+	case "id":
+		return &f.id
+	case "user_id":
+		return &f.userID
+	case "campaign_id":
+		return &f.campaignID
+	case "channel":
+		return &f.channel
+	case "category":
+		return &f.category
+	case "created_at":
+		return &f.createdAt
+	}
+	return nil
+}
+
+// scan walks a valid JSON value once: it must be an object, and no
+// top-level key may appear twice.
+func (f *fields) scan(value []byte) error {
+	var t json.Tokenizer
+	t.Reset(value)
+	if !t.Next() || t.Delim != '{' {
+		return invalid("value", "not a JSON object (%s)", kindOf(t.Value))
+	}
+	var seen [16][]byte // top-level keys; a map past 16
+	var more map[string]bool
+	n := 0
+	var cur *json.RawValue
+	for t.Next() {
+		if t.Depth != 1 {
+			continue // inside a value: payload and the like, forwarded as is
+		}
+		switch {
+		case t.IsKey:
+			name := t.String()
+			dup := false
+			if n < len(seen) {
+				for _, s := range seen[:n] {
+					dup = dup || bytes.Equal(s, name)
+				}
+				seen[n] = name
+			} else {
+				if more == nil {
+					more = make(map[string]bool)
+					for _, s := range seen {
+						more[string(s)] = true
+					}
+				}
+				dup = more[string(name)]
+				more[string(name)] = true
+			}
+			n++
+			cur = f.slot(name)
+			if dup && cur != nil {
+				return invalid(string(name), "is given twice (a duplicate key)")
+			}
+			if dup {
+				// Not a field capper reads: the error names it, the
+				// metric label stays "value" (bounded).
+				return invalid("value", "key %q is given twice (a duplicate key)", clip.String(string(name), 40))
+			}
+		case t.Delim == ':' || t.Delim == ',':
+		case cur != nil:
+			*cur, cur = t.Value, nil
+		}
+	}
+	if t.Err != nil {
+		return invalid("value", "not valid JSON: %v", t.Err)
+	}
+	return nil
+}
+
+// str reads a string field. raw keeps the bytes as written (escapes
+// included); otherwise JSON escapes are decoded. Absent is "".
+func (f *fields) str(name string, v json.RawValue, raw bool) (string, error) {
+	if v == nil {
+		return "", nil
+	}
+	if !v.String() {
+		return "", invalid(name, "must be a JSON string, got %s", kindOf(v))
+	}
+	inner := v[1 : len(v)-1]
+	if raw || bytes.IndexByte(inner, '\\') < 0 {
+		return view(inner), nil
+	}
+	return string(v.Unquote()), nil
+}
+
+// view is b as a string without a copy: the record's value bytes live as
+// long as its batch and nothing writes to them (capper forwards them
+// untouched).
+func view(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// kindOf names a JSON token's type for messages.
+func kindOf(v json.RawValue) string {
+	switch {
+	case len(v) == 0:
+		return "nothing"
+	case v.String():
+		return "a string"
+	case v.Null():
+		return "null"
+	case v.True() || v.False():
+		return "a boolean"
+	case v[0] == '[':
+		return "an array"
+	case v[0] == '{':
+		return "an object"
+	}
+	return "a number"
+}
+
+// syntaxError describes why value is not JSON, with the offset, in the
+// standard library's words (only on this rare path).
+func syntaxError(value []byte) string {
+	var v any
+	err := stdjson.Unmarshal(value, &v)
+	var se *stdjson.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s (offset %d)", se.Error(), se.Offset)
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return "rejected by the parser"
+}
+
+// invalidUTF8 returns the offset of the first byte that is not part of a
+// valid UTF-8 sequence, or -1.
+func invalidUTF8(b []byte) int {
+	if utf8.Valid(b) {
+		return -1
+	}
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return -1
+}
+
 // parseUserID reads a JSON number or decimal string of digits only: no
 // sign, fraction, exponent, leading zero or escape; at most 2^64-1.
 func parseUserID(raw []byte) (uint64, error) {
-	if len(raw) == 0 || string(raw) == "null" {
+	switch {
+	case len(raw) == 0 || string(raw) == "null":
 		return 0, invalid("user_id", "is required")
+	case raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f':
+		return 0, invalid("user_id", "must be a JSON number or a string of digits, got %s", kindOf(raw))
 	}
 	b := raw
 	if b[0] == '"' {
-		if len(b) < 2 || b[len(b)-1] != '"' {
-			return 0, invalid("user_id", "%s is not an unsigned 64-bit integer", clip.String(string(raw), 40))
-		}
 		b = b[1 : len(b)-1]
 	}
 	bad := len(b) == 0 || len(b) > 20 || (len(b) > 1 && b[0] == '0')

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 	"strings"
@@ -20,6 +21,12 @@ func TestDecodeValid(t *testing.T) {
 			Intent{ID: "c2", UserID: 18446744073709551615, CampaignID: "c", Channel: "sms", Category: "transactional"}},
 		{"unknown fields kept out of the way", "0", `{"id":"x","user_id":0,"campaign_id":"c","channel":"email","extra":[1,2,3]}`,
 			Intent{ID: "x", UserID: 0, CampaignID: "c", Channel: "email", Category: "marketing"}},
+		// The id is the bytes as written: an escape is not decoded, so two
+		// spellings are two idempotency keys, and nothing collides.
+		{"escaped id kept as written", "1", `{"id":"x-\ud800","user_id":1,"campaign_id":"\u0063","channel":"p\u0075sh"}`,
+			Intent{ID: `x-\ud800`, UserID: 1, CampaignID: "c", Channel: "push", Category: "marketing"}},
+		{"empty category is the default", "1", `{"id":"x","user_id":1,"campaign_id":"c","channel":"push","category":""}`,
+			Intent{ID: "x", UserID: 1, CampaignID: "c", Channel: "push", Category: "marketing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := d.Decode([]byte(tc.key), []byte(tc.value))
@@ -39,8 +46,16 @@ func TestDecodeInvalidNamesTheField(t *testing.T) {
 	d := testDecoder(t, 200)
 	long := strings.Repeat("a", 129)
 	for _, tc := range []struct{ name, key, value, field, reason string }{
-		{"not json", "1", `{"id":`, "value", "not a JSON object"},
-		{"array", "1", `[1,2]`, "value", "not a JSON object"},
+		{"not json", "1", `{"id":`, "value", "not valid JSON: unexpected end of JSON input (offset 6)"},
+		{"array", "1", `[1,2,3]`, "value", "not a JSON object (an array)"},
+		{"string", "1", `"x"`, "value", "not a JSON object (a string)"},
+		{"empty", "1", ``, "value", "empty: a null or 0-byte value is not an intent"},
+		{"invalid utf-8", "1", "{\"id\":\"x-\xff\",\"user_id\":1,\"campaign_id\":\"c\",\"channel\":\"push\"}", "value", "not valid UTF-8: byte 0xff at offset 9"},
+		{"invalid utf-8 in payload", "1", "{\"id\":\"x\",\"user_id\":1,\"campaign_id\":\"c\",\"channel\":\"push\",\"payload\":\"\xc3\"}", "value", "not valid UTF-8"},
+		{"duplicate id", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push","id":"b"}`, "id", "is given twice (a duplicate key)"},
+		{"duplicate unknown key", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push","x":1,"x":2}`, "value", `key "x" is given twice`},
+		{"duplicate escaped key", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push","\u0069d":"b"}`, "id", "is given twice"},
+		{"unknown category", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push","category":"Transactional"}`, "category", `"Transactional" is not a configured category (marketing, transactional)`},
 		{"oversize", "1", `{"id":"` + strings.Repeat("x", 300) + `"}`, "value", "above the limit of 200"},
 		{"no id", "1", `{"user_id":1,"campaign_id":"c","channel":"push"}`, "id", "is required"},
 		{"empty id", "1", `{"id":"","user_id":1,"campaign_id":"c","channel":"push"}`, "id", "is required (1 to 128 bytes)"},
@@ -51,15 +66,17 @@ func TestDecodeInvalidNamesTheField(t *testing.T) {
 		{"exponent", "1000", `{"id":"a","user_id":1e3,"campaign_id":"c","channel":"push"}`, "user_id", "not an unsigned"},
 		{"too big", "1", `{"id":"a","user_id":18446744073709551616,"campaign_id":"c","channel":"push"}`, "user_id", "not an unsigned"},
 		{"leading zero", "7", `{"id":"a","user_id":"007","campaign_id":"c","channel":"push"}`, "user_id", "not an unsigned"},
-		{"bool user", "1", `{"id":"a","user_id":true,"campaign_id":"c","channel":"push"}`, "user_id", "not an unsigned"},
+		{"bool user", "1", `{"id":"a","user_id":true,"campaign_id":"c","channel":"push"}`, "user_id", "must be a JSON number or a string of digits, got a boolean"},
+		{"array user", "1", `{"id":"a","user_id":[1],"campaign_id":"c","channel":"push"}`, "user_id", "got an array"},
 		{"no campaign", "1", `{"id":"a","user_id":1,"channel":"push"}`, "campaign_id", "is required"},
 		{"no channel", "1", `{"id":"a","user_id":1,"campaign_id":"c"}`, "channel", "is required"},
 		{"unknown channel", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":"fax"}`, "channel", `"fax" is not a configured channel (email, push, sms, inapp)`},
 		{"long category", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push","category":"` + strings.Repeat("c", 65) + `"}`, "category", "at most 64 bytes"},
 		{"escaped digits", "1", `{"id":"a","user_id":"\u0031","campaign_id":"c","channel":"push"}`, "user_id", "not an unsigned"},
-		{"trailing garbage", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push"} x`, "value", "after top-level value"},
+		{"trailing garbage", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push"} x`, "value", "not valid JSON: invalid character 'x' after top-level value"},
 		{"bad time", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push","created_at":"yesterday"}`, "created_at", "RFC 3339"},
-		{"wrong type", "1", `{"id":5,"user_id":1,"campaign_id":"c","channel":"push"}`, "id", "must be a JSON string"},
+		{"wrong type", "1", `{"id":5,"user_id":1,"campaign_id":"c","channel":"push"}`, "id", "must be a JSON string, got a number"},
+		{"object channel", "1", `{"id":"a","user_id":1,"campaign_id":"c","channel":{"x":1}}`, "channel", "must be a JSON string, got an object"},
 		{"key mismatch", "2", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push"}`, "key", `"2" is not the user_id 1`},
 		{"no key", "", `{"id":"a","user_id":1,"campaign_id":"c","channel":"push"}`, "key", "not the user_id 1"},
 	} {
@@ -99,7 +116,8 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if len(value) > 1024 || len(in.ID) == 0 || len(in.ID) > maxIDBytes || in.CampaignID == "" || in.Category == "" {
+		if len(value) > 1024 || len(in.ID) == 0 || len(in.ID) > maxIDBytes || in.CampaignID == "" || in.Category == "" ||
+			!utf8.Valid(value) || !bytes.Contains(value, []byte(`"`+in.ID+`"`)) {
 			t.Fatalf("accepted an invalid intent %+v from %q", in, value)
 		}
 		if string(key) != strconv.FormatUint(in.UserID, 10) {

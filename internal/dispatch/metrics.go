@@ -3,18 +3,15 @@ package dispatch
 // The worker's metrics, updated once per committed batch.
 
 import (
-	"strconv"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	"github.com/segmentio/kafka-go"
-)
 
-// lagForget is how long a partition's lag series stays after this worker
-// last saw a record of it: a rebalance moves partitions to other replicas,
-// and their last value here would otherwise be exported forever.
-const lagForget = 2 * time.Minute
+	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/segments"
+)
 
 type metrics struct {
 	intents      *prometheus.CounterVec
@@ -24,15 +21,16 @@ type metrics struct {
 	batchSize    prometheus.Histogram
 	redisRetries prometheus.Counter
 	writeErrors  *prometheus.CounterVec
+	refused      *prometheus.CounterVec
 	commitErrors prometheus.Counter
-	lag          *prometheus.GaugeVec
-	lagSeen      map[int]time.Time // only touched by the writing stage
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics registers the worker's metrics on reg and starts every series
+// it can name in advance at 0 (topics, outcomes of the configured segments,
+// fields), so that dashboards show 0 rather than no data.
+func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metrics {
 	f := promauto.With(reg)
-	return &metrics{
-		lagSeen: map[int]time.Time{},
+	m := &metrics{
 		intents: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "capper_intents_total",
 			Help: "Send-intents processed, by outcome (allowed, duplicate, exempt, capped, shadow_capped, invalid, fail_open) and segment.",
@@ -62,17 +60,33 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		writeErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "capper_kafka_write_errors_total",
-			Help: "Failed write attempts to an output topic (they are retried).",
+			Help: "Failed write attempts to an output topic, by topic name (temporary failures are retried).",
+		}, []string{"topic"}),
+		refused: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "capper_kafka_refused_records_total",
+			Help: "Records a topic refused for good (too large, invalid, not authorized), by topic; each went to the dead-letter topic instead, cut down if the dead-letter topic refused it.",
 		}, []string{"topic"}),
 		commitErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "capper_kafka_commit_errors_total",
 			Help: "Failed offset commits (the batch may be redelivered).",
 		}),
-		lag: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "capper_kafka_consumer_lag",
-			Help: "Records behind the partition's high watermark as of the last batch, by partition.",
-		}, []string{"partition"}),
 	}
+	for _, t := range topics {
+		m.writeErrors.WithLabelValues(t)
+		m.refused.WithLabelValues(t)
+	}
+	for _, seg := range append(slices.Clone(segmentNames), segments.None) {
+		for _, o := range capping.Outcomes() {
+			if o != capping.Invalid {
+				m.intents.WithLabelValues(o.String(), seg)
+			}
+		}
+	}
+	m.intents.WithLabelValues(capping.Invalid.String(), "")
+	for _, f := range invalidFields {
+		m.invalid.WithLabelValues(f)
+	}
+	return m
 }
 
 func (w *Worker) observe(b *batch) {
@@ -83,23 +97,6 @@ func (w *Worker) observe(b *batch) {
 		w.m.intents.WithLabelValues(rec.decision.Outcome.String(), rec.segment).Inc()
 		if rec.invalid != nil {
 			w.m.invalid.WithLabelValues(rec.invalid.Field).Inc()
-		}
-	}
-	// The last record of each partition in the batch has the newest view of
-	// that partition's high watermark.
-	last := map[int]*kafka.Message{}
-	for i := range b.msgs {
-		last[b.msgs[i].Partition] = &b.msgs[i]
-	}
-	now := time.Now()
-	for p, m := range last {
-		w.m.lag.WithLabelValues(strconv.Itoa(p)).Set(float64(max(m.HighWaterMark-m.Offset-1, 0)))
-		w.m.lagSeen[p] = now
-	}
-	for p, seen := range w.m.lagSeen {
-		if now.Sub(seen) > lagForget {
-			w.m.lag.DeleteLabelValues(strconv.Itoa(p))
-			delete(w.m.lagSeen, p)
 		}
 	}
 }

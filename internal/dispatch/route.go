@@ -27,14 +27,31 @@ func (w *Worker) route(b *batch) outputs {
 		case capping.Invalid:
 			dst = &o.deadLetter
 		case capping.Capped:
-			if w.o.Suppressed == nil {
+			if w.suppressed.wr == nil {
 				continue
 			}
 			dst = &o.suppressed
 		default:
 			dst = &o.deliveries
 		}
-		*dst = append(*dst, kafka.Message{Key: m.Key, Value: m.Value, Headers: hb.build(m, rec)})
+		key, value := m.Key, m.Value
+		if rec.decision.Outcome == capping.Invalid && len(value) > w.o.Decoder.maxBytes {
+			// An oversize intent: its dead-letter copy (value and headers)
+			// could exceed what the broker accepts, so only the start of
+			// the value goes along.
+			value, rec.truncated = value[:w.o.Decoder.maxBytes], true
+		}
+		*dst = append(*dst, kafka.Message{Key: nonNull(key), Value: nonNull(value), Headers: hb.build(m, rec)})
 	}
 	return o
+}
+
+// nonNull turns a nil key or value into 0 bytes. kafka-go reads a null and
+// a 0-byte field alike (nil), and writes nil as null: a null value on a
+// compacted topic is a tombstone, so capper never writes one.
+func nonNull(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,17 +43,27 @@ type Snapshots interface {
 	Load() *segments.Snapshot
 }
 
+// Output is an output topic: its name (for metrics, logs and the error of
+// a refused record) and its writer.
+type Output struct {
+	Topic  string
+	Writer Writer
+}
+
 // Options configures a Worker. Every field is required except Suppressed,
-// Shadow, FailOpen and the plumbing (Now, Logger, Registerer); the values
-// come from the configuration, which owns their defaults.
+// Shadow, FailOpen, Segments and the plumbing (Now, Logger, Registerer);
+// the values come from the configuration, which owns their defaults.
 type Options struct {
 	Reader     Reader
-	Deliveries Writer
-	Suppressed Writer // nil: capped intents are counted, then dropped
-	DeadLetter Writer
+	Deliveries Output
+	Suppressed Output // no Writer: capped intents are counted, then dropped
+	DeadLetter Output
 	Decider    Decider
 	Snapshots  Snapshots
 	Decoder    *Decoder
+	// Segments are the segment names the metrics start at 0 for (the
+	// configured ones); others appear when first seen.
+	Segments []string
 
 	BatchSize int           // intents per batch at most
 	BatchWait time.Duration // a batch closes this long after its first intent
@@ -82,8 +94,9 @@ func (o Options) validate() error {
 		}
 	}
 	required(o.Reader != nil, "Reader")
-	required(o.Deliveries != nil, "Deliveries")
-	required(o.DeadLetter != nil, "DeadLetter")
+	required(o.Deliveries.Writer != nil && o.Deliveries.Topic != "", "Deliveries")
+	required(o.DeadLetter.Writer != nil && o.DeadLetter.Topic != "", "DeadLetter")
+	required(o.Suppressed.Writer == nil || o.Suppressed.Topic != "", "Suppressed.Topic")
 	required(o.Decider != nil, "Decider")
 	required(o.Snapshots != nil, "Snapshots")
 	required(o.Decoder != nil, "Decoder")
@@ -111,9 +124,12 @@ func (o Options) validate() error {
 // outcome and commits the batch's offsets only after Kafka acknowledged all
 // of its outcomes.
 type Worker struct {
-	o     Options
-	m     *metrics
-	ready atomic.Pointer[error] // nil pointer: ready
+	o                                  Options
+	m                                  *metrics
+	deliveries, suppressed, deadLetter output
+
+	mu       sync.Mutex
+	notReady map[string]error // by what fails: "redis", "kafka <topic>"
 }
 
 // New checks the options and registers the worker's metrics.
@@ -127,14 +143,40 @@ func New(o Options) (*Worker, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{o: o, m: newMetrics(o.Registerer)}, nil
+	w := &Worker{o: o, notReady: map[string]error{},
+		deliveries: output{o.Deliveries.Topic, o.Deliveries.Writer},
+		suppressed: output{o.Suppressed.Topic, o.Suppressed.Writer},
+		deadLetter: output{o.DeadLetter.Topic, o.DeadLetter.Writer},
+	}
+	topics := []string{o.Deliveries.Topic, o.DeadLetter.Topic}
+	if o.Suppressed.Writer != nil {
+		topics = append(topics, o.Suppressed.Topic)
+	}
+	w.m = newMetrics(o.Registerer, topics, o.Segments)
+	return w, nil
 }
 
-// Ready reports whether the worker can decide: an error while Redis is
-// failing and intents are waiting (for /readyz).
+// Ready reports whether the worker can make progress (for /readyz): an
+// error while Redis cannot decide or Kafka refuses writes and intents are
+// waiting. It never names a user or an intent.
 func (w *Worker) Ready() error {
-	if p := w.ready.Load(); p != nil {
-		return *p
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	errs := make([]error, 0, len(w.notReady))
+	for _, k := range slices.Sorted(maps.Keys(w.notReady)) {
+		errs = append(errs, w.notReady[k])
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+func (w *Worker) setNotReady(what string, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.notReady[what] = err
+}
+
+func (w *Worker) setReady(what string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.notReady, what)
 }

@@ -59,7 +59,9 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) newEngine(t *testing.T) *capping.Engine {
+func (e *env) newEngine(t *testing.T) *capping.Engine { return e.newEngineWith(t, testRules) }
+
+func (e *env) newEngineWith(t *testing.T, rules capping.Rules) *capping.Engine {
 	rdb, err := capping.NewClient(capping.ClientOptions{Mode: capping.ModeSingle, Addrs: []string{e.redis.Addr()},
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, MaxRetries: 1})
 	if err != nil {
@@ -67,7 +69,7 @@ func (e *env) newEngine(t *testing.T) *capping.Engine {
 	}
 	t.Cleanup(func() { rdb.Close() })
 	c := config.Default().Capping
-	eng, err := capping.New(context.Background(), capping.Options{Client: rdb, Rules: testRules,
+	eng, err := capping.New(context.Background(), capping.Options{Client: rdb, Rules: rules,
 		Algorithm: capping.Algorithm(c.Algorithm), KeyPrefix: c.KeyPrefix, IdempotencyWindow: c.IdempotencyWindow.D(),
 		SubIntervals: c.SubIntervals, SkewWarn: c.ClockSkewWarn.D()})
 	if err != nil {
@@ -106,13 +108,13 @@ func (e *env) start(mut func(*Options)) *running {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	writer := func(topic string) *kafka.Writer {
+	writer := func(topic string) Output {
 		w, err := NewWriter(kopts, topic)
 		if err != nil {
 			e.t.Fatal(err)
 		}
 		e.t.Cleanup(func() { w.Close() })
-		return w
+		return Output{Topic: topic, Writer: w}
 	}
 	r := &running{reader: reader, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	o := Options{
@@ -491,8 +493,8 @@ func TestStopFinishesBatchInFlight(t *testing.T) {
 	e.kafka.Produce(t, tIn, in)
 	sw := &slowWriter{entered: make(chan struct{}), release: make(chan struct{})}
 	r := e.start(func(o *Options) {
-		sw.Writer = o.Deliveries
-		o.Deliveries = sw
+		sw.Writer = o.Deliveries.Writer
+		o.Deliveries.Writer = sw
 		o.BatchSize = 40
 		o.BatchWait = time.Second
 	})

@@ -179,6 +179,25 @@ func (r *Redis) Kill() {
 	r.cmd = nil
 }
 
+// Pause stops the process (SIGSTOP) without killing it: it answers nothing
+// until Resume, as a stuck or partitioned node would.
+func (r *Redis) Pause() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		_ = r.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+}
+
+// Resume continues a paused process (SIGCONT).
+func (r *Redis) Resume() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		_ = r.cmd.Process.Signal(syscall.SIGCONT)
+	}
+}
+
 // Restart starts the node again on the same port and directory, e.g. after Kill.
 func (r *Redis) Restart() {
 	r.t.Helper()

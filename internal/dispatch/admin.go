@@ -1,0 +1,180 @@
+package dispatch
+
+// What the worker asks the brokers besides consuming and producing: that
+// its topics exist (at start), and the consumer group's lag (on a timer, so
+// that the gauge stays true while the worker is stalled).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/segmentio/kafka-go"
+)
+
+// NewAdminClient returns a client for metadata, offsets and group requests
+// with the worker's connection settings.
+func NewAdminClient(o KafkaOptions) (*kafka.Client, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return &kafka.Client{
+		Addr:    kafka.TCP(o.Brokers...),
+		Timeout: o.WriteTimeout,
+		Transport: &kafka.Transport{
+			ClientID: o.ClientID, DialTimeout: 10 * time.Second, TLS: o.TLS, SASL: o.SASL,
+		},
+	}, nil
+}
+
+// ErrMissingTopic is wrapped by CheckTopics for a topic the brokers do not
+// have.
+var ErrMissingTopic = errors.New("topic does not exist")
+
+// CheckTopics asks the brokers for each topic (by the config key that names
+// it) and reports every one that is missing or not accessible: a worker that
+// starts without its output topic would otherwise stall on its first write.
+func CheckTopics(ctx context.Context, c *kafka.Client, topics map[string]string) error {
+	names := make([]string, 0, len(topics))
+	for _, t := range topics {
+		names = append(names, t)
+	}
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
+	if err != nil {
+		return fmt.Errorf("check topics %v: %w", names, err)
+	}
+	found := map[string]error{}
+	for _, t := range md.Topics {
+		found[t.Name] = t.Error
+	}
+	var errs []error
+	for _, key := range slices.Sorted(maps.Keys(topics)) {
+		t := topics[key]
+		switch err, ok := found[t]; {
+		case !ok || errors.Is(err, kafka.UnknownTopicOrPartition):
+			errs = append(errs, fmt.Errorf("%s: %q: %w on the brokers", key, t, ErrMissingTopic))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %q: %w", key, t, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LagOptions configures a LagReporter; all are required but the plumbing.
+type LagOptions struct {
+	Client   *kafka.Client
+	Group    string
+	Topic    string
+	Interval time.Duration
+	// Registerer receives capper_kafka_consumer_lag; nil registers nothing.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger // nil discards
+}
+
+// LagReporter exports the consumer group's lag per partition of the input
+// topic: the high watermark minus the group's committed offset, from the
+// brokers, every Interval. It is the group's view, not this worker's: every
+// replica exports every partition (alerts take the max per partition), and
+// the value stays true when no batch is moving.
+type LagReporter struct {
+	o   LagOptions
+	lag *prometheus.GaugeVec
+}
+
+// NewLagReporter checks the options and registers the gauge.
+func NewLagReporter(o LagOptions) (*LagReporter, error) {
+	if o.Client == nil || o.Group == "" || o.Topic == "" || o.Interval <= 0 {
+		return nil, fmt.Errorf("dispatch: lag reporter: Client, Group, Topic and a positive Interval are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &LagReporter{o: o, lag: promauto.With(o.Registerer).NewGaugeVec(prometheus.GaugeOpts{
+		Name: "capper_kafka_consumer_lag",
+		Help: "Records of the input topic not yet committed by the consumer group (high watermark minus committed offset), by partition, from the brokers every kafka.lag_interval.",
+	}, []string{"partition"})}, nil
+}
+
+// Run refreshes the gauge at once and then every Interval until ctx ends;
+// it returns nil then. A failed refresh is logged and keeps the last values.
+func (l *LagReporter) Run(ctx context.Context) error {
+	t := time.NewTicker(l.o.Interval)
+	defer t.Stop()
+	failures := 0
+	for {
+		if err := l.Refresh(ctx); err != nil && ctx.Err() == nil {
+			failures++
+			if failures == 1 || failures%10 == 0 {
+				l.o.Logger.Warn("consumer lag not refreshed", "topic", l.o.Topic, "failures", failures, "error", err)
+			}
+		} else {
+			failures = 0
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Refresh reads the high watermarks and the committed offsets once.
+func (l *LagReporter) Refresh(ctx context.Context) error {
+	md, err := l.o.Client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{l.o.Topic}})
+	if err != nil {
+		return fmt.Errorf("metadata of %s: %w", l.o.Topic, err)
+	}
+	var parts []int
+	for _, t := range md.Topics {
+		if t.Name == l.o.Topic {
+			if t.Error != nil {
+				return fmt.Errorf("metadata of %s: %w", l.o.Topic, t.Error)
+			}
+			for _, p := range t.Partitions {
+				parts = append(parts, p.ID)
+			}
+		}
+	}
+	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
+	for _, p := range parts {
+		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
+	}
+	offs, err := l.o.Client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{l.o.Topic: reqs}})
+	if err != nil {
+		return fmt.Errorf("offsets of %s: %w", l.o.Topic, err)
+	}
+	committed, err := l.o.Client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: l.o.Group, Topics: map[string][]int{l.o.Topic: parts}})
+	if err != nil {
+		return fmt.Errorf("committed offsets of group %s: %w", l.o.Group, err)
+	}
+	switch {
+	case errors.Is(committed.Error, kafka.GroupIdNotFound):
+		// No member has joined yet: nothing is committed.
+	case committed.Error != nil:
+		return fmt.Errorf("committed offsets of group %s: %w", l.o.Group, committed.Error)
+	}
+	done := map[int]int64{}
+	for _, p := range committed.Topics[l.o.Topic] {
+		if p.Error == nil {
+			done[p.Partition] = p.CommittedOffset
+		}
+	}
+	for _, po := range offs.Topics[l.o.Topic] {
+		if po.Error != nil {
+			continue
+		}
+		start, ok := done[po.Partition]
+		if !ok || start < 0 {
+			start = po.FirstOffset // nothing committed: all that is kept is behind
+		}
+		l.lag.WithLabelValues(strconv.Itoa(po.Partition)).Set(float64(max(po.LastOffset-start, 0)))
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/capper-dev/capper/internal/testenv"
+)
+
+// TestCheckTopics: every missing topic is named by its config key.
+func TestCheckTopics(t *testing.T) {
+	k := testenv.StartKafka(t, 1, []string{"in", "out"})
+	c, err := NewAdminClient(testKafkaOptions(k.Addrs, "g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := CheckTopics(ctx, c, map[string]string{"kafka.topics.input": "in", "kafka.topics.deliveries": "out"}); err != nil {
+		t.Fatalf("existing topics: %v", err)
+	}
+	err = CheckTopics(ctx, c, map[string]string{"kafka.topics.input": "in", "kafka.topics.deliveries": "nope", "kafka.topics.dead_letter": "gone"})
+	if !errors.Is(err, ErrMissingTopic) || !strings.Contains(err.Error(), `kafka.topics.deliveries: "nope": topic does not exist`) ||
+		!strings.Contains(err.Error(), `kafka.topics.dead_letter: "gone"`) {
+		t.Fatalf("missing topics: %v", err)
+	}
+}
+
+// TestLagReporter: the lag comes from the brokers (high watermark minus the
+// group's committed offset), so it is right while no worker consumes at all,
+// and follows commits.
+func TestLagReporter(t *testing.T) {
+	e := newEnv(t)
+	in := intents(100, 20, "l")
+	e.kafka.Produce(t, tIn, in)
+	c, err := NewAdminClient(testKafkaOptions(e.kafka.Addrs, e.group))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	l, err := NewLagReporter(LagOptions{Client: c, Group: e.group, Topic: tIn, Interval: time.Hour, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := l.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sumLag(t, l); got != 100 {
+		t.Fatalf("lag before any commit = %v, want 100", got)
+	}
+	r := e.start(nil)
+	e.waitOutcomes(len(in))
+	waitCommitted(t, e, len(in))
+	r.cancel()
+	_ = r.wait(t)
+	if err := l.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sumLag(t, l); got != 0 {
+		t.Fatalf("lag after the commits = %v, want 0", got)
+	}
+	e.kafka.Produce(t, tIn, intents(7, 7, "m"))
+	if err := l.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sumLag(t, l); got != 7 {
+		t.Fatalf("lag with no worker running = %v, want 7", got)
+	}
+}
+
+func sumLag(t *testing.T, l *LagReporter) float64 {
+	t.Helper()
+	var sum float64
+	for _, p := range []string{"0", "1", "2", "3"} {
+		sum += testutil.ToFloat64(l.lag.WithLabelValues(p))
+	}
+	return sum
+}

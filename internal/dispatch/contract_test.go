@@ -1,0 +1,147 @@
+package dispatch
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/capping"
+)
+
+// documentedHeader is one row of the README's header table.
+type documentedHeader struct {
+	on     map[string]bool // "deliveries", "suppressed", "dead-letter"
+	values []string        // the backticked values of the value column
+}
+
+// readmeHeaders parses the header table of README.md ("| `capper-...` | on | value |").
+func readmeHeaders(t *testing.T) map[string]documentedHeader {
+	t.Helper()
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("^\\| `(capper-[a-z-]+)` \\| ([^|]+) \\| (.+) \\|$")
+	tick := regexp.MustCompile("`([^`]+)`")
+	out := map[string]documentedHeader{}
+	for _, line := range strings.Split(string(data), "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		h := documentedHeader{on: map[string]bool{}}
+		for _, topic := range []string{"deliveries", "suppressed", "dead-letter"} {
+			h.on[topic] = strings.Contains(m[2], topic)
+		}
+		for _, v := range tick.FindAllStringSubmatch(m[3], -1) {
+			h.values = append(h.values, v[1])
+		}
+		out[m[1]] = h
+	}
+	if len(out) < 10 {
+		t.Fatalf("found %d header rows in README.md; the table moved?", len(out))
+	}
+	return out
+}
+
+// TestHeadersMatchREADME runs every kind of outcome through real workers
+// (enforcing, shadow, failing open) and checks each capper-* header of each
+// output record against the README's table: documented, on a topic the
+// table says, with a value of the documented form; and every documented
+// header shows up where it is documented. A max-0 limit says -1.
+func TestHeadersMatchREADME(t *testing.T) {
+	doc := readmeHeaders(t)
+	e := newEnv(t)
+	e.engine = e.newEngineWith(t, capping.Rules{
+		Default: capping.Policy{Limits: []capping.Limit{
+			{Name: "no-sms", Window: time.Hour, Max: 0, Channel: "sms"},
+			{Name: "daily", Window: 24 * time.Hour, Max: 2},
+		}},
+		Channels: testChannels, ExemptCategories: []string{"transactional"},
+	})
+	run := func(in []kafka.Message, total int, mut func(*Options)) {
+		t.Helper()
+		e.kafka.Produce(t, tIn, in)
+		r := e.start(mut)
+		e.waitOutcomes(total)
+		r.cancel()
+		if err := r.wait(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := func(user int, value []byte) kafka.Message {
+		return kafka.Message{Key: []byte(strconv.Itoa(user)), Value: value}
+	}
+	first := []kafka.Message{
+		msg(1, intentValue("a1", 1, "push", "")), msg(1, intentValue("a2", 1, "push", "")), // allowed
+		msg(1, intentValue("a3", 1, "push", "")),                                       // capped: daily
+		msg(1, intentValue("a1", 1, "push", "")),                                       // duplicate
+		msg(2, intentValue("s1", 2, "sms", "")),                                        // capped: max 0
+		msg(3, intentValue("t1", 3, "push", `,"category":"transactional"`)),            // exempt
+		msg(4, intentValue("x1", 4, "fax", "")),                                        // invalid
+		msg(4, intentValue("x2", 4, "push", `,"p":"`+strings.Repeat("z", 70_000)+`"`)), // oversize
+	}
+	run(first, len(first), nil)
+	second := []kafka.Message{msg(5, intentValue("b1", 5, "sms", ""))} // shadow-capped
+	run(second, len(first)+len(second), func(o *Options) { o.Shadow = true })
+	e.redis.Kill()
+	third := []kafka.Message{msg(6, intentValue("c1", 6, "push", ""))} // failed open
+	run(third, len(first)+len(second)+len(third), func(o *Options) { o.FailOpen = true })
+
+	o := e.read()
+	seen := map[string]map[string]bool{}
+	source := regexp.MustCompile(`^` + tIn + `/\d+/\d+$`)
+	for topic, list := range map[string][]kafka.Message{"deliveries": o.del, "suppressed": o.sup, "dead-letter": o.dlq} {
+		for _, m := range list {
+			for _, h := range m.Headers {
+				if !strings.HasPrefix(h.Key, "capper-") {
+					continue
+				}
+				d, ok := doc[h.Key]
+				if !ok || !d.on[topic] {
+					t.Errorf("%s on %s is not in the README's table for that topic", h.Key, topic)
+					continue
+				}
+				if seen[h.Key] == nil {
+					seen[h.Key] = map[string]bool{}
+				}
+				seen[h.Key][topic] = true
+				v := string(h.Value)
+				var bad bool
+				switch h.Key {
+				case HeaderDecision:
+					bad = !slices.Contains(d.values, v)
+				case HeaderRetryAfter:
+					n, err := strconv.ParseInt(v, 10, 64)
+					bad = err != nil || n < -1
+					if headerValue(m, HeaderLimit) == "no-sms" && n != -1 {
+						t.Errorf("retry-after of the max-0 limit is %q, want -1", v)
+					}
+				case HeaderDecidedAt:
+					_, err := time.Parse(TimeLayout, v)
+					bad = err != nil || !strings.HasSuffix(v, "Z") || len(v) != len("2026-11-21T16:00:00.000Z")
+				case HeaderSource:
+					bad = !source.MatchString(v)
+				case HeaderDuplicate, HeaderUnchecked, HeaderTruncated:
+					bad = v != "true"
+				}
+				if bad {
+					t.Errorf("%s on %s: %q is not of the documented form (%v)", h.Key, topic, v, d.values)
+				}
+			}
+		}
+	}
+	for name, d := range doc {
+		for topic, on := range d.on {
+			if on && !seen[name][topic] {
+				t.Errorf("%s is documented on %s but never appeared there", name, topic)
+			}
+		}
+	}
+}
