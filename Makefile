@@ -9,7 +9,7 @@ IMAGE     ?= capper
 # make test fails, instead of skipping, when a server binary is missing.
 export CAPPER_REQUIRE_SERVERS := 1
 
-.PHONY: test deps fmt-check vet staticcheck chart unit bench build image
+.PHONY: test deps fmt-check vet staticcheck chart rules unit bench build image
 
 test: deps fmt-check vet staticcheck chart unit
 
@@ -34,6 +34,12 @@ chart: deps
 	$(BIN)/helm lint --strict deploy/helm/capper -f deploy/helm/capper/ci/all-on-hpa-values.yaml
 	$(BIN)/helm lint --strict deploy/helm/capper -f deploy/helm/capper/ci/all-on-keda-values.yaml
 	$(BIN)/helm template capper deploy/helm/capper > /dev/null
+
+# The alerts' promtool unit tests alone (deploy/prometheus/alerts_test.yaml
+# against the rendered PrometheusRule). `make test` runs them in unit, with
+# the rest of ./deploy/; this target is the quick loop while editing alerts.
+rules: deps
+	$(GO) test -count=1 -run '^TestAlertRules$$' ./deploy/
 
 unit:
 	$(GO) test -race -timeout 45m $(PKGS)
