@@ -9,7 +9,7 @@ IMAGE     ?= capper
 # make test fails, instead of skipping, when a server binary is missing.
 export CAPPER_REQUIRE_SERVERS := 1
 
-.PHONY: test deps fmt-check vet staticcheck chart unit bench build image
+.PHONY: test deps fmt-check vet staticcheck chart rules unit bench build image
 
 test: deps fmt-check vet staticcheck chart unit
 
@@ -27,13 +27,24 @@ staticcheck: deps
 	$(BIN)/staticcheck $(PKGS)
 
 # Quick chart check; go test ./deploy/ also decodes every manifest strictly,
-# validates the rendered config with capper's own loader and checks the
-# dashboard and alerts against the metrics a real worker registers.
+# validates the rendered config with capper's own loader, checks that the
+# render refuses every config capper refuses, and checks the dashboard and
+# alerts against the metrics a real worker registers.
 chart: deps
 	$(BIN)/helm lint --strict deploy/helm/capper
 	$(BIN)/helm lint --strict deploy/helm/capper -f deploy/helm/capper/ci/all-on-hpa-values.yaml
 	$(BIN)/helm lint --strict deploy/helm/capper -f deploy/helm/capper/ci/all-on-keda-values.yaml
 	$(BIN)/helm template capper deploy/helm/capper > /dev/null
+	@# An invalid capper config must fail the render, naming the key.
+	@if out=$$($(BIN)/helm template capper deploy/helm/capper --set config.worker.batch_size=0 2>&1 >/dev/null); then \
+		echo "chart: config.worker.batch_size=0 rendered; the chart must refuse it"; exit 1; \
+	fi; case "$$out" in *worker/batch_size*) ;; *) echo "chart: the error does not name worker.batch_size:"; echo "$$out"; exit 1;; esac
+
+# The alerts' promtool unit tests alone (deploy/prometheus/alerts_test.yaml
+# against the rendered PrometheusRule). `make test` runs them in unit, with
+# the rest of ./deploy/; this target is the quick loop while editing alerts.
+rules: deps
+	$(GO) test -count=1 -run '^TestAlertRules$$' ./deploy/
 
 unit:
 	$(GO) test -race -timeout 45m $(PKGS)

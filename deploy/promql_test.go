@@ -230,8 +230,14 @@ func (r registry) resolve(name string) string {
 	return ""
 }
 
+// scrapeSeries are the series Prometheus itself writes for every scrape
+// target (no worker exports them); alerts on the workers' presence select
+// them.
+var scrapeSeries = map[string]bool{"up": true, "scrape_duration_seconds": true, "scrape_samples_scraped": true}
+
 // unknownMetrics lists the metric names in expr that the registry does not
-// export, or explains why expr could not be read.
+// export (nor Prometheus for every target), or explains why expr could not be
+// read.
 func (r registry) unknownMetrics(expr string, names func(string) ([]string, error)) ([]string, error) {
 	if err := balanced(expr); err != nil {
 		return nil, err
@@ -245,7 +251,7 @@ func (r registry) unknownMetrics(expr string, names func(string) ([]string, erro
 	}
 	var unknown []string
 	for _, n := range ns {
-		if r.resolve(n) == "" {
+		if r.resolve(n) == "" && !scrapeSeries[n] {
 			unknown = append(unknown, n)
 		}
 	}
@@ -266,6 +272,7 @@ func TestMetricNames(t *testing.T) {
 			[]string{"a_total", "b", "c"}, ""},
 		{`time() - max by (pod) (capper_snapshot_last_check_timestamp_seconds)`, []string{"capper_snapshot_last_check_timestamp_seconds"}, ""},
 		{`sum(rate(x[5m:30s])) / ignoring(pod) y_count > bool 0`, []string{"x", "y_count"}, ""},
+		{`absent(up{job="capper",namespace="a"} == 1)`, []string{"up"}, ""},
 		{`rat(capper_intents_total[5m])`, nil, `unknown function "rat"`},
 		{`sum(capper_intents_total{job="x}`, nil, "unterminated string"},
 	} {

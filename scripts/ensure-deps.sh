@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what capper's tests need when it is missing, so that `make test`
-# works on a fresh machine: redis-server and redis-tools from Debian's
-# packages, and pinned Go tools into ./.bin from the Go module proxy.
+# works on a fresh machine: redis-server, redis-tools and promtool (package
+# prometheus) from Debian's packages, and pinned Go tools into ./.bin from the
+# Go module proxy.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +33,17 @@ if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/nu
   # The package may start a system-wide server; the tests never use it (they
   # start their own on free ports), so stop it to keep port 6379 and CPU free.
   if command -v service >/dev/null; then as_root service redis-server stop >/dev/null 2>&1 || true; fi
+fi
+
+# promtool runs the alert rules' unit tests (deploy/prometheus); Debian ships it
+# in the server's package. Without recommends: prometheus-node-exporter would
+# be one more daemon the tests never use.
+if ! command -v promtool >/dev/null; then
+  echo "ensure-deps: installing prometheus for promtool (apt-get)"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  # The package starts a Prometheus server; only promtool is needed.
+  if command -v service >/dev/null; then as_root service prometheus stop >/dev/null 2>&1 || true; fi
 fi
 
 install_go_tool() { # name pkg@version stampfile

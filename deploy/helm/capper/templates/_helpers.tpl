@@ -68,44 +68,111 @@ app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* Values derived from the capper config -------------------------------
-Each falls back to capper's own default (internal/config Default) when the
-key is not in .Values.config. */}}
+{{/* Values derived from the capper config -------------------------------- */}}
+
+{{/* capper's defaults (internal/config Default) of the keys the chart reads
+or checks across keys, for when .Values.config leaves them out. Only these;
+TestChartConfigDefaults keeps each equal to Default(). */}}
+{{- define "capper.cfg.defaults" -}}
+kafka:
+  brokers: ["localhost:9092"]
+  group_id: capper
+  start_offset: earliest
+  topics:
+    input: send-intents
+    deliveries: deliveries
+    suppressed: suppressed
+    dead_letter: send-intents-dlq
+  session_timeout: 30s
+  heartbeat_interval: 3s
+redis:
+  mode: single
+  addrs: ["localhost:6379"]
+  master_name: ""
+  db: 0
+capping:
+  channels: [email, push, sms, inapp]
+segments:
+  source: file:///var/lib/capper/segments
+  required: true
+  poll_interval: 30s
+worker:
+  retry_initial: 100ms
+  retry_max: 5s
+  shutdown_timeout: 25s
+http:
+  address: ":9090"
+{{- end -}}
+
+{{/* Merges .src into .dst in place the way capper reads its file over the
+defaults: maps key by key, anything else (lists too) replaced. (Sprig's
+mergeOverwrite would keep a default over an empty value: suppressed: "",
+required: false.) */}}
+{{- define "capper.cfg.merge" -}}
+{{- $dst := .dst -}}
+{{- range $k, $v := .src -}}
+{{- $d := get $dst $k -}}
+{{- if and (kindIs "map" $v) (kindIs "map" $d) -}}
+{{- include "capper.cfg.merge" (dict "dst" $d "src" $v) -}}
+{{- else -}}
+{{- $_ := set $dst $k $v -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The config capper will run with, as JSON (fromJson it): .Values.config
+over capper.cfg.defaults. Numbers come back as float64. */}}
+{{- define "capper.cfg.effective" -}}
+{{- $c := include "capper.cfg.defaults" . | fromYaml -}}
+{{- include "capper.cfg.merge" (dict "dst" $c "src" (.Values.config | default dict)) -}}
+{{- toJson $c -}}
+{{- end -}}
 
 {{- define "capper.cfg.shutdownTimeout" -}}
-{{- dig "worker" "shutdown_timeout" "25s" .Values.config -}}
+{{- (include "capper.cfg.effective" . | fromJson).worker.shutdown_timeout -}}
 {{- end -}}
 
 {{- define "capper.cfg.httpAddress" -}}
-{{- dig "http" "address" ":9090" .Values.config -}}
+{{- (include "capper.cfg.effective" . | fromJson).http.address -}}
 {{- end -}}
 
-{{/* The HTTP port from http.address ("host:port" or ":port"). */}}
+{{/* The HTTP port from http.address ("host:port" or ":port"; the port is
+the container's, so a number, not a service name). */}}
 {{- define "capper.httpPort" -}}
 {{- $addr := include "capper.cfg.httpAddress" . -}}
-{{- $port := regexFind "[0-9]+$" $addr -}}
-{{- if not (regexMatch ":[0-9]+$" $addr) -}}
+{{- if not (regexMatch `^(\[[^\[\]]*\]|[^:\[\]]*):[0-9]+$` $addr) -}}
 {{- fail (printf "config.http.address %q: write host:port or :port" $addr) -}}
 {{- end -}}
-{{- $port -}}
+{{- regexFind "[0-9]+$" $addr -}}
 {{- end -}}
 
 {{- define "capper.cfg.segmentsSource" -}}
-{{- dig "segments" "source" "file:///var/lib/capper/segments" .Values.config -}}
+{{- (include "capper.cfg.effective" . | fromJson).segments.source -}}
 {{- end -}}
 
-{{/* Milliseconds in a capper (Prometheus-style) duration: 25s, 1m30s, 500ms. */}}
+{{/* Milliseconds in a capper duration as model.ParseDuration reads it:
+units y w d h m s ms, largest first, each at most once, or "0"; at most
+time.Duration's range. Call with (list KEY VALUE); errors name config.KEY. */}}
 {{- define "capper.durationMillis" -}}
-{{- $s := toString . -}}
-{{- if not (regexMatch "^([0-9]+(ms|s|m|h|d|w|y))+$" $s) -}}
-{{- fail (printf "%q is not a duration (write e.g. 25s, 1m30s)" $s) -}}
+{{- $key := index . 0 -}}
+{{- $s := toString (index . 1) -}}
+{{- if or (eq $s "") (not (regexMatch "^(0|([0-9]+y)?([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?)$" $s)) -}}
+{{- fail (printf "config.%s: %q is not a duration (write e.g. 50ms, 30s, 24h, 7d)" $key $s) -}}
 {{- end -}}
 {{- $unit := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 -}}
+{{- /* (2^63-1) ns in whole ms; also keeps the arithmetic below in int64. */ -}}
+{{- $maxMs := 9223372036854 -}}
 {{- $total := 0 -}}
 {{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" $s -1 -}}
-{{- $n := regexFind "^[0-9]+" . | atoi -}}
-{{- $u := regexFind "[a-z]+$" . -}}
-{{- $total = add $total (mul $n (get $unit $u)) -}}
+{{- $digits := regexReplaceAll "^0+" (regexFind "^[0-9]+" .) "" | default "0" -}}
+{{- $u := get $unit (regexFind "[a-z]+$" .) -}}
+{{- if or (gt (len $digits) 13) (gt (atoi $digits) (div $maxMs $u)) -}}
+{{- fail (printf "config.%s: %q is out of range (at most about 292y)" $key $s) -}}
+{{- end -}}
+{{- $total = add $total (mul (atoi $digits) $u) -}}
+{{- end -}}
+{{- if gt $total $maxMs -}}
+{{- fail (printf "config.%s: %q is out of range (at most about 292y)" $key $s) -}}
 {{- end -}}
 {{- $total -}}
 {{- end -}}
@@ -126,7 +193,8 @@ key is not in .Values.config. */}}
 {{- fail (printf "config.%s: secrets never go into the ConfigMap; put it in a Secret and name it in redis.existingSecret, redis.sentinelExistingSecret or kafka.sasl.existingSecret" $path) -}}
 {{- end -}}
 {{- end -}}
-{{- $shutdownMs := include "capper.durationMillis" (include "capper.cfg.shutdownTimeout" .) | atoi -}}
+{{- include "capper.validateConfig" . -}}
+{{- $shutdownMs := include "capper.durationMillis" (list "worker.shutdown_timeout" (include "capper.cfg.shutdownTimeout" .)) | atoi -}}
 {{- $graceMs := mul (int .Values.terminationGracePeriodSeconds) 1000 -}}
 {{- if le $graceMs $shutdownMs -}}
 {{- fail (printf "terminationGracePeriodSeconds (%ds) must be longer than config.worker.shutdown_timeout (%s): Kubernetes would kill the worker before it commits its last batch" (int .Values.terminationGracePeriodSeconds) (include "capper.cfg.shutdownTimeout" .)) -}}
@@ -149,6 +217,171 @@ key is not in .Values.config. */}}
 {{- end -}}
 {{- if and .Values.segmentBuilder.enabled (not .Values.segmentBuilder.inputs) -}}
 {{- fail "segmentBuilder.inputs: at least one input is required (or set segmentBuilder.enabled: false)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The capper config's rules that span keys or need values.schema.json
+cannot express (durations are strings there): the same rules, with the same
+keys, as internal/config Validate, on the effective config (the values over
+capper's defaults), so a config that capper would refuse fails the render.
+values.schema.json checks each key on its own. */}}
+{{- define "capper.validateConfig" -}}
+{{- $c := include "capper.cfg.effective" . | fromJson -}}
+{{- $envNames := list -}}
+{{- range .Values.extraEnv -}}
+{{- $envNames = append $envNames .name -}}
+{{- end -}}
+{{- /* extraEnvFrom may set any CAPPER_* variable: the chart cannot see which. */ -}}
+{{- $envFrom := not (empty .Values.extraEnvFrom) -}}
+
+{{- /* Durations that must be above 0 (the others have their own bounds
+below); durationMillis also refuses one out of time.Duration's range. */ -}}
+{{- range $path := list "kafka.fetch_max_wait" "kafka.session_timeout" "kafka.rebalance_timeout" "kafka.heartbeat_interval" "kafka.write_timeout" "redis.dial_timeout" "redis.read_timeout" "redis.write_timeout" "capping.idempotency_window" "capping.clock_skew_warn" "worker.batch_wait" "worker.retry_initial" "worker.shutdown_timeout" -}}
+{{- $k := splitList "." $path -}}
+{{- $v := dig (index $k 0) (index $k 1) "" $c -}}
+{{- if and $v (eq (include "capper.durationMillis" (list $path $v)) "0") -}}
+{{- fail (printf "config.%s: must be above 0, got %s" $path $v) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* kafka */ -}}
+{{- $kafka := $c.kafka -}}
+{{- $topics := $kafka.topics -}}
+{{- $seen := dict -}}
+{{- range $key := list "deliveries" "suppressed" "dead_letter" -}}
+{{- $name := get $topics $key -}}
+{{- if $name -}}
+{{- if eq $name $topics.input -}}
+{{- fail (printf "config.kafka.topics.%s: %q is also the input topic; capper would consume its own output" $key $name) -}}
+{{- end -}}
+{{- if hasKey $seen $name -}}
+{{- fail (printf "config.kafka.topics.%s: %q is also %s; every outcome needs its own topic" $key $name (get $seen $name)) -}}
+{{- end -}}
+{{- $_ := set $seen $name (printf "kafka.topics.%s" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- include "capper.validateTLS" (dict "key" "kafka.tls" "tls" (dig "tls" dict $kafka)) -}}
+{{- $mech := dig "sasl" "mechanism" "" $kafka -}}
+{{- $saslSecret := dig "sasl" "existingSecret" dict (.Values.kafka | default dict) -}}
+{{- $saslFile := dig "sasl" "password_file" "" $kafka -}}
+{{- if has $mech (list "plain" "scram-sha-256" "scram-sha-512") -}}
+{{- if not (or (dig "sasl" "username" "" $kafka) (and $saslSecret.name $saslSecret.usernameKey) (has "CAPPER_KAFKA_SASL_USERNAME" $envNames) $envFrom) -}}
+{{- fail (printf "config.kafka.sasl.username: is required with mechanism %s (or set kafka.sasl.existingSecret.usernameKey)" $mech) -}}
+{{- end -}}
+{{- if not (or $saslSecret.name $saslFile (has "CAPPER_KAFKA_SASL_PASSWORD" $envNames) $envFrom) -}}
+{{- fail (printf "config.kafka.sasl.password: is required with mechanism %s: name its Secret in kafka.sasl.existingSecret, or set config.kafka.sasl.password_file" $mech) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $saslFile (or $saslSecret.name (has "CAPPER_KAFKA_SASL_PASSWORD" $envNames)) -}}
+{{- fail "config.kafka.sasl.password: set either kafka.sasl.existingSecret (CAPPER_KAFKA_SASL_PASSWORD) or config.kafka.sasl.password_file, not both" -}}
+{{- end -}}
+{{- $session := include "capper.durationMillis" (list "kafka.session_timeout" $kafka.session_timeout) | atoi -}}
+{{- $heartbeat := include "capper.durationMillis" (list "kafka.heartbeat_interval" $kafka.heartbeat_interval) | atoi -}}
+{{- if and (ge $heartbeat $session) (gt $session 0) -}}
+{{- fail (printf "config.kafka.heartbeat_interval: %s must be below kafka.session_timeout (%s)" $kafka.heartbeat_interval $kafka.session_timeout) -}}
+{{- end -}}
+
+{{- /* redis: the deployment modes (capping.ClientOptions.Validate) */ -}}
+{{- $redis := $c.redis -}}
+{{- $addrs := $redis.addrs | default list -}}
+{{- if not $addrs -}}
+{{- fail "config.redis.addrs: at least one address is required" -}}
+{{- end -}}
+{{- if and (eq $redis.mode "single") (gt (len $addrs) 1) -}}
+{{- fail (printf "config.redis.addrs: mode single takes one address, got %d (use mode cluster or sentinel)" (len $addrs)) -}}
+{{- end -}}
+{{- if and (eq $redis.mode "cluster") (ne (int $redis.db) 0) -}}
+{{- fail "config.redis.db: Redis Cluster has only database 0" -}}
+{{- end -}}
+{{- if and (eq $redis.mode "sentinel") (not $redis.master_name) -}}
+{{- fail "config.redis.master_name: is required with mode sentinel" -}}
+{{- end -}}
+{{- if and (ne $redis.mode "sentinel") $redis.master_name -}}
+{{- fail "config.redis.master_name: is only used with mode sentinel" -}}
+{{- end -}}
+{{- if and (dig "password_file" "" $redis) (or (dig "existingSecret" "name" "" (.Values.redis | default dict)) (has "CAPPER_REDIS_PASSWORD" $envNames)) -}}
+{{- fail "config.redis.password: set either redis.existingSecret (CAPPER_REDIS_PASSWORD) or config.redis.password_file, not both" -}}
+{{- end -}}
+{{- include "capper.validateTLS" (dict "key" "redis.tls" "tls" (dig "tls" dict $redis)) -}}
+
+{{- /* capping: names are bytes in Redis keys (the schema counts characters) */ -}}
+{{- $capping := $c.capping -}}
+{{- $channels := $capping.channels | default list -}}
+{{- range $i, $ch := $channels -}}
+{{- if gt (len $ch) 64 -}}
+{{- fail (printf "config.capping.channels[%d]: %q must be non-empty, at most 64 bytes, without spaces, braces or colons" $i $ch) -}}
+{{- end -}}
+{{- end -}}
+{{- with $capping.default_category -}}
+{{- if gt (len .) 64 -}}
+{{- fail (printf "config.capping.default_category: %q must be 1 to 64 bytes" .) -}}
+{{- end -}}
+{{- end -}}
+{{- $segments := dict -}}
+{{- range $i, $s := $capping.segments | default list -}}
+{{- $key := printf "capping.segments[%d]" $i -}}
+{{- if eq $s.name "none" -}}
+{{- fail (printf "config.%s.name: \"none\" is reserved for users in no segment (they get capping.default_policy)" $key) -}}
+{{- end -}}
+{{- if hasKey $segments $s.name -}}
+{{- fail (printf "config.%s.name: segment %q is listed twice" $key $s.name) -}}
+{{- end -}}
+{{- $_ := set $segments $s.name true -}}
+{{- include "capper.validateLimits" (dict "key" (printf "%s.limits" $key) "owner" (printf "segment %q" $s.name) "limits" $s.limits "channels" $channels) -}}
+{{- end -}}
+{{- with $capping.default_policy -}}
+{{- include "capper.validateLimits" (dict "key" "capping.default_policy.limits" "owner" "default policy" "limits" (.limits | default list) "channels" $channels) -}}
+{{- end -}}
+
+{{- /* segments */ -}}
+{{- $seg := $c.segments -}}
+{{- if and $seg.required (not $seg.source) -}}
+{{- fail "config.segments.source: is required when segments.required is true" -}}
+{{- end -}}
+{{- if lt (include "capper.durationMillis" (list "segments.poll_interval" $seg.poll_interval) | atoi) 1000 -}}
+{{- fail (printf "config.segments.poll_interval: must be at least 1s, got %s" $seg.poll_interval) -}}
+{{- end -}}
+
+{{- /* worker */ -}}
+{{- $w := $c.worker -}}
+{{- if lt (include "capper.durationMillis" (list "worker.retry_max" $w.retry_max) | atoi) (include "capper.durationMillis" (list "worker.retry_initial" $w.retry_initial) | atoi) -}}
+{{- fail (printf "config.worker.retry_max: %s must be at least worker.retry_initial (%s)" $w.retry_max $w.retry_initial) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* One client TLS section; call with (dict "key" "kafka.tls" "tls" MAP). */}}
+{{- define "capper.validateTLS" -}}
+{{- $t := .tls -}}
+{{- if ne (empty (dig "cert_file" "" $t)) (empty (dig "key_file" "" $t)) -}}
+{{- fail (printf "config.%s.cert_file: cert_file and key_file go together" .key) -}}
+{{- end -}}
+{{- if and (not (dig "enabled" false $t)) (or (dig "ca_file" "" $t) (dig "cert_file" "" $t) (dig "server_name" "" $t) (dig "insecure_skip_verify" false $t)) -}}
+{{- fail (printf "config.%s.enabled: is false but other TLS keys are set; set enabled: true" .key) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* One list of limits (capping.Policy.validate's rules beyond the schema);
+call with (dict "key" KEY "owner" WHAT "limits" LIST "channels" LIST). */}}
+{{- define "capper.validateLimits" -}}
+{{- $names := dict -}}
+{{- range $i, $l := .limits -}}
+{{- $key := printf "%s[%d]" $.key $i -}}
+{{- $name := toString $l.name -}}
+{{- $what := printf "(%s, limit %q)" $.owner $name -}}
+{{- if gt (len $name) 64 -}}
+{{- fail (printf "config.%s.name: %q must be non-empty, at most 64 bytes, without spaces, braces or colons" $key $name) -}}
+{{- end -}}
+{{- if hasKey $names $name -}}
+{{- fail (printf "config.%s.name: duplicate limit name %s" $key $what) -}}
+{{- end -}}
+{{- $_ := set $names $name true -}}
+{{- $window := include "capper.durationMillis" (list (printf "%s.window" $key) $l.window) | atoi -}}
+{{- if or (lt $window 60000) (gt $window 2678400000) -}}
+{{- fail (printf "config.%s.window: %s out of range [1m, 31d] %s" $key $l.window $what) -}}
+{{- end -}}
+{{- if and $l.channel (not (has $l.channel $.channels)) -}}
+{{- fail (printf "config.%s.channel: unknown channel %q %s; capping.channels: %s" $key $l.channel $what (join ", " $.channels)) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
