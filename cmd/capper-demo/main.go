@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -22,11 +21,15 @@ import (
 	"github.com/capper-dev/capper/internal/demo"
 )
 
+// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
 type flags struct {
-	Users     int    `default:"${users}" help:"Users in the synthetic snapshot."`
-	Intents   int    `default:"${intents}" help:"Send-intents in the campaign blast."`
-	RedisAddr string `name:"redis-addr" placeholder:"HOST:PORT" help:"Use this Redis instead of the embedded one (keys under the capper-demo prefix)."`
-	Seed      int64  `default:"1" help:"Random seed of the synthetic data."`
+	Version   kong.VersionFlag `help:"Print the version, VCS revision and Go version."`
+	Users     int              `default:"${users}" help:"Users in the synthetic snapshot."`
+	Intents   int              `default:"${intents}" help:"Send-intents in the campaign blast."`
+	RedisAddr string           `name:"redis-addr" placeholder:"HOST:PORT" help:"Use this Redis instead of the embedded one (keys under the capper-demo prefix)."`
+	Seed      int64            `default:"1" help:"Random seed of the synthetic data."`
 }
 
 func main() {
@@ -39,7 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var c flags
 	if _, code, ok := cli.Parse("capper-demo", "Run capper end to end on embedded Kafka and Redis, then audit the deliveries.",
 		&c, args, stdout, stderr,
-		kong.Vars{"users": strconv.Itoa(demo.DefaultUsers), "intents": strconv.Itoa(demo.DefaultIntents)}); !ok {
+		kong.Vars{"users": strconv.Itoa(demo.DefaultUsers), "intents": strconv.Itoa(demo.DefaultIntents)},
+		cli.VersionVars("capper-demo", version)); !ok {
 		return code
 	}
 	app.TuneGC()
@@ -49,8 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Users: c.Users, Intents: c.Intents, RedisAddr: c.RedisAddr, Seed: c.Seed,
 		Out: stdout, Progress: stderr,
 	}); err != nil {
-		fmt.Fprintln(stderr, "capper-demo:", err)
-		return cli.ExitFailure
+		return cli.Exit("capper-demo", err, stderr)
 	}
 	return cli.ExitOK
 }

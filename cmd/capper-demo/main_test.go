@@ -25,4 +25,8 @@ func TestRun(t *testing.T) {
 	if code := run([]string{"--help"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "--redis-addr") {
 		t.Errorf("--help: exit %d\n%s", code, out.String())
 	}
+	out.Reset()
+	if code := run([]string{"--version"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "capper-demo dev (go1.") || !strings.Contains(out.String(), "revision ") {
+		t.Errorf("--version: exit %d\n%s", code, out.String())
+	}
 }

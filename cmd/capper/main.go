@@ -1,17 +1,20 @@
 // Command capper is the frequency-capping worker: it consumes send-intents
 // from Kafka, checks each user's caps in Redis and forwards only the allowed
 // intents (see README.md).
+//
+// `capper run` writes only log lines (log/slog, JSON by default) on stderr,
+// its fatal error included; the other commands are for humans and print
+// plain text.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -24,10 +27,11 @@ import (
 var version = "dev"
 
 type commands struct {
-	Run         runCmd         `cmd:"" help:"Run the worker (consume, decide, forward)."`
-	CheckConfig checkConfigCmd `cmd:"" name:"check-config" help:"Validate a config file and print the effective config, secrets masked."`
-	Inspect     inspectCmd     `cmd:"" help:"Show a user's segment and caps (read-only)."`
-	Version     versionCmd     `cmd:"" help:"Print the version."`
+	Run         runCmd            `cmd:"" help:"Run the worker (consume, decide, forward)."`
+	CheckConfig checkConfigCmd    `cmd:"" name:"check-config" help:"Validate a config file and print the effective config, secrets masked."`
+	Inspect     inspectCmd        `cmd:"" help:"Show a user's segment and caps (read-only)."`
+	Version     cli.VersionCmd    `cmd:"" help:"Print the version, VCS revision and Go version."`
+	Completion  cli.CompletionCmd `cmd:"" help:"Print a shell completion script (bash, zsh or fish)."`
 }
 
 type env struct {
@@ -36,25 +40,33 @@ type env struct {
 }
 
 type runCmd struct {
-	Config string `required:"" type:"existingfile" help:"Config file (see configs/capper.yaml)."`
+	Config string `required:"" type:"existingfile" help:"Config file (see configs/capper.yaml)." completion:"<file>"`
 }
 
 func (c *runCmd) Run(e *env) error {
 	app.TuneGC()
 	cfg, err := config.Load(c.Config)
 	if err != nil {
-		return err
+		// No config, so no log settings: the defaults (JSON at info).
+		cli.DefaultLogger(e.stderr).Error("capper cannot start: config", "error", err)
+		return cli.Reported(err)
 	}
 	log, err := app.NewLogger(e.stderr, cfg.Log)
 	if err != nil {
-		return err
+		cli.DefaultLogger(e.stderr).Error("capper cannot start: logger", "error", err)
+		return cli.Reported(err)
 	}
-	redis.SetLogger(app.RedisLogger(log)) // go-redis has one process-wide logger
-	return app.Run(e.ctx, app.Options{Config: cfg, Logger: log, Version: version})
+	// go-redis has one process-wide logger.
+	redis.SetLogger(app.RedisLogger(log, app.RedisLogEvery, time.Now))
+	if err := app.Run(e.ctx, app.Options{Config: cfg, Logger: log, Version: version}); err != nil {
+		log.Error("capper stopped on an error", "error", err)
+		return cli.Reported(err)
+	}
+	return nil
 }
 
 type checkConfigCmd struct {
-	Config string `required:"" type:"existingfile" help:"Config file to check."`
+	Config string `required:"" type:"existingfile" help:"Config file to check." completion:"<file>"`
 }
 
 func (c *checkConfigCmd) Run(e *env) error {
@@ -75,8 +87,9 @@ func (c *checkConfigCmd) Run(e *env) error {
 }
 
 type inspectCmd struct {
-	Config string `required:"" type:"existingfile" help:"Config file (Redis, snapshot store, policies)."`
+	Config string `required:"" type:"existingfile" help:"Config file (Redis, snapshot store, policies)." completion:"<file>"`
 	User   uint64 `required:"" help:"User id."`
+	Output string `short:"o" enum:"table,json" default:"table" help:"Output format: table or json."`
 }
 
 func (c *inspectCmd) Run(e *env) error {
@@ -84,14 +97,20 @@ func (c *inspectCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	return app.Inspect(e.ctx, cfg, c.User, e.stdout)
-}
-
-type versionCmd struct{}
-
-func (versionCmd) Run(e *env) error {
-	_, err := fmt.Fprintf(e.stdout, "capper %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return err
+	// Warnings (the S3 client's) go to stderr as text: this is a human's
+	// command, its answer is on stdout.
+	log, err := cli.NewLogger(e.stderr, "warn", cli.LogText)
+	if err != nil {
+		return err
+	}
+	in, err := app.Inspect(e.ctx, cfg, c.User, log)
+	if err != nil {
+		return err
+	}
+	if c.Output == "json" {
+		return in.WriteJSON(e.stdout)
+	}
+	return in.WriteTable(e.stdout)
 }
 
 func main() {
@@ -102,19 +121,12 @@ func main() {
 // 2 usage error.
 func run(args []string, stdout, stderr io.Writer) int {
 	var c commands
-	kctx, code, ok := cli.Parse("capper", "Frequency caps for marketing messages.", &c, args, stdout, stderr)
+	kctx, code, ok := cli.Parse("capper", "Frequency caps for marketing messages.", &c, args, stdout, stderr,
+		cli.VersionVars("capper", version))
 	if !ok {
 		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr}); err != nil {
-		var exit interface{ ExitCode() int }
-		fmt.Fprintln(stderr, "capper:", err)
-		if errors.As(err, &exit) {
-			return exit.ExitCode()
-		}
-		return cli.ExitFailure
-	}
-	return cli.ExitOK
+	return cli.Exit("capper", kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr}), stderr)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -62,10 +63,25 @@ func capper(t *testing.T, env []string, args ...string) (stdout, stderr string, 
 	return o.String(), e.String(), 0
 }
 
+// TestVersion: `capper version` names the stamped version, the Go version
+// and platform, and the VCS revision the binary was built from ("unknown"
+// when the build recorded none, e.g. with -buildvcs=false).
 func TestVersion(t *testing.T) {
-	out, _, code := capper(t, nil, "version")
-	if code != 0 || !strings.HasPrefix(out, "capper v0.0.0-test (go") {
-		t.Fatalf("version: %d %q", code, out)
+	out := mustCapper(t, "version")
+	m := regexp.MustCompile(`^capper v0\.0\.0-test \(go1\.[0-9.]+\S*, [a-z0-9]+/[a-z0-9]+, revision (\S+?)(, modified)?\)\n$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("version: %q", out)
+	}
+	info, err := exec.Command("go", "version", "-m", binary).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "unknown"
+	if r := regexp.MustCompile(`(?m)^\s+build\s+vcs\.revision=(\S+)$`).FindSubmatch(info); r != nil {
+		want = string(r[1])
+	}
+	if m[1] != want {
+		t.Fatalf("version says revision %q, the build info %q:\n%s", m[1], want, info)
 	}
 }
 
@@ -450,6 +466,7 @@ func TestInspect(t *testing.T) {
 	if !strings.Contains(out, "(in ") {
 		t.Fatalf("a capped user's next free slot is not shown:\n%s", out)
 	}
+	checkInspectJSON(t, s, segment, allowed)
 	stats, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -458,5 +475,84 @@ func TestInspect(t *testing.T) {
 		if strings.Contains(stats, "cmdstat_"+w+":") {
 			t.Errorf("inspect ran %s:\n%s", w, stats)
 		}
+	}
+}
+
+// checkInspectJSON: `capper inspect -o json` says what the table says, as
+// one JSON document.
+func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
+	t.Helper()
+	out, errOut, code := capper(t, nil, "inspect", "--config", s.path, "--user", "42", "-o", "json")
+	if code != 0 {
+		t.Fatalf("inspect -o json: exit %d: %s", code, errOut)
+	}
+	t.Logf("inspect -o json:\n%s", out)
+	var got struct {
+		User      *uint64 `json:"user"`
+		Segment   string  `json:"segment"`
+		Snapshot  *string `json:"snapshot"`
+		Algorithm string  `json:"algorithm"`
+		At        string  `json:"at"`
+		Limits    []struct {
+			Name     string  `json:"name"`
+			Window   string  `json:"window"`
+			Channel  *string `json:"channel"`
+			Count    *int64  `json:"count"`
+			Max      *int    `json:"max"`
+			NextFree *string `json:"next_free"`
+		} `json:"limits"`
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&got); err != nil {
+		t.Fatalf("inspect -o json: %v\n%s", err, out)
+	}
+	if got.User == nil || *got.User != 42 || got.Segment != segment || got.Snapshot == nil || *got.Snapshot == "" ||
+		got.Algorithm != s.cfg.Capping.Algorithm {
+		t.Fatalf("inspect -o json: wrong header:\n%s", out)
+	}
+	at, err := time.Parse(time.RFC3339, got.At)
+	if err != nil {
+		t.Fatalf("at: %v", err)
+	}
+	rules := s.cfg.Rules()
+	policy, ok := rules.Segments[segment]
+	if !ok {
+		policy = rules.Default
+	}
+	if len(got.Limits) != len(policy.Limits) {
+		t.Fatalf("%d limits, want the %d of segment %q:\n%s", len(got.Limits), len(policy.Limits), segment, out)
+	}
+	for i, l := range got.Limits {
+		want := policy.Limits[i]
+		if l.Name != want.Name || l.Window != config.Duration(want.Window).String() || l.Count == nil || l.Max == nil || *l.Max != want.Max {
+			t.Errorf("limit %d: %+v, want %+v", i, l, want)
+		}
+		if (l.Channel == nil) != (want.Channel == "") || (l.Channel != nil && *l.Channel != want.Channel) {
+			t.Errorf("limit %s: channel %v, want %q (null for every channel)", l.Name, l.Channel, want.Channel)
+		}
+		if want.Max == 0 {
+			if l.NextFree != nil {
+				t.Errorf("limit %s: max 0 frees at %s, want null (never)", l.Name, *l.NextFree)
+			}
+			continue
+		}
+		if l.NextFree == nil {
+			t.Fatalf("limit %s: next_free null", l.Name)
+		}
+		next, err := time.Parse(time.RFC3339, *l.NextFree)
+		if err != nil {
+			t.Fatalf("limit %s: next_free: %v", l.Name, err)
+		}
+		full := *l.Count >= int64(*l.Max)
+		if full != next.After(at) {
+			t.Errorf("limit %s: count %d of %d, next_free %s at %s", l.Name, *l.Count, *l.Max, *l.NextFree, got.At)
+		}
+		if l.Name == "daily" && *l.Count != int64(allowed) {
+			t.Errorf("daily count %d, want the %d delivered", *l.Count, allowed)
+		}
+	}
+	if _, errOut, code := capper(t, nil, "inspect", "--config", s.path, "--user", "42", "-o", "yaml"); code != 2 {
+		t.Errorf("inspect -o yaml: exit %d, want 2: %s", code, errOut)
 	}
 }

@@ -6,10 +6,17 @@
 //	segment-builder --input PATH|URL [--input ...] --out DIR|file://DIR|s3://BUCKET/PREFIX
 //	                [--config FILE] [--on-conflict error|priority] [--max-errors N] [--dry-run]
 //
+//	segment-builder version
+//
 // Exit status: 0 published (or built, with --dry-run); 1 the build or the
 // publish failed (conflicts, bad input, unreadable input, store errors);
 // 2 the command line or the config is wrong. A failed build publishes
 // nothing.
+//
+// The summary is printed on stdout; warnings and errors are log lines on
+// stderr (log/slog, JSON unless --log-format text), except a wrong command
+// line, which is printed for a human. No user id is logged above debug:
+// conflicts and malformed lines are named by their file:line.
 //
 // Conflicts are reported with the file:line of both rows. The first row's
 // position is found by re-reading the inputs for the reported users only;
@@ -22,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -35,8 +43,22 @@ import (
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/segbuild"
+	"github.com/capper-dev/capper/internal/segments"
 )
 
+// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// commands is the command line: the build flags, and a version command.
+// Without a command, segment-builder builds (the hidden default command).
+type commands struct {
+	flags
+	Build   buildCmd       `cmd:"" default:"1" hidden:"" help:"Build and publish a snapshot (the default)."`
+	Version cli.VersionCmd `cmd:"" help:"Print the version, VCS revision and Go version."`
+}
+
+// flags are the build's flags (deploy/chart_test.go reads their names from
+// this struct).
 type flags struct {
 	Input      []string `name:"input" short:"i" sep:"none" placeholder:"PATH|URL" help:"Rows to read (repeatable): a CSV/TSV file of user_id,segment; a directory of <segment>.txt id lists; - for stdin; an s3://bucket/key object. .gz is read transparently."`
 	Out        string   `name:"out" short:"o" placeholder:"DIR|file://DIR|s3://BUCKET/PREFIX" help:"Where to publish the snapshot (default: segments.source from --config)."`
@@ -46,8 +68,10 @@ type flags struct {
 	DryRun     bool     `name:"dry-run" help:"Build and report, publish nothing."`
 	Keep       int      `name:"keep" default:"${keep}" placeholder:"N" help:"Snapshot versions to keep in the store (the one LATEST names is never deleted)."`
 	Progress   string   `name:"progress" enum:"auto,always,never" default:"auto" help:"Progress on stderr: auto shows it when stderr is a terminal."`
+	LogFormat  string   `name:"log-format" enum:"json,text" default:"json" help:"Log lines (warnings, errors) on stderr as json or text."`
+	LogLevel   string   `name:"log-level" enum:"debug,info,warn,error" default:"info" help:"Least level logged; user ids are only logged at debug."`
 
-	S3Region    string `name:"s3-region" placeholder:"REGION" help:"S3 region (default: the AWS default chain, or the config's segments.s3.region)."`
+	S3Region    string `name:"s3-region" placeholder:"REGION" help:"S3 region (default: the AWS default chain, or the config's segments.s3.region; us-east-1 with a custom endpoint)."`
 	S3Endpoint  string `name:"s3-endpoint" placeholder:"URL" help:"S3-compatible endpoint, e.g. http://minio:9000."`
 	S3PathStyle bool   `name:"s3-path-style" help:"Path-style S3 addressing (most S3-compatible stores need it)."`
 }
@@ -59,28 +83,56 @@ func main() {
 	os.Exit(code)
 }
 
+// run is the whole program; its result is the exit code (see the package
+// comment).
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	var c flags
-	if _, code, ok := cli.Parse("segment-builder", "Build a segment snapshot (one roaring bitmap per segment) and publish it.",
-		&c, args, stdout, stderr, kong.Vars{"keep": strconv.Itoa(segbuild.DefaultKeep)}); !ok {
+	var c commands
+	kctx, code, ok := cli.Parse("segment-builder", "Build a segment snapshot (one roaring bitmap per segment) and publish it. Without a command, builds.",
+		&c, args, stdout, stderr, kong.Vars{"keep": strconv.Itoa(segbuild.DefaultKeep)}, cli.VersionVars("segment-builder", version))
+	if !ok {
 		return code
 	}
-	opts, err := c.options()
-	if err != nil {
-		return usageError(stderr, err)
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := build(ctx, c, opts, stdin, stdout, stderr, logger); err != nil {
-		fmt.Fprintf(stderr, "segment-builder: %v\n", err)
-		return cli.ExitFailure
-	}
-	return cli.ExitOK
+	return cli.Exit("segment-builder", kctx.Run(&env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, flags: c.flags}), stderr)
 }
 
-func usageError(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "segment-builder: %v\nRun segment-builder --help for usage.\n", err)
-	return cli.ExitUsage
+// env is what the commands run with.
+type env struct {
+	ctx            context.Context
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	flags          flags
 }
+
+type buildCmd struct{}
+
+// Run builds and publishes. A wrong command line is printed for a human
+// (exit 2); once it is right, every warning and error is a log line.
+func (buildCmd) Run(e *env) error {
+	c := e.flags
+	opts, err := c.options()
+	if err != nil {
+		return usageError{err}
+	}
+	logger, err := cli.NewLogger(e.stderr, c.LogLevel, c.LogFormat)
+	if err != nil {
+		return usageError{err}
+	}
+	opts.s3.Logger = logger
+	if err := build(e.ctx, c, opts, e.stdin, e.stdout, e.stderr, logger); err != nil {
+		logFailure(logger, err)
+		return cli.Reported(err)
+	}
+	return nil
+}
+
+// usageError is a wrong command line or config: exit 2, with a hint.
+type usageError struct{ err error }
+
+func (u usageError) Error() string {
+	return u.err.Error() + "\nRun segment-builder --help for usage."
+}
+func (u usageError) Unwrap() error { return u.err }
+func (u usageError) ExitCode() int { return cli.ExitUsage }
 
 // options checks the flags together and reads the config.
 type options struct {
@@ -137,11 +189,15 @@ func build(ctx context.Context, c flags, o options, stdin io.Reader, stdout, std
 	start := time.Now()
 	var store objstore.Store
 	if !c.DryRun {
-		// Open the destination first: a wrong --out should not cost a
-		// whole build.
+		// Open the destination first, and reach it (LATEST need not exist
+		// yet): a wrong --out, a missing bucket or refused credentials
+		// should not cost a whole build.
 		st, err := objstore.Open(ctx, o.out, objstore.Options{S3: o.s3})
 		if err != nil {
 			return err
+		}
+		if _, err := st.Size(ctx, segments.LatestKey); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("check --out %s: %w", st, err)
 		}
 		store = st
 	}
@@ -168,11 +224,8 @@ func build(ctx context.Context, c flags, o options, stdin io.Reader, stdout, std
 	if err != nil {
 		return fmt.Errorf("build failed, nothing published: %w", err)
 	}
-	if n := len(result.BadLines); n > 0 {
-		fmt.Fprintf(stderr, "segment-builder: skipped %d malformed lines (--max-errors=%d):\n", n, c.MaxErrors)
-		for _, l := range result.BadLines {
-			fmt.Fprintf(stderr, "  %s\n", l)
-		}
+	if len(result.BadLines) > 0 {
+		logSkipped(logger, result.BadLines, c.MaxErrors)
 	}
 	if err := result.WriteSummary(stdout, time.Since(start)); err != nil {
 		return err

@@ -64,6 +64,9 @@ func runBinary(t *testing.T, bin string, stdin []byte, env []string, args ...str
 	return result{code: code, stdout: out.String(), stderr: errOut.String()}
 }
 
+// want checks the exit code, and that stdout and stderr contain the given
+// strings; stderr's JSON log lines are read as their message and values
+// (see logText). A failed build (exit 1) says so in JSON lines only.
 func (r result) want(t *testing.T, code int, stdout, stderr []string) {
 	t.Helper()
 	if r.code != code {
@@ -74,11 +77,47 @@ func (r result) want(t *testing.T, code int, stdout, stderr []string) {
 			t.Fatalf("stdout does not contain %q:\n%s", s, r.stdout)
 		}
 	}
+	logs := logText(r.stderr)
 	for _, s := range stderr {
-		if !strings.Contains(r.stderr, s) {
+		if !strings.Contains(logs, s) {
 			t.Fatalf("stderr does not contain %q:\n%s", s, r.stderr)
 		}
 	}
+	if code == 1 {
+		for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+			if !json.Valid([]byte(l)) {
+				t.Fatalf("stderr line %q is not a JSON log line:\n%s", l, r.stderr)
+			}
+		}
+	}
+}
+
+// logText is stderr with every JSON log line replaced by its message and
+// its values (strings as they are, lists one item a line); other lines are
+// kept.
+func logText(stderr string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(stderr, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) != nil {
+			b.WriteString(l + "\n")
+			continue
+		}
+		for k, v := range m {
+			if k == "time" || k == "level" {
+				continue
+			}
+			switch v := v.(type) {
+			case []any:
+				for _, item := range v {
+					fmt.Fprintf(&b, "%v\n", item)
+				}
+			default:
+				fmt.Fprintf(&b, "%v\n", v)
+			}
+		}
+	}
+	return b.String()
 }
 
 func write(t *testing.T, dir, name, content string) string {
@@ -187,14 +226,20 @@ func TestBinary(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "store")
 		r := runBinary(t, bin, nil, nil, "--input", a, "--input", b, "--out", out)
 		r.want(t, 1, nil, []string{"build failed, nothing published", "1 user is in more than one segment",
-			fmt.Sprintf(`user 2: "new" at %s:2 and "active" at %s:2`, a, b)})
+			fmt.Sprintf(`"new" at %s:2 and "active" at %s:2`, a, b)})
+		if strings.Contains(r.stderr, "user 2") {
+			t.Fatalf("a user id is logged above debug:\n%s", r.stderr)
+		}
 		wantNothingPublished(t, out)
+		// At debug, the user ids too.
+		r = runBinary(t, bin, nil, nil, "--input", a, "--input", b, "--out", out, "--log-level", "debug")
+		r.want(t, 1, nil, []string{fmt.Sprintf(`user 2: "new" at %s:2 and "active" at %s:2`, a, b)})
 	})
 
 	t.Run("conflict first seen on stdin", func(t *testing.T) {
 		b := write(t, dir, "conflict/c.csv", "4,active\n")
 		r := runBinary(t, bin, []byte("4,new\n"), nil, "--input", "-", "--input", b, "--dry-run")
-		r.want(t, 1, nil, []string{fmt.Sprintf(`user 4: "new" at <stdin> (line not kept: stdin is read once) and "active" at %s:1`, b)})
+		r.want(t, 1, nil, []string{fmt.Sprintf(`"new" at <stdin> (line not kept: stdin is read once) and "active" at %s:1`, b)})
 	})
 
 	t.Run("priority resolves by config order", func(t *testing.T) {
@@ -212,11 +257,21 @@ func TestBinary(t *testing.T) {
 		a := write(t, dir, "bad/a.csv", "user_id,segment\n1,new\noops\n2,new\n")
 		out := filepath.Join(t.TempDir(), "store")
 		r := runBinary(t, bin, nil, nil, "--input", a, "--out", out)
-		r.want(t, 1, nil, []string{fmt.Sprintf(`%s:3: want 2 fields, user_id,segment (line "oops")`, a)})
+		r.want(t, 1, nil, []string{fmt.Sprintf(`%s:3: want 2 fields, user_id,segment`, a)})
 		wantNothingPublished(t, out)
 
 		r = runBinary(t, bin, nil, nil, "--input", a, "--out", out, "--max-errors", "1")
 		r.want(t, 0, []string{"bad lines 1"}, []string{"skipped 1 malformed lines (--max-errors=1)", fmt.Sprintf(`%s:3: want 2 fields`, a)})
+
+		// A malformed line's content may hold a user id: only at debug.
+		b := write(t, dir, "bad/b.csv", "4242;new\n1x,new\n3,new\n")
+		r = runBinary(t, bin, nil, nil, "--input", b, "--dry-run", "--max-errors", "5", "--log-format", "text")
+		r.want(t, 0, nil, []string{"level=WARN", fmt.Sprintf(`%s:1: want 2 fields, user_id,segment`, b), fmt.Sprintf(`%s:2: user_id \"…\" is not`, b)})
+		if strings.Contains(r.stderr, "4242") || strings.Contains(r.stderr, "1x") {
+			t.Fatalf("a malformed line's content is logged above debug:\n%s", r.stderr)
+		}
+		r = runBinary(t, bin, nil, nil, "--input", b, "--dry-run", "--max-errors", "5", "--log-level", "debug")
+		r.want(t, 0, nil, []string{`(line "4242;new")`})
 	})
 
 	t.Run("unknown segment lists the config's", func(t *testing.T) {
@@ -248,8 +303,32 @@ func TestBinary(t *testing.T) {
 		} {
 			runBinary(t, bin, nil, nil, c.args...).want(t, 2, nil, []string{c.want})
 		}
-		runBinary(t, bin, nil, nil, "--help").want(t, 0, []string{"Usage: segment-builder", "--on-conflict"}, nil)
+		runBinary(t, bin, nil, nil, "--help").want(t, 0, []string{"Usage: segment-builder", "--on-conflict", "--log-format", "version"}, nil)
+		runBinary(t, bin, nil, nil, "--input", a, "--out", "x", "--log-format", "xml").want(t, 2, nil, []string{"--log-format must be one of"})
+		runBinary(t, bin, nil, nil, "version", "--bogus").want(t, 2, nil, []string{"unknown flag --bogus"})
 		runBinary(t, bin, nil, nil, "--input", filepath.Join(dir, "nope.csv"), "--dry-run").want(t, 1, nil, []string{"nope.csv: no such file or directory"})
+	})
+
+	t.Run("version", func(t *testing.T) {
+		runBinary(t, bin, nil, nil, "version").want(t, 0, []string{"segment-builder dev (go1.", ", revision "}, nil)
+	})
+
+	t.Run("s3 errors and the region default", func(t *testing.T) {
+		s3 := testenv.StartS3(t, "capper")
+		a := write(t, dir, "s3/b.csv", "1,new\n")
+		keys := append(testenv.NoAWSEnv(t), "AWS_ACCESS_KEY_ID="+s3.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3.SecretKey)
+		// No region anywhere: the custom endpoint gets us-east-1.
+		runBinary(t, bin, nil, keys, "--input", a, "--out", "s3://capper/noregion", "--s3-endpoint", s3.URL, "--s3-path-style").
+			want(t, 0, []string{"to s3://capper/noregion"}, nil)
+		r := runBinary(t, bin, nil, keys, "--input", a, "--out", "s3://nope/segments", "--s3-endpoint", s3.URL, "--s3-path-style")
+		r.want(t, 1, nil, []string{"bucket nope does not exist"})
+		if r.stdout != "" {
+			t.Fatalf("built before finding that the bucket is missing:\n%s", r.stdout)
+		}
+		runBinary(t, bin, nil, keys, "--input", "s3://nope/in.csv", "--dry-run", "--s3-endpoint", s3.URL, "--s3-path-style").
+			want(t, 1, nil, []string{"bucket nope does not exist"})
+		runBinary(t, bin, nil, testenv.NoAWSEnv(t), "--input", a, "--out", "s3://capper/segments", "--s3-endpoint", s3.URL, "--s3-path-style").
+			want(t, 1, nil, []string{"no AWS credentials for s3://capper: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or a role"})
 	})
 
 	t.Run("s3 out through the default credential chain", func(t *testing.T) {

@@ -69,11 +69,12 @@ func NewEngine(ctx context.Context, cfg *config.Config, rdb redis.UniversalClien
 	return e, nil
 }
 
-// OpenSegmentStore opens the configured snapshot store.
-func OpenSegmentStore(ctx context.Context, cfg *config.Config) (objstore.Store, error) {
+// OpenSegmentStore opens the configured snapshot store; log receives the
+// S3 client's own messages (nil discards them).
+func OpenSegmentStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (objstore.Store, error) {
 	s := cfg.Segments
 	st, err := objstore.Open(ctx, s.Source, objstore.Options{S3: objstore.S3Options{
-		Region: s.S3.Region, Endpoint: s.S3.Endpoint, UsePathStyle: s.S3.UsePathStyle,
+		Region: s.S3.Region, Endpoint: s.S3.Endpoint, UsePathStyle: s.S3.UsePathStyle, Logger: log,
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("segments.source %s: %w", s.Source, err)
@@ -99,7 +100,7 @@ func acceptSnapshot(cfg *config.Config) func(*segments.Snapshot) error {
 }
 
 func startSegments(ctx context.Context, cfg *config.Config, cur *segments.Current, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*segments.Watcher, error) {
-	st, err := OpenSegmentStore(ctx, cfg)
+	st, err := OpenSegmentStore(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}

@@ -83,7 +83,7 @@ func newE2E(t *testing.T, mode string, redisArgs ...string) *e2e {
 	e.kafka = testenv.StartKafka(t, 4, []string{tIn, tDel, tSup, tDLQ})
 	e.s3 = testenv.StartS3(t, e2eS3)
 	e.s3.SetEnv(t)
-	st, err := app.OpenSegmentStore(context.Background(), e.config())
+	st, err := app.OpenSegmentStore(context.Background(), e.config(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

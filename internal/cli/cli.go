@@ -1,10 +1,12 @@
 // Package cli owns what capper's commands share: parsing a command line
 // with kong into one of three exit codes (0 ok, 1 failure, 2 usage error)
 // without exiting inside the parser, so that each main has one exit path and
-// tests can run it in-process.
+// tests can run it in-process; the process logger; the version line; the
+// `version` and `completion` commands.
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -44,4 +46,35 @@ func Parse(name, description string, grammar any, args []string, stdout, stderr 
 		return nil, ExitUsage, false
 	}
 	return kctx, ExitOK, true
+}
+
+// Reported marks err as already reported (logged by the command): Exit
+// returns its exit code without printing it again.
+func Reported(err error) error {
+	if err == nil {
+		return nil
+	}
+	return reportedError{err}
+}
+
+type reportedError struct{ error }
+
+func (r reportedError) Unwrap() error { return r.error }
+
+// Exit turns the error a command returned into the process's exit code:
+// ExitOK for nil; the error's own ExitCode() when it has one; ExitFailure
+// otherwise. Unless the error was Reported, it prints "name: err" on stderr.
+func Exit(name string, err error, stderr io.Writer) int {
+	if err == nil {
+		return ExitOK
+	}
+	var reported reportedError
+	if !errors.As(err, &reported) {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	}
+	var exit interface{ ExitCode() int }
+	if errors.As(err, &exit) {
+		return exit.ExitCode()
+	}
+	return ExitFailure
 }

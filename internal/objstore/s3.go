@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -21,10 +22,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 )
 
 // DefaultPartSize is the S3 multipart part size when S3Options.PartSize is 0.
 const DefaultPartSize = 16 << 20
+
+// DefaultEndpointRegion is the region of a store with a custom endpoint when
+// no region is configured anywhere (option, AWS_REGION, AWS_DEFAULT_REGION,
+// profile): S3-compatible stores mostly ignore it, but the SDK signs every
+// request with one and refuses to work without.
+const DefaultEndpointRegion = "us-east-1"
 
 // s3Store keeps objects under s3://bucket/prefix.
 type s3Store struct {
@@ -43,13 +51,38 @@ func newS3Store(ctx context.Context, bucket, prefix string, opts S3Options) (*s3
 	if opts.PartSize < manager.MinUploadPartSize {
 		return nil, fmt.Errorf("S3 part size %d is below the minimum %d", opts.PartSize, manager.MinUploadPartSize)
 	}
-	var loadOpts []func(*config.LoadOptions) error
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	logMode := aws.ClientLogMode(0)
+	if log.Enabled(ctx, slog.LevelDebug) {
+		logMode = aws.LogRetries
+	}
+	loadOpts := []func(*config.LoadOptions) error{
+		config.WithLogger(sdkLogger{l: log}),
+		config.WithClientLogMode(logMode),
+	}
 	if opts.Region != "" {
 		loadOpts = append(loadOpts, config.WithRegion(opts.Region))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("load AWS config: %w", err)
+	}
+	if cfg.Region == "" && opts.Endpoint != "" {
+		cfg.Region = DefaultEndpointRegion
+	}
+	if opts.Endpoint != "" {
+		// An S3-compatible store is reached with keys or a profile; without
+		// them the SDK would fail at the first request, naming only the last
+		// provider of its chain (often the EC2 metadata service). On AWS
+		// itself credentials often come from a role over the network (pod
+		// identity, instance profile), which may fail for a moment: there
+		// the first request fetches them, as it always did.
+		if err := checkCredentials(ctx, cfg, bucket); err != nil {
+			return nil, err
+		}
 	}
 	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
 		if opts.Endpoint != "" {
@@ -112,7 +145,7 @@ func (s *s3Store) GetIfChanged(ctx context.Context, key, etag string) ([]byte, s
 func (s *s3Store) Size(ctx context.Context, key string) (int64, error) {
 	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: aws.String(s.prefix + key)})
 	if err != nil {
-		return 0, s.wrap("head", key, err)
+		return 0, s.wrapHead(ctx, key, err)
 	}
 	return aws.ToInt64(out.ContentLength), nil
 }
@@ -153,11 +186,26 @@ func (s *s3Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// wrap names the object and turns S3's "no such key" into fs.ErrNotExist.
+// checkCredentials makes sure that the default chain yields credentials.
+func checkCredentials(ctx context.Context, cfg aws.Config, bucket string) error {
+	const hint = "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or a role"
+	if cfg.Credentials == nil {
+		return fmt.Errorf("no AWS credentials for s3://%s: %s", bucket, hint)
+	}
+	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
+		return fmt.Errorf("no AWS credentials for s3://%s: %s (%w)", bucket, hint, err)
+	}
+	return nil
+}
+
+// wrap names the object and turns S3's "no such key" into fs.ErrNotExist
+// and "no such bucket" into errNoSuchBucket.
 func (s *s3Store) wrap(op, key string, err error) error {
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode() {
+		case "NoSuchBucket":
+			return fmt.Errorf("%s %s: %w", op, s.url(key), errNoSuchBucket{s.bucket})
 		case "NoSuchKey", "NotFound":
 			return fmt.Errorf("%s %s: %w", op, s.url(key), errNoSuchObject{})
 		}
@@ -167,6 +215,26 @@ func (s *s3Store) wrap(op, key string, err error) error {
 	}
 	return fmt.Errorf("%s %s: %w", op, s.url(key), err)
 }
+
+// wrapHead is wrap for a HEAD request, whose 404 has no body to tell a
+// missing object from a missing bucket: it asks about the bucket then.
+func (s *s3Store) wrapHead(ctx context.Context, key string, err error) error {
+	werr := s.wrap("head", key, err)
+	if !errors.Is(werr, fs.ErrNotExist) {
+		return werr
+	}
+	_, berr := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket})
+	if berr != nil && httpStatus(berr) == http.StatusNotFound {
+		return fmt.Errorf("head %s: %w", s.url(key), errNoSuchBucket{s.bucket})
+	}
+	return werr
+}
+
+// errNoSuchBucket is a missing bucket: a configuration error, not a missing
+// object (a reader must not take it for "nothing published yet").
+type errNoSuchBucket struct{ bucket string }
+
+func (e errNoSuchBucket) Error() string { return "bucket " + e.bucket + " does not exist" }
 
 // errNoSuchObject is S3's missing object; it matches fs.ErrNotExist so that
 // callers handle both stores alike.
@@ -189,4 +257,34 @@ func httpStatus(err error) int {
 		return re.HTTPStatusCode()
 	}
 	return 0
+}
+
+// sdkLogger routes the AWS SDK's own messages to slog: its warnings as
+// warnings, its debug messages (retries, with debug logging) at debug.
+type sdkLogger struct {
+	l   *slog.Logger
+	ctx context.Context
+}
+
+func (s sdkLogger) Logf(class logging.Classification, format string, v ...any) {
+	level := slog.LevelInfo
+	switch class {
+	case logging.Warn:
+		level = slog.LevelWarn
+	case logging.Debug:
+		level = slog.LevelDebug
+	}
+	ctx := s.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if !s.l.Enabled(ctx, level) {
+		return
+	}
+	s.l.Log(ctx, level, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "aws-sdk")
+}
+
+// WithContext is how the SDK hands a request's context to its logger.
+func (s sdkLogger) WithContext(ctx context.Context) logging.Logger {
+	return sdkLogger{l: s.l, ctx: ctx}
 }

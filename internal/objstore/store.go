@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -50,9 +51,11 @@ type Options struct {
 }
 
 // S3Options configures an S3 store. Credentials come from the AWS default
-// chain (environment, shared config, instance/pod roles).
+// chain (environment, shared config, instance/pod roles); with a custom
+// Endpoint, Open checks that the chain yields some.
 type S3Options struct {
-	// Region overrides the region from the environment/shared config.
+	// Region overrides the region from the environment/shared config. With
+	// a custom Endpoint and no region anywhere, DefaultEndpointRegion.
 	Region string
 	// Endpoint is the base URL of an S3-compatible store (MinIO, gofakes3,
 	// ...); empty means AWS.
@@ -63,6 +66,9 @@ type S3Options struct {
 	// PartSize is the multipart part size; objects larger than one part are
 	// uploaded in parts. Default 16 MiB, minimum 5 MiB (S3's limit).
 	PartSize int64
+	// Logger receives the AWS SDK's own messages (its warnings; its retries
+	// when debug is enabled); nil discards them.
+	Logger *slog.Logger
 }
 
 // Open opens the store at rawURL: "/path" or "relative/path" (a directory),

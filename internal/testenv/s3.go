@@ -5,6 +5,8 @@ package testenv
 import (
 	"context"
 	"net/http/httptest"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -59,4 +61,39 @@ func (s *S3) SetEnv(t testing.TB) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s.SecretKey)
 	t.Setenv("AWS_REGION", s.Region)
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+}
+
+// NoAWSEnv is an environment (NAME=value pairs, to append to os.Environ())
+// in which the AWS default chain finds no credentials, region or profile,
+// and never asks the EC2 metadata service: every variable it reads them
+// from is empty, and the shared config and credentials files are paths
+// that do not exist.
+func NoAWSEnv(t testing.TB) []string {
+	t.Helper()
+	none := filepath.Join(t.TempDir(), "none")
+	env := []string{
+		"AWS_EC2_METADATA_DISABLED=true",
+		"AWS_CONFIG_FILE=" + none,
+		"AWS_SHARED_CREDENTIALS_FILE=" + none,
+	}
+	for _, name := range []string{
+		"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY", "AWS_SECRET_KEY",
+		"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
+		"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME",
+		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+		"AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+		"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+	} {
+		env = append(env, name+"=")
+	}
+	return env
+}
+
+// ClearAWSEnv sets NoAWSEnv for the rest of the test (see testing.T.Setenv).
+func ClearAWSEnv(t testing.TB) {
+	t.Helper()
+	for _, kv := range NoAWSEnv(t) {
+		name, value, _ := strings.Cut(kv, "=")
+		t.Setenv(name, value)
+	}
 }

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/testenv"
+)
+
+// TestCompletion: `capper completion SHELL` prints a script for each shell
+// that knows every command; the shells that are installed accept it, and
+// bash and fish complete the commands and an enum flag's values with it.
+func TestCompletion(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		out, errOut, code := capper(t, nil, "completion", shell)
+		if code != 0 || strings.TrimSpace(out) == "" {
+			t.Fatalf("completion %s: exit %d, %d bytes\n%s", shell, code, len(out), errOut)
+		}
+		for _, cmd := range []string{"run", "check-config", "inspect", "version", "completion", "config"} {
+			if !strings.Contains(out, cmd) {
+				t.Errorf("%s completion does not mention %q:\n%s", shell, cmd, out)
+			}
+		}
+		script := filepath.Join(t.TempDir(), "capper."+shell)
+		if err := os.WriteFile(script, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := exec.LookPath(shell); err != nil {
+			t.Logf("%s is not installed: its script is not run", shell)
+			continue
+		}
+		if b, err := exec.Command(shell, "-n", script).CombinedOutput(); err != nil {
+			t.Errorf("%s -n rejects the script: %v\n%s", shell, err, b)
+		}
+		var complete func(line string) string
+		switch shell {
+		case "bash":
+			complete = func(line string) string {
+				words := strings.Fields(line)
+				if strings.HasSuffix(line, " ") {
+					words = append(words, "")
+				}
+				quoted := make([]string, len(words))
+				for i, w := range words {
+					quoted[i] = "'" + w + "'"
+				}
+				prog := fmt.Sprintf(`source %s; COMP_WORDS=(%s); COMP_CWORD=%d; _capper_completions; echo "${COMPREPLY[*]}"`,
+					script, strings.Join(quoted, " "), len(words)-1)
+				return shellOutput(t, "bash", "-c", prog)
+			}
+		case "fish":
+			complete = func(line string) string {
+				return shellOutput(t, "fish", "-c", fmt.Sprintf("source %s; complete -C '%s'", script, line))
+			}
+		default:
+			continue
+		}
+		cases := map[string][]string{
+			"capper ":                  {"run", "check-config", "inspect", "version", "completion"},
+			"capper inspect --output ": {"table", "json"},
+		}
+		if shell == "bash" { // king's fish script completes no positional arguments
+			cases["capper completion "] = []string{"bash", "zsh", "fish"}
+		}
+		for line, want := range cases {
+			got := complete(line)
+			for _, w := range want {
+				if !slices.Contains(strings.Fields(got), w) {
+					t.Errorf("%s completes %q with %q, want %q among them", shell, line, got, w)
+				}
+			}
+		}
+	}
+	if _, errOut, code := capper(t, nil, "completion", "tcsh"); code != 2 || !strings.Contains(errOut, `"bash","zsh","fish"`) {
+		t.Errorf("completion tcsh: exit %d, %q; want 2 naming the shells", code, errOut)
+	}
+}
+
+func shellOutput(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+	return string(out)
+}
+
+func mustCapper(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := capper(t, nil, args...)
+	if code != 0 {
+		t.Fatalf("capper %v: exit %d\n%s", args, code, errOut)
+	}
+	return out
+}
+
+// jsonLines decodes every line of a log; a line that is not a JSON object
+// fails the test.
+func jsonLines(t *testing.T, log string) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimRight(log, "\n"), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("not a JSON log line: %q\nwhole log:\n%s", l, log)
+		}
+		lines = append(lines, m)
+	}
+	return lines
+}
+
+// findLine returns the first line at level whose msg or error contains s.
+func findLine(t *testing.T, lines []map[string]any, level, s string) map[string]any {
+	t.Helper()
+	for _, l := range lines {
+		msg, _ := l["msg"].(string)
+		errText, _ := l["error"].(string)
+		if l["level"] == level && (strings.Contains(msg, s) || strings.Contains(errText, s)) {
+			return l
+		}
+	}
+	t.Fatalf("no %s line mentions %q in %v", level, s, lines)
+	return nil
+}
+
+// TestRunFailsInJSON: whatever makes `capper run` exit, it says it in JSON
+// lines on stderr, as the rest of its log, including the warning about
+// unknown CAPPER_* variables.
+func TestRunFailsInJSON(t *testing.T) {
+	dir := t.TempDir()
+
+	t.Run("config cannot be loaded", func(t *testing.T) {
+		bad := filepath.Join(dir, "bad.yaml")
+		if err := os.WriteFile(bad, []byte("worker:\n  batch_sise: 10\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code := capper(t, nil, "run", "--config", bad)
+		if code != 1 || out != "" {
+			t.Fatalf("exit %d, stdout %q; want 1 and nothing", code, out)
+		}
+		lines := jsonLines(t, errOut)
+		findLine(t, lines, "ERROR", `line 2: unknown key "batch_sise"`)
+		if len(lines) != 1 {
+			t.Fatalf("want the error once:\n%s", errOut)
+		}
+	})
+
+	// The worker loads its Redis scripts, then opens the snapshot store.
+	redis := testenv.StartRedis(t, testenv.RedisOptions{})
+	s3 := testenv.StartS3(t, "capper")
+	writeConfig := func(t *testing.T, source, format string) string {
+		t.Helper()
+		cfg, err := config.LoadWithEnv("../../configs/capper.yaml", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Redis.Addrs = []string{redis.Addr()}
+		cfg.Segments.Source = source
+		cfg.Segments.S3.Endpoint = s3.URL
+		cfg.Segments.S3.UsePathStyle = true
+		cfg.Log.Format = format
+		y, err := cfg.Effective()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(t.TempDir(), "capper.yaml")
+		if err := os.WriteFile(p, y, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	keys := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey}
+
+	t.Run("missing bucket", func(t *testing.T) {
+		path := writeConfig(t, "s3://nope/segments", "json")
+		env := append(append(testenv.NoAWSEnv(t), keys...), "CAPPER_NO_SUCH_SETTING=1")
+		_, errOut, code := capper(t, env, "run", "--config", path)
+		if code != 1 {
+			t.Fatalf("exit %d, want 1\n%s", code, errOut)
+		}
+		lines := jsonLines(t, errOut)
+		findLine(t, lines, "WARN", "matches no config key")
+		l := findLine(t, lines, "ERROR", "bucket nope does not exist")
+		if strings.Contains(fmt.Sprint(l["error"]), "no such object") {
+			t.Errorf("a missing bucket is still called a missing object: %v", l)
+		}
+	})
+
+	t.Run("no credentials", func(t *testing.T) {
+		path := writeConfig(t, "s3://capper/segments", "json")
+		_, errOut, code := capper(t, testenv.NoAWSEnv(t), "run", "--config", path)
+		if code != 1 {
+			t.Fatalf("exit %d, want 1\n%s", code, errOut)
+		}
+		findLine(t, jsonLines(t, errOut), "ERROR",
+			"no AWS credentials for s3://capper: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or a role")
+	})
+
+	t.Run("text format", func(t *testing.T) {
+		path := writeConfig(t, "s3://nope/segments", "text")
+		_, errOut, code := capper(t, append(testenv.NoAWSEnv(t), keys...), "run", "--config", path)
+		if code != 1 || !strings.Contains(errOut, "level=ERROR") || !strings.Contains(errOut, "bucket nope does not exist") {
+			t.Fatalf("exit %d, want 1 and a text log line\n%s", code, errOut)
+		}
+		if strings.Contains(errOut, "capper: ") {
+			t.Fatalf("the error is printed twice:\n%s", errOut)
+		}
+	})
+}
