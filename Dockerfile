@@ -4,7 +4,7 @@
 # (CGO off), on distroless as the non-root user. Needs BuildKit (the default
 # builder since Docker 23).
 #
-#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t capper .
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) --build-arg REVISION=$(git rev-parse HEAD) -t capper .
 #   docker run --rm capper version
 #
 # The worker reads its config from /etc/capper/capper.yaml (the Helm chart
@@ -23,10 +23,12 @@ COPY . .
 ARG TARGETOS
 ARG TARGETARCH
 ARG VERSION=dev
+# The VCS revision (.git is not in the build context): git rev-parse HEAD.
+ARG REVISION=unknown
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/capper ./cmd/segment-builder
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/ ./cmd/capper ./cmd/segment-builder
 
 # static-debian12 has CA certificates and tzdata, and nothing to run but our
 # binaries; :nonroot runs as uid/gid 65532.

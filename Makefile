@@ -5,6 +5,7 @@ GO        ?= go
 BIN       := $(CURDIR)/.bin
 PKGS      := ./...
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 IMAGE     ?= capper
 # make test fails, instead of skipping, when a server binary is missing.
 export CAPPER_REQUIRE_SERVERS := 1
@@ -55,7 +56,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 90m $(PKGS)
 
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.revision=$(REVISION)" -o $(BIN)/ ./cmd/...
 
 image:
-	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE):$(VERSION) .

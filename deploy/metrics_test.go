@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capper-dev/capper/internal/app"
+	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/demo"
 	"github.com/capper-dev/capper/internal/objstore"
@@ -95,7 +96,7 @@ func workerRegistry(t *testing.T) registry {
 	started := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- app.Run(runCtx, app.Options{Config: cfg, Registry: reg, Registerer: rec, Version: "test",
+		done <- app.Run(runCtx, app.Options{Config: cfg, Registry: reg, Registerer: rec, Build: cli.BuildOf("test", ""),
 			Started: func(addr string) { started <- addr }})
 	}()
 	select {

@@ -21,8 +21,9 @@ import (
 	"github.com/capper-dev/capper/internal/demo"
 )
 
-// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+// version and revision are stamped at build time:
+// -ldflags "-X main.version=v1.2.3 -X main.revision=<git sha>".
+var version, revision = "dev", ""
 
 type flags struct {
 	Version   kong.VersionFlag `help:"Print the version, VCS revision and Go version."`
@@ -43,7 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if _, code, ok := cli.Parse("capper-demo", "Run capper end to end on embedded Kafka and Redis, then audit the deliveries.",
 		&c, args, stdout, stderr,
 		kong.Vars{"users": strconv.Itoa(demo.DefaultUsers), "intents": strconv.Itoa(demo.DefaultIntents)},
-		cli.VersionVars("capper-demo", version)); !ok {
+		cli.VersionVars("capper-demo", cli.BuildOf(version, revision))); !ok {
 		return code
 	}
 	app.TuneGC()

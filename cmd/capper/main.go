@@ -23,8 +23,9 @@ import (
 	"github.com/capper-dev/capper/internal/config"
 )
 
-// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+// version and revision are stamped at build time:
+// -ldflags "-X main.version=v1.2.3 -X main.revision=<git sha>".
+var version, revision = "dev", ""
 
 type commands struct {
 	Run         runCmd            `cmd:"" help:"Run the worker (consume, decide, forward)."`
@@ -58,7 +59,7 @@ func (c *runCmd) Run(e *env) error {
 	}
 	// go-redis has one process-wide logger.
 	redis.SetLogger(app.RedisLogger(log, app.RedisLogEvery, time.Now))
-	if err := app.Run(e.ctx, app.Options{Config: cfg, Logger: log, Version: version}); err != nil {
+	if err := app.Run(e.ctx, app.Options{Config: cfg, Logger: log, Build: cli.BuildOf(version, revision)}); err != nil {
 		log.Error("capper stopped on an error", "error", err)
 		return cli.Reported(err)
 	}
@@ -122,7 +123,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	var c commands
 	kctx, code, ok := cli.Parse("capper", "Frequency caps for marketing messages.", &c, args, stdout, stderr,
-		cli.VersionVars("capper", version))
+		cli.VersionVars("capper", cli.BuildOf(version, revision)))
 	if !ok {
 		return code
 	}

@@ -46,8 +46,9 @@ import (
 	"github.com/capper-dev/capper/internal/segments"
 )
 
-// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+// version and revision are stamped at build time:
+// -ldflags "-X main.version=v1.2.3 -X main.revision=<git sha>".
+var version, revision = "dev", ""
 
 // commands is the command line: the build flags, and a version command.
 // Without a command, segment-builder builds (the hidden default command).
@@ -88,7 +89,7 @@ func main() {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var c commands
 	kctx, code, ok := cli.Parse("segment-builder", "Build a segment snapshot (one roaring bitmap per segment) and publish it. Without a command, builds.",
-		&c, args, stdout, stderr, kong.Vars{"keep": strconv.Itoa(segbuild.DefaultKeep)}, cli.VersionVars("segment-builder", version))
+		&c, args, stdout, stderr, kong.Vars{"keep": strconv.Itoa(segbuild.DefaultKeep)}, cli.VersionVars("segment-builder", cli.BuildOf(version, revision)))
 	if !ok {
 		return code
 	}

@@ -15,7 +15,9 @@ import (
 	"github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/segments"
 )
@@ -32,8 +34,9 @@ type Options struct {
 	// it to list every metric the worker defines.
 	Registerer prometheus.Registerer
 	// Now is the decision clock; nil is time.Now.
-	Now     func() time.Time
-	Version string
+	Now func() time.Time
+	// Build is exported as capper_build_info and logged at start.
+	Build cli.Build
 	// Started, when set, is called once every component is up, with the
 	// address the HTTP endpoint listens on.
 	Started func(httpAddr string)
@@ -65,6 +68,11 @@ func Run(ctx context.Context, o Options) (err error) {
 		regr = o.Registerer
 	}
 	regr.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	promauto.With(regr).NewGauge(prometheus.GaugeOpts{
+		Name:        "capper_build_info",
+		Help:        "The running capper: 1, with its version, VCS revision and Go version as labels.",
+		ConstLabels: prometheus.Labels{"version": o.Build.Version, "revision": o.Build.Revision, "go_version": o.Build.GoVersion},
+	}).Set(1)
 	for _, name := range cfg.IgnoredEnv {
 		log.Warn("environment variable matches no config key; ignored", "name", name)
 	}
@@ -140,7 +148,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		}, func(error) { cancel() })
 	}
 
-	log.Info("capper started", "version", o.Version, "http", ops.Addr(),
+	log.Info("capper started", "version", o.Build.Version, "revision", o.Build.Revision, "http", ops.Addr(),
 		"input", cfg.Kafka.Topics.Input, "group", cfg.Kafka.GroupID,
 		"snapshot", current.Load().Version(), "enforce", cfg.Worker.Enforce)
 	if o.Started != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/audit"
+	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/demo"
 	"github.com/capper-dev/capper/internal/dispatch"
@@ -194,7 +195,7 @@ func (e *e2e) start(name string, cfg *config.Config) *worker {
 	started := make(chan string, 1)
 	logger := slog.New(slog.NewJSONHandler(w.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	go func() {
-		w.done <- app.Run(ctx, app.Options{Config: cfg, Logger: logger, Registry: w.reg, Now: e.clock.Now, Version: "test",
+		w.done <- app.Run(ctx, app.Options{Config: cfg, Logger: logger, Registry: w.reg, Now: e.clock.Now, Build: cli.BuildOf("test", ""),
 			Started: func(addr string) { started <- addr }})
 	}()
 	select {

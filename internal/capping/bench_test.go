@@ -442,3 +442,48 @@ func BenchmarkMemoryPerUser(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecideWait measures what redis.wait_replicas costs: the same
+// batches against a master with one replica, without and with WAIT 1, in
+// one run (latency per batch and decisions/s, and their ratios).
+func BenchmarkDecideWait(b *testing.B) {
+	master := testenv.StartRedis(b, testenv.RedisOptions{})
+	testenv.ReplicaOf(b, master)
+	c := redis.NewClient(&redis.Options{Addr: master.Addr(), PoolSize: 8})
+	b.Cleanup(func() { _ = c.Close() })
+	base := map[int]time.Duration{}
+	for _, batch := range []int{100, 1000} {
+		for _, wait := range []int{0, 1} {
+			b.Run(fmt.Sprintf("batch=%d/wait_replicas=%d", batch, wait), func(b *testing.B) {
+				e := newEngine(b, c, Options{Rules: benchRules(), WaitReplicas: wait, WaitTimeout: time.Second})
+				if err := flushAll(c); err != nil {
+					b.Fatal(err)
+				}
+				reqs := benchRequests(b.N*batch, uint64(batch+wait))
+				ctx := context.Background()
+				b.ResetTimer()
+				start := time.Now()
+				for i := 0; i < b.N; i++ {
+					ds, err := e.Decide(ctx, reqs[i*batch:(i+1)*batch])
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, d := range ds {
+						if d.Err != nil {
+							b.Fatal(d.Err)
+						}
+					}
+				}
+				perBatch := time.Since(start) / time.Duration(b.N)
+				b.StopTimer()
+				b.ReportMetric(float64(perBatch.Microseconds())/1000, "ms/batch")
+				b.ReportMetric(float64(batch)/perBatch.Seconds(), "decisions/s")
+				if wait == 0 {
+					base[batch] = perBatch
+				} else if base[batch] > 0 {
+					b.ReportMetric(float64(perBatch)/float64(base[batch]), "latency-ratio-to-no-wait")
+				}
+			})
+		}
+	}
+}

@@ -84,18 +84,19 @@ func TestNewLogger(t *testing.T) {
 func TestVersionLine(t *testing.T) {
 	bi := &debug.BuildInfo{Main: debug.Module{Path: "github.com/capper-dev/capper", Version: "(devel)"}}
 	for _, c := range []struct {
-		version  string
-		bi       *debug.BuildInfo
-		settings []debug.BuildSetting
-		want     string
+		version, revision string
+		bi                *debug.BuildInfo
+		settings          []debug.BuildSetting
+		want              string
 	}{
-		{"v1.2.3", nil, nil, "capper v1.2.3 (go1.26.8, linux/amd64, revision unknown)"},
-		{"v1.2.3", bi, []debug.BuildSetting{{Key: "vcs.revision", Value: "20b5d7c0f5de714486c7422aa08ed8df44b5d671"}, {Key: "vcs.modified", Value: "false"}},
+		{"v1.2.3", "", nil, nil, "capper v1.2.3 (go1.26.8, linux/amd64, revision unknown)"},
+		{"v1.2.3", "abc123", nil, nil, "capper v1.2.3 (go1.26.8, linux/amd64, revision abc123)"},
+		{"v1.2.3", "", bi, []debug.BuildSetting{{Key: "vcs.revision", Value: "20b5d7c0f5de714486c7422aa08ed8df44b5d671"}, {Key: "vcs.modified", Value: "false"}},
 			"capper v1.2.3 (go1.26.8, linux/amd64, revision 20b5d7c0f5de714486c7422aa08ed8df44b5d671)"},
-		{"dev", bi, []debug.BuildSetting{{Key: "vcs.revision", Value: "20b5d7c"}, {Key: "vcs.modified", Value: "true"}},
+		{"dev", "", bi, []debug.BuildSetting{{Key: "vcs.revision", Value: "20b5d7c"}, {Key: "vcs.modified", Value: "true"}},
 			"capper dev (go1.26.8, linux/amd64, revision 20b5d7c, modified)"},
-		{"dev", &debug.BuildInfo{Main: debug.Module{Version: "v1.4.0"}}, nil, "capper v1.4.0 (go1.26.8, linux/amd64, revision unknown)"},
-		{"", nil, nil, "capper dev (go1.26.8, linux/amd64, revision unknown)"},
+		{"dev", "", &debug.BuildInfo{Main: debug.Module{Version: "v1.4.0"}}, nil, "capper v1.4.0 (go1.26.8, linux/amd64, revision unknown)"},
+		{"", "", nil, nil, "capper dev (go1.26.8, linux/amd64, revision unknown)"},
 	} {
 		b := c.bi
 		if b != nil {
@@ -103,7 +104,7 @@ func TestVersionLine(t *testing.T) {
 			cp.Settings = c.settings
 			b = &cp
 		}
-		if got := versionLine("capper", c.version, b, "go1.26.8", "linux/amd64"); got != c.want {
+		if got := buildOf(c.version, c.revision, b, "go1.26.8", "linux/amd64").Line("capper"); got != c.want {
 			t.Errorf("versionLine(%q, %v) = %q, want %q", c.version, c.settings, got, c.want)
 		}
 	}
@@ -123,7 +124,7 @@ func TestCommands(t *testing.T) {
 	run := func(args ...string) (string, int) {
 		var g grammar
 		var stdout, stderr bytes.Buffer
-		kctx, code, ok := Parse("tool", "A tool.", &g, args, &stdout, &stderr, VersionVars("tool", "v9.9.9"))
+		kctx, code, ok := Parse("tool", "A tool.", &g, args, &stdout, &stderr, VersionVars("tool", Build{Version: "v9.9.9", GoVersion: "go1.26.8"}))
 		if !ok {
 			return stderr.String(), code
 		}

@@ -14,53 +14,63 @@ import (
 // VersionVar is the kong variable VersionCmd and kong.VersionFlag print.
 const VersionVar = "version"
 
-// Version describes a binary in one line:
-//
-//	capper v1.2.3 (go1.26.8, linux/amd64, revision 20b5d7c…, modified)
-//
-// version is what the build stamped (-ldflags "-X main.version=..."); when
-// it is empty or "dev", the module version of a `go install ...@vX` build is
-// used instead. The revision comes from the build's VCS stamp (vcs.revision,
-// and ", modified" for vcs.modified=true) and is "unknown" without one.
-func Version(name, version string) string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		bi = nil
-	}
-	return versionLine(name, version, bi, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH)
+// Build is what a binary knows about its build.
+type Build struct {
+	Version   string // stamped (-ldflags "-X main.version=..."), else the module version, else "dev"
+	Revision  string // stamped (-X main.revision=...), else the VCS stamp, else "unknown"
+	Modified  bool   // the VCS stamp says the tree had local changes
+	GoVersion string
+	Platform  string // GOOS/GOARCH
 }
 
-func versionLine(name, version string, bi *debug.BuildInfo, goVersion, platform string) string {
-	revision, modified := "unknown", false
+// BuildOf fills in a Build from what main was stamped with and the binary's
+// build information.
+func BuildOf(version, revision string) Build {
+	bi, _ := debug.ReadBuildInfo()
+	return buildOf(version, revision, bi, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH)
+}
+
+func buildOf(version, revision string, bi *debug.BuildInfo, goVersion, platform string) Build {
+	b := Build{Version: version, Revision: revision, GoVersion: goVersion, Platform: platform}
 	if bi != nil {
-		if (version == "" || version == "dev") && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			version = bi.Main.Version
+		if (b.Version == "" || b.Version == "dev") && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			b.Version = bi.Main.Version
 		}
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				if s.Value != "" {
-					revision = s.Value
+				if b.Revision == "" {
+					b.Revision = s.Value
 				}
 			case "vcs.modified":
-				modified = s.Value == "true"
+				b.Modified = s.Value == "true"
 			}
 		}
 	}
-	if version == "" {
-		version = "dev"
+	if b.Version == "" {
+		b.Version = "dev"
 	}
-	line := fmt.Sprintf("%s %s (%s, %s, revision %s", name, version, goVersion, platform, revision)
-	if modified {
+	if b.Revision == "" {
+		b.Revision = "unknown"
+	}
+	return b
+}
+
+// Line describes the build in one line:
+//
+//	capper v1.2.3 (go1.26.8, linux/amd64, revision 20b5d7c…, modified)
+func (b Build) Line(name string) string {
+	line := fmt.Sprintf("%s %s (%s, %s, revision %s", name, b.Version, b.GoVersion, b.Platform, b.Revision)
+	if b.Modified {
 		line += ", modified"
 	}
 	return line + ")"
 }
 
 // VersionVars is the kong option that VersionCmd (and a kong.VersionFlag)
-// print: Version(name, version).
-func VersionVars(name, version string) kong.Vars {
-	return kong.Vars{VersionVar: Version(name, version)}
+// print: the build's Line.
+func VersionVars(name string, b Build) kong.Vars {
+	return kong.Vars{VersionVar: b.Line(name)}
 }
 
 // VersionCmd is a `version` command: it prints the VersionVars line on

@@ -26,6 +26,7 @@ import (
 	"github.com/capper-dev/capper/configs"
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/audit"
+	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/segments"
@@ -121,7 +122,7 @@ func Run(ctx context.Context, o Options) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	t0 := time.Now()
 	go func() {
-		done <- app.Run(runCtx, app.Options{Config: cfg, Logger: quiet, Registry: reg, Version: "demo",
+		done <- app.Run(runCtx, app.Options{Config: cfg, Logger: quiet, Registry: reg, Build: cli.BuildOf("demo", ""),
 			Started: func(string) { close(started) }})
 	}()
 	select {

@@ -92,6 +92,9 @@ redis:
   db: 0
 capping:
   channels: [email, push, sms, inapp]
+  categories: [marketing, transactional]
+  default_category: marketing
+  exempt_categories: [transactional]
 segments:
   source: file:///var/lib/capper/segments
   required: true
@@ -236,7 +239,7 @@ values.schema.json checks each key on its own. */}}
 
 {{- /* Durations that must be above 0 (the others have their own bounds
 below); durationMillis also refuses one out of time.Duration's range. */ -}}
-{{- range $path := list "kafka.fetch_max_wait" "kafka.session_timeout" "kafka.rebalance_timeout" "kafka.heartbeat_interval" "kafka.write_timeout" "redis.dial_timeout" "redis.read_timeout" "redis.write_timeout" "capping.idempotency_window" "capping.clock_skew_warn" "worker.batch_wait" "worker.retry_initial" "worker.shutdown_timeout" -}}
+{{- range $path := list "kafka.fetch_max_wait" "kafka.session_timeout" "kafka.rebalance_timeout" "kafka.heartbeat_interval" "kafka.write_timeout" "kafka.lag_interval" "redis.dial_timeout" "redis.read_timeout" "redis.write_timeout" "redis.wait_timeout" "capping.idempotency_window" "capping.clock_skew_warn" "worker.batch_wait" "worker.retry_initial" "worker.shutdown_timeout" -}}
 {{- $k := splitList "." $path -}}
 {{- $v := dig (index $k 0) (index $k 1) "" $c -}}
 {{- if and $v (eq (include "capper.durationMillis" (list $path $v)) "0") -}}
@@ -312,9 +315,18 @@ below); durationMillis also refuses one out of time.Duration's range. */ -}}
 {{- fail (printf "config.capping.channels[%d]: %q must be non-empty, at most 64 bytes, without spaces, braces or colons" $i $ch) -}}
 {{- end -}}
 {{- end -}}
-{{- with $capping.default_category -}}
-{{- if gt (len .) 64 -}}
-{{- fail (printf "config.capping.default_category: %q must be 1 to 64 bytes" .) -}}
+{{- $categories := $capping.categories | default list -}}
+{{- range $i, $cat := $categories -}}
+{{- if gt (len $cat) 64 -}}
+{{- fail (printf "config.capping.categories[%d]: %q must be 1 to 64 bytes" $i $cat) -}}
+{{- end -}}
+{{- end -}}
+{{- if not (has $capping.default_category $categories) -}}
+{{- fail (printf "config.capping.default_category: %q is not one of capping.categories (%s)" $capping.default_category (join ", " $categories)) -}}
+{{- end -}}
+{{- range $i, $cat := $capping.exempt_categories | default list -}}
+{{- if not (has $cat $categories) -}}
+{{- fail (printf "config.capping.exempt_categories[%d]: %q is not one of capping.categories (%s)" $i $cat (join ", " $categories)) -}}
 {{- end -}}
 {{- end -}}
 {{- $segments := dict -}}
