@@ -265,9 +265,9 @@ var (
 
 // capperKey returns the key config.Parse's first error is about, as a path
 // such as worker.batch_size, kafka.brokers[0] or
-// capping.segments[1].limits[0].window. Decoding errors name a line, which is
-// mapped to its key; the engine's rules (key "capping") name the segment and
-// limit, which are mapped to their indexes in data.
+// capping.segments[1].limits[0].window (capper names the segment and limit
+// beside their indexes; they are dropped here). Decoding errors name a line,
+// which is mapped to its key.
 func capperKey(t *testing.T, data []byte, err error) string {
 	t.Helper()
 	first, _, _ := strings.Cut(err.Error(), "\n")
@@ -275,15 +275,11 @@ func capperKey(t *testing.T, data []byte, err error) string {
 		n, _ := strconv.Atoi(g[1])
 		return keyAtLine(t, data, n)
 	}
-	key, msg, ok := strings.Cut(first, ": ")
+	key, _, ok := strings.Cut(first, ": ")
 	if !ok {
 		t.Fatalf("capper's error %q names no key", first)
 	}
-	key = ownerRE.ReplaceAllString(key, "")
-	if key == "capping" {
-		return ruleKey(t, data, msg)
-	}
-	return key
+	return ownerRE.ReplaceAllString(key, "")
 }
 
 // keyAtLine returns the path of the deepest key on line n of a YAML document.
@@ -323,85 +319,6 @@ func keyAtLine(t *testing.T, data []byte, n int) string {
 		t.Fatalf("line %d holds keys %v: write the case so that one key is deepest on its line", n, found)
 	}
 	return found[0]
-}
-
-var (
-	ruleOwnerRE = regexp.MustCompile(`^(segment "([^"]*)"|default policy): (.*)$`)
-	ruleLimitRE = regexp.MustCompile(`^limit "([^"]*)": (.*)$`)
-	ruleIndexRE = regexp.MustCompile(`^(channels|exempt_categories|limits)\[(\d+)\]: (.*)$`)
-)
-
-// ruleDoc is the part of a config ruleKey reads: segment and limit names.
-type ruleDoc struct {
-	Capping struct {
-		Segments      []rulePolicy `yaml:"segments"`
-		DefaultPolicy rulePolicy   `yaml:"default_policy"`
-	} `yaml:"capping"`
-}
-
-type rulePolicy struct {
-	Name   string `yaml:"name"`
-	Limits []struct {
-		Name string `yaml:"name"`
-	} `yaml:"limits"`
-}
-
-// ruleKey maps a capping.Rules.Validate message to the key it is about.
-func ruleKey(t *testing.T, data []byte, msg string) string {
-	t.Helper()
-	var doc ruleDoc
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasPrefix(msg, "channels: ") {
-		return "capping.channels"
-	}
-	if g := ruleIndexRE.FindStringSubmatch(msg); g != nil && g[1] != "limits" {
-		return fmt.Sprintf("capping.%s[%s]", g[1], g[2])
-	}
-	g := ruleOwnerRE.FindStringSubmatch(msg)
-	if g == nil {
-		t.Fatalf("cannot map capping's message %q to a key", msg)
-	}
-	policy, p, rest := "capping.default_policy.limits", doc.Capping.DefaultPolicy, g[3]
-	if g[1] != "default policy" {
-		i := slices.IndexFunc(doc.Capping.Segments, func(s rulePolicy) bool { return s.Name == g[2] })
-		if i < 0 {
-			t.Fatalf("capping's message %q names a segment the config does not list", msg)
-		}
-		policy, p = fmt.Sprintf("capping.segments[%d].limits", i), doc.Capping.Segments[i]
-	}
-	var names []string
-	for _, l := range p.Limits {
-		names = append(names, l.Name)
-	}
-	if rest == "policy has no limits" {
-		return policy
-	}
-	if ig := ruleIndexRE.FindStringSubmatch(rest); ig != nil && ig[1] == "limits" {
-		return fmt.Sprintf("%s[%s].name", policy, ig[2])
-	}
-	lg := ruleLimitRE.FindStringSubmatch(rest)
-	if lg == nil {
-		t.Fatalf("cannot map capping's message %q to a key", msg)
-	}
-	i := slices.Index(names, lg[1])
-	field := ""
-	switch what := lg[2]; {
-	case what == "duplicate limit name":
-		// The second of the two is the duplicate.
-		i += 1 + slices.Index(names[i+1:], lg[1])
-		field = "name"
-	case strings.HasPrefix(what, "window "):
-		field = "window"
-	case strings.Contains(what, "max"):
-		field = "max"
-	case strings.HasPrefix(what, "unknown channel "):
-		field = "channel"
-	default:
-		t.Fatalf("cannot map capping's message %q to a key", msg)
-	}
-	return fmt.Sprintf("%s[%d].%s", policy, i, field)
 }
 
 // namesKey reports whether helm's error names the config key: as the
