@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -49,14 +50,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// capper runs the binary to its exit (a command that should exit but runs on
+// is killed after a minute, failing the test).
 func capper(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ctx.Err() != nil {
+		t.Fatalf("capper %v did not exit within a minute:\n%s", args, e.String())
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		return o.String(), e.String(), ee.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)
