@@ -5,6 +5,7 @@ package segbuild
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/capper-dev/capper/internal/clip"
@@ -32,20 +33,34 @@ type BadLine struct {
 
 func (l BadLine) String() string { return fmt.Sprintf("%s: %s (line %q)", l.At, l.Reason, l.Content) }
 
+// Redacted is String without the line's content or any part of it quoted in
+// the reason (e.g. the user id field that did not parse): for logs above
+// debug, which never name a user.
+func (l BadLine) Redacted() string {
+	return l.At.String() + ": " + quotedRE.ReplaceAllString(l.Reason, `"…"`)
+}
+
+var quotedRE = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`) // a Go-quoted string
+
 // BadInputError fails a build with more malformed lines than MaxErrors.
 type BadInputError struct {
 	MaxErrors int
 	Lines     []BadLine // every bad line seen, the last one over the limit
 }
 
-func (e *BadInputError) Error() string {
+func (e *BadInputError) Error() string { return e.text(BadLine.String) }
+
+// Redacted is Error without the lines' contents.
+func (e *BadInputError) Redacted() string { return e.text(BadLine.Redacted) }
+
+func (e *BadInputError) text(line func(BadLine) string) string {
 	if e.MaxErrors == 0 && len(e.Lines) == 1 {
-		return "malformed line: " + e.Lines[0].String()
+		return "malformed line: " + line(e.Lines[0])
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "more than %d malformed lines:", e.MaxErrors)
 	for _, l := range e.Lines {
-		b.WriteString("\n  " + l.String())
+		b.WriteString("\n  " + line(l))
 	}
 	return b.String()
 }
@@ -72,12 +87,15 @@ type Conflict struct {
 	FirstNote string
 }
 
-func (c Conflict) String() string {
+func (c Conflict) String() string { return fmt.Sprintf("user %d: %s", c.UserID, c.Redacted()) }
+
+// Redacted is String without the user id: the two rows' segments and places.
+func (c Conflict) Redacted() string {
 	first := c.FirstAt.String()
 	if c.FirstNote != "" {
 		first += " (" + c.FirstNote + ")"
 	}
-	return fmt.Sprintf("user %d: %q at %s and %q at %s", c.UserID, c.First, first, c.Second, c.SecondAt)
+	return fmt.Sprintf("%q at %s and %q at %s", c.First, first, c.Second, c.SecondAt)
 }
 
 // ConflictsError fails a build (ConflictError policy) in which some users are
@@ -87,7 +105,12 @@ type ConflictsError struct {
 	Samples []Conflict // the first MaxConflictSamples of them
 }
 
-func (e *ConflictsError) Error() string {
+func (e *ConflictsError) Error() string { return e.text(Conflict.String) }
+
+// Redacted is Error without the user ids.
+func (e *ConflictsError) Redacted() string { return e.text(Conflict.Redacted) }
+
+func (e *ConflictsError) text(conflict func(Conflict) string) string {
 	var b strings.Builder
 	if e.Users == 1 {
 		b.WriteString("1 user is")
@@ -101,7 +124,7 @@ func (e *ConflictsError) Error() string {
 		b.WriteString(":")
 	}
 	for _, c := range e.Samples {
-		b.WriteString("\n  " + c.String())
+		b.WriteString("\n  " + conflict(c))
 	}
 	return b.String()
 }
