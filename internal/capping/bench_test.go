@@ -2,15 +2,15 @@ package capping
 
 import (
 	"context"
-	"encoding/csv"
+	_ "embed"
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,134 +18,167 @@ import (
 	"github.com/capper-dev/capper/internal/testenv"
 )
 
-// The benchmark workload: a 1M-user id range, a daily and a weekly limit, one
-// fresh intent id per decision, every decision at the same time (the
-// redis-benchmark run cannot vary it).
+// The benchmark workloads: users in a 1M id range, decisions at T0.
 const benchUsers = 1_000_000
 
+// benchRules is today's policy shape: a daily and a weekly cap.
 func benchRules() Rules {
 	return Rules{
 		Segments: []Segment{{Name: "bench", Policy: Policy{Limits: []Limit{
-			{Name: "daily", Window: 24 * time.Hour, Max: 3},
-			{Name: "weekly", Window: 7 * 24 * time.Hour, Max: 10},
+			{Name: "daily", Window: day, Max: 3},
+			{Name: "weekly", Window: 7 * day, Max: 10},
 		}}}},
-		Default: Policy{Limits: []Limit{{Name: "daily", Window: 24 * time.Hour, Max: 1}}},
+		Default:    Policy{Limits: []Limit{{Name: "daily", Window: day, Max: 1}}},
+		Channels:   []string{"email", "push", "sms", "inapp"},
+		Categories: []string{"marketing", "transactional"},
+		TimeZone:   time.UTC,
 	}
+}
+
+// scopedRules is the policy model's shape: a calendar day of promo pushes,
+// one send per campaign a week, a reserved daily slot, a weekly cap and an
+// sms cap.
+func scopedRules() Rules {
+	r := benchRules()
+	r.Segments[0].Limits = []Limit{
+		{Name: "promo-day", Calendar: Day, Max: 2, Where: Where{Tags: []string{"promo"}, Channels: []string{"push"}}},
+		{Name: "same-campaign", Window: 7 * day, Max: 1, Per: PerCampaign},
+		{Name: "daily", Window: day, Max: 3, Reserve: Reserve{Slots: 1, Below: High}},
+		{Name: "weekly", Window: 7 * day, Max: 10},
+		{Name: "sms-week", Window: 7 * day, Max: 1, Where: Where{Channels: []string{"sms"}}},
+	}
+	return r
 }
 
 func benchRequests(n int, seed uint64) []Request {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	reqs := make([]Request, n)
 	for i := range reqs {
-		reqs[i] = Request{
-			UserID: uint64(rng.IntN(benchUsers)), Segment: "bench", Channel: "push", Category: "marketing", At: T0,
-			IntentID: strconv.FormatUint(seed, 36) + "-" + strconv.FormatUint(uint64(i), 36),
-		}
+		reqs[i] = benchRequest(rng, uint64(rng.IntN(benchUsers)), T0)
+		reqs[i].IntentID = strconv.FormatUint(seed, 36) + "-" + strconv.FormatUint(uint64(i), 36)
 	}
 	return reqs
 }
 
-// serverLimit runs redis-benchmark -P 64 against the same server with the
-// same script and the same shape of arguments, and returns its requests per
-// second. It returns 0 when redis-benchmark is missing off CI (testenv's
-// rule for server binaries).
-func serverLimit(b *testing.B, port int, cluster bool, args []string) float64 {
-	b.Helper()
-	bin, err := exec.LookPath("redis-benchmark")
-	if err != nil {
-		if testenv.RequireServers() {
-			b.Fatalf("redis-benchmark not found: %v", err)
-		}
-		b.Log("redis-benchmark not found: no server-side limit")
-		return 0
+// benchRequest is one intent of the benchmark traffic: mostly pushes, a
+// third of them promotional, one of 50 campaigns, normal priority.
+func benchRequest(rng *rand.Rand, uid uint64, at time.Time) Request {
+	r := Request{UserID: uid, Segment: "bench", Channel: "push", Category: "marketing", Priority: Normal, At: at,
+		Campaign: "campaign-" + strconv.Itoa(rng.IntN(50))}
+	switch rng.IntN(6) {
+	case 0, 1:
+		r.Tags = []string{"promo"}
+	case 2:
+		r.Channel = "email"
+	case 3:
+		r.Channel = "sms"
 	}
-	cmd := []string{"-p", strconv.Itoa(port), "-P", "64", "-c", "4", "-n", "300000", "-r", strconv.Itoa(benchUsers), "--csv"}
-	if cluster {
-		cmd = append(cmd, "--cluster")
-	}
-	out, err := exec.Command(bin, append(cmd, args...)...).CombinedOutput()
-	if err != nil {
-		b.Fatalf("redis-benchmark: %v\n%s", err, out)
-	}
-	// The last CSV line is "<command>","<rps>",...
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	rec, err := csv.NewReader(strings.NewReader(lines[len(lines)-1])).Read()
-	if err != nil || len(rec) < 2 {
-		b.Fatalf("redis-benchmark output: %v\n%s", err, out)
-	}
-	rps, err := strconv.ParseFloat(rec[1], 64)
-	if err != nil || rps <= 0 {
-		b.Fatalf("redis-benchmark rps %q: %v\n%s", rec[1], err, out)
-	}
-	return rps
+	return r
 }
 
-// logBenchArgs are the sliding_log EVALSHA arguments of the benchmark
-// workload for redis-benchmark: the same key shape, the member a random
-// 12-digit number (our digests are 8 bytes), the same time and limits.
-func logBenchArgs(e *Engine, keyTag string) []string {
-	p := e.plans["bench"]["push"]
-	args := []string{"EVALSHA", e.algo.script().sha, "1", e.keys.prefix + ":" + keyTag, "__rand_int__"}
-	for _, a := range p.args(T0.UnixMilli())[1:] {
-		args = append(args, fmt.Sprint(a))
+// rawLimit is the throughput of the same script calls sent without the
+// engine: arguments built beforehand, pipelines of 1000 on 4 connections.
+// It is the bound the engine's own work is measured against.
+func rawLimit(b *testing.B, e *Engine, c redis.UniversalClient) float64 {
+	const n = 200_000
+	reqs := benchRequests(n, 99)
+	calls := make([]call, n)
+	for i := range calls {
+		calls[i] = call{i: i, plan: e.set.plan(&reqs[i])}
 	}
-	return args
-}
-
-func benchDecide(b *testing.B, c redis.UniversalClient, limit func(e *Engine) float64) {
-	e := newEngine(b, c, Options{Rules: benchRules()})
-	var lim float64
-	var once sync.Once
-	for _, batch := range []int{1, 100, 1000} {
-		for _, conc := range []int{1, 4} {
-			b.Run(fmt.Sprintf("batch=%d/conc=%d", batch, conc), func(b *testing.B) {
-				once.Do(func() { lim = limit(e) })
-				if err := flushAll(c); err != nil {
-					b.Fatal(err)
+	e.prepare(reqs, calls)
+	cmds := make([][]any, n)
+	for i, c := range calls {
+		args := []any{"evalsha", e.set.script.sha, 1, c.key, c.field, packTime(reqs[i].At.Unix()), c.digest}
+		cmds[i] = e.set.appendArgs(args, &reqs[i], c.plan, false)
+	}
+	if err := flushAll(c); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				hi := int(next.Add(1000))
+				if hi-1000 >= n {
+					return
 				}
-				reqs := benchRequests(b.N, uint64(batch*10+conc))
-				var next atomic.Int64
-				var failed atomic.Int64
-				ctx := context.Background()
-				b.ResetTimer()
-				start := time.Now()
-				var wg sync.WaitGroup
-				for range conc {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for {
-							hi := int(next.Add(int64(batch)))
-							lo := hi - batch
-							if lo >= len(reqs) {
-								return
-							}
-							ds, err := e.Decide(ctx, reqs[lo:min(hi, len(reqs))])
-							if err != nil {
-								failed.Add(1)
-								return
-							}
-							for _, d := range ds {
-								if d.Err != nil {
+				pipe := c.Pipeline()
+				for _, args := range cmds[hi-1000 : min(hi, n)] {
+					pipe.Do(ctx, args...)
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return n / time.Since(start).Seconds()
+}
+
+func benchDecide(b *testing.B, c redis.UniversalClient) {
+	for _, shape := range []struct {
+		name  string
+		rules Rules
+	}{{"today", benchRules()}, {"scopes", scopedRules()}} {
+		e := newEngine(b, c, Options{Rules: shape.rules})
+		var lim float64
+		var once sync.Once
+		for _, batch := range []int{1, 100, 1000} {
+			for _, conc := range []int{1, 4} {
+				b.Run(fmt.Sprintf("policy=%s/batch=%d/conc=%d", shape.name, batch, conc), func(b *testing.B) {
+					once.Do(func() { lim = rawLimit(b, e, c) })
+					if err := flushAll(c); err != nil {
+						b.Fatal(err)
+					}
+					reqs := benchRequests(b.N, uint64(batch*10+conc))
+					var next, failed atomic.Int64
+					ctx := context.Background()
+					b.ResetTimer()
+					start := time.Now()
+					var wg sync.WaitGroup
+					for range conc {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for {
+								hi := int(next.Add(int64(batch)))
+								lo := hi - batch
+								if lo >= len(reqs) {
+									return
+								}
+								ds, err := e.Decide(ctx, reqs[lo:min(hi, len(reqs))])
+								if err != nil {
 									failed.Add(1)
+									return
+								}
+								for _, d := range ds {
+									if d.Err != nil {
+										failed.Add(1)
+									}
 								}
 							}
-						}
-					}()
-				}
-				wg.Wait()
-				elapsed := time.Since(start)
-				b.StopTimer()
-				if failed.Load() > 0 {
-					b.Fatalf("%d decisions failed", failed.Load())
-				}
-				rate := float64(b.N) / elapsed.Seconds()
-				b.ReportMetric(rate, "decisions/s")
-				if lim > 0 {
-					b.ReportMetric(lim, "limit-decisions/s")
-					b.ReportMetric(rate/lim, "ratio-of-limit")
-				}
-			})
+						}()
+					}
+					wg.Wait()
+					elapsed := time.Since(start)
+					b.StopTimer()
+					if failed.Load() > 0 {
+						b.Fatalf("%d decisions failed", failed.Load())
+					}
+					rate := float64(b.N) / elapsed.Seconds()
+					b.ReportMetric(rate, "decisions/s")
+					b.ReportMetric(lim, "raw-pipeline-decisions/s")
+					b.ReportMetric(rate/lim, "ratio-of-raw")
+				})
+			}
 		}
 	}
 }
@@ -158,288 +191,278 @@ func flushAll(c redis.UniversalClient) error {
 	return c.FlushAll(ctx).Err()
 }
 
-// BenchmarkDecide measures Decide against one redis-server beside the
-// server's own limit for the same script (redis-benchmark -P 64, same run).
+// BenchmarkDecide measures Decide against one redis-server, for today's
+// policy shape and the scoped one, beside the same script calls sent raw
+// (no engine work) in the same run.
 func BenchmarkDecide(b *testing.B) {
 	r := testenv.StartRedis(b, testenv.RedisOptions{})
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), PoolSize: 8})
 	b.Cleanup(func() { _ = c.Close() })
-	benchDecide(b, c, func(e *Engine) float64 {
-		if err := flushAll(c); err != nil {
-			b.Fatal(err)
-		}
-		return serverLimit(b, r.Port, false, logBenchArgs(e, "{__rand_int__}"))
-	})
+	benchDecide(b, c)
 }
 
-// BenchmarkDecideCluster is the same against the 3-master cluster. The limit
-// is redis-benchmark --cluster, whose keys must carry its {tag}: the same
-// script and arguments, the users of one client in one slot.
+// BenchmarkDecideCluster is the same against the 3-master cluster.
 func BenchmarkDecideCluster(b *testing.B) {
 	cl := testenv.StartCluster(b, 3)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 8})
 	b.Cleanup(func() { _ = c.Close() })
-	benchDecide(b, c, func(e *Engine) float64 {
-		if err := flushAll(c); err != nil {
-			b.Fatal(err)
-		}
-		return serverLimit(b, cl.Nodes[0].Port, true, logBenchArgs(e, "{tag}:__rand_int__"))
-	})
+	benchDecide(b, c)
 }
 
-// The textbook sliding logs, for the CPU comparison. ARGV: now, member,
-// longest window, then window, max per limit.
-//
-// textbookScript is the one the issue names: ZREMRANGEBYSCORE, ZCOUNT and
-// ZADD on every call (Circles.Life's MULTI version; a denied intent is
-// recorded too). textbookAllowedScript adds only when allowed (Grab's). Neither
-// has idempotency, all counts or a retry-after.
-const textbookScript = `
-local now = tonumber(ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]))
-local ok = 1
-for i = 4, #ARGV, 2 do
-  if redis.call('ZCOUNT', KEYS[1], now - tonumber(ARGV[i]) + 1, '+inf') >= tonumber(ARGV[i + 1]) then ok = 0 end
-end
-redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return ok
-`
+// capper v1's scripts (sorted-set logs and sub-interval counters), for the
+// side-by-side comparison and the migration test.
+var (
+	//go:embed testdata/v1_sliding_log.lua
+	v1LogSrc string
+	//go:embed testdata/v1_sliding_window.lua
+	v1WindowSrc string
+)
 
-const textbookAllowedScript = `
-local now = tonumber(ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]))
-for i = 4, #ARGV, 2 do
-  if redis.call('ZCOUNT', KEYS[1], now - tonumber(ARGV[i]) + 1, '+inf') >= tonumber(ARGV[i + 1]) then
-    return 0
-  end
-end
-redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
-`
-
-// BenchmarkRedisCPU measures the Redis CPU per decision of sliding_log,
-// sliding_window and the two textbook sliding logs on the same stream of
-// intents. Each runs on its own redis-server and the four take turns batch
-// by batch, so that a busy machine slows them alike. Two figures per
-// script: INFO commandstats usec_per_call of the script call (wall time
-// inside the command), and the server process's CPU time (used_cpu_user +
-// used_cpu_sys, which also counts reading requests and writing replies),
-// both per decision. Two workloads:
-//   - fresh: 100k users over two weeks, about 2 intents each: nearly all
-//     allowed, most on a new key (the allowed path's floor: ZADD + PEXPIRE
-//     of a new key);
-//   - capped: 5k users over one day, about 40 intents each against a daily
-//     cap of 3: nearly all denied, as in a blast to already-messaged users.
-//
-// One op = one decision by each of the four.
-func BenchmarkRedisCPU(b *testing.B) {
-	for _, wl := range []struct {
-		name  string
-		users int
-		span  time.Duration
-	}{{"fresh", 100_000, 14 * 24 * time.Hour}, {"capped", 2_500, 24 * time.Hour}} {
-		b.Run("workload="+wl.name, func(b *testing.B) {
-			redisCPU(b, wl.users, wl.span)
-		})
-	}
+// design is one way of storing caps, driven with the same intents.
+type design struct {
+	name   string
+	c      *redis.Client
+	decide func(reqs []Request) (capped int)
 }
 
-// serverCPU is a redis-server's used_cpu_user + used_cpu_sys, in seconds.
-func serverCPU(b *testing.B, c *redis.Client) float64 {
-	info, err := c.Info(context.Background(), "cpu").Result()
-	if err != nil {
+// v1Log drives capper v1's sliding_log with today's policy (daily 3, weekly
+// 10; retention a week): one sorted set per user.
+func v1Log(b *testing.B, c *redis.Client) func([]Request) int {
+	ctx := context.Background()
+	s := newScript(v1LogSrc)
+	if err := c.ScriptLoad(ctx, s.src).Err(); err != nil {
 		b.Fatal(err)
 	}
-	var sum float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "used_cpu_user" || k == "used_cpu_sys" {
-			f, _ := strconv.ParseFloat(v, 64)
-			sum += f
+	dayMS, weekMS := day.Milliseconds(), (7 * day).Milliseconds()
+	return func(reqs []Request) int {
+		pipe := c.Pipeline()
+		cmds := make([]*redis.Cmd, len(reqs))
+		for i, r := range reqs {
+			d := digest(r.IntentID)
+			now := r.At.UnixMilli()
+			cmds[i] = pipe.EvalSha(ctx, s.sha, []string{"v1:{" + strconv.FormatUint(r.UserID, 10) + "}"},
+				string(d[:]), now, now-weekMS, weekMS, now, 0, "1", now-dayMS+1, 3, dayMS, "1", now-weekMS+1, 10, weekMS)
 		}
-	}
-	return sum
-}
-
-// redisCPUIntents is the size of each workload, fixed so that its shape
-// (intents per user per window, hence the share denied) does not depend on
-// b.N: "fresh" is 100k intents over 100k users and two weeks (nearly all
-// allowed), "capped" the same over 2,500 users in one day (40 each against
-// 3 a day: nearly all denied).
-const redisCPUIntents = 100_000
-
-func redisCPU(b *testing.B, users int, span time.Duration) {
-	ctx := context.Background()
-	rules := benchRules()
-	rng := rand.New(rand.NewPCG(3, 4))
-	reqs := make([]Request, redisCPUIntents)
-	for i := range reqs {
-		reqs[i] = Request{UserID: uint64(rng.IntN(users)), Segment: "bench", Channel: "push", Category: "marketing",
-			IntentID: "cpu-" + strconv.Itoa(i), At: T0.Add(time.Duration(float64(span) * float64(i) / float64(len(reqs))))}
-	}
-	type contender struct {
-		name string
-		c    *redis.Client
-		run  func([]Request)
-		cpu  float64
-	}
-	var denied int
-	engine := func(algo Algorithm) func(*redis.Client) func([]Request) {
-		return func(c *redis.Client) func([]Request) {
-			e := newEngine(b, c, Options{Rules: rules, Algorithm: algo})
-			return func(batch []Request) {
-				ds, err := e.Decide(ctx, batch)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, d := range ds {
-					if d.Err != nil {
-						b.Fatal(d.Err)
-					}
-					if algo == SlidingLog && d.Outcome == Capped {
-						denied++
-					}
-				}
-			}
-		}
-	}
-	maxW := (7 * 24 * time.Hour).Milliseconds()
-	textbook := func(src string) func(*redis.Client) func([]Request) {
-		return func(c *redis.Client) func([]Request) {
-			s := newScript(src)
-			if err := c.ScriptLoad(ctx, s.src).Err(); err != nil {
-				b.Fatal(err)
-			}
-			return func(batch []Request) {
-				pipe := c.Pipeline()
-				for _, r := range batch {
-					d := digest(r.IntentID)
-					pipe.EvalSha(ctx, s.sha, []string{"capper:{" + uintString(r.UserID) + "}"},
-						r.At.UnixMilli(), string(d[:]), maxW, (24 * time.Hour).Milliseconds(), 3, maxW, 10)
-				}
-				if _, err := pipe.Exec(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-	}
-	var cs []*contender
-	for _, x := range []struct {
-		name string
-		mk   func(*redis.Client) func([]Request)
-	}{
-		{"log", engine(SlidingLog)}, {"window", engine(SlidingWindow)},
-		{"textbook", textbook(textbookScript)}, {"textbook-allowed", textbook(textbookAllowedScript)},
-	} {
-		c := testenv.StartRedis(b, testenv.RedisOptions{}).Client()
-		cs = append(cs, &contender{name: x.name, c: c, run: x.mk(c)})
-	}
-	for _, x := range cs {
-		if err := x.c.ConfigResetStat(ctx).Err(); err != nil {
+		if _, err := pipe.Exec(ctx); err != nil {
 			b.Fatal(err)
 		}
-		x.cpu = serverCPU(b, x.c)
+		return countCapped(b, cmds)
 	}
-	b.ResetTimer()
-	for lo := 0; lo < len(reqs); lo += 500 {
-		for _, x := range cs {
-			x.run(reqs[lo:min(lo+500, len(reqs))])
+}
+
+// v1Window drives capper v1's sliding_window (24 sub-intervals): an
+// idempotency marker key per intent and a counter hash per window.
+func v1Window(b *testing.B, c *redis.Client) func([]Request) int {
+	ctx := context.Background()
+	s := newScript(v1WindowSrc)
+	if err := c.ScriptLoad(ctx, s.src).Err(); err != nil {
+		b.Fatal(err)
+	}
+	dayMS, weekMS := day.Milliseconds(), (7 * day).Milliseconds()
+	return func(reqs []Request) int {
+		pipe := c.Pipeline()
+		cmds := make([]*redis.Cmd, len(reqs))
+		for i, r := range reqs {
+			base := "v1w:{" + strconv.FormatUint(r.UserID, 10) + "}"
+			d := digest(r.IntentID)
+			cmds[i] = pipe.EvalSha(ctx, s.sha, []string{base + ":d:" + string(appendHex(nil, d)), base + ":sw:86400000", base + ":sw:604800000"},
+				weekMS, r.At.UnixMilli(), 2, dayMS, dayMS/24, weekMS, weekMS/24, 2, 3, 3, 10)
 		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return countCapped(b, cmds)
 	}
-	// One pass of the fixed workload is the measurement: it takes seconds,
-	// so the framework does not call this again with a larger b.N.
-	b.StopTimer()
-	usec := map[string]float64{}
-	cpu := map[string]float64{}
-	for _, x := range cs {
-		s, err := commandStat(x.c, "evalsha")
+}
+
+func countCapped(b *testing.B, cmds []*redis.Cmd) int {
+	n := 0
+	for _, cmd := range cmds {
+		res, err := cmd.Int64Slice()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if s.calls != int64(len(reqs)) {
-			b.Fatalf("%s: %d EVALSHA calls for %d decisions", x.name, s.calls, len(reqs))
+		if res[0] == codeCapped {
+			n++
 		}
-		usec[x.name] = float64(s.usec) / float64(s.calls)
-		cpu[x.name] = (serverCPU(b, x.c) - x.cpu) * 1e6 / float64(len(reqs))
-		b.ReportMetric(usec[x.name], x.name+"-usec/decision")
-		b.ReportMetric(cpu[x.name], x.name+"-cpu-usec/decision")
 	}
-	b.ReportMetric(float64(denied)/float64(len(reqs)), "denied-share")
-	b.ReportMetric(usec["log"]/usec["textbook"], "log/textbook")
-	b.ReportMetric(usec["log"]/usec["textbook-allowed"], "log/textbook-allowed")
-	b.ReportMetric(usec["window"]/usec["textbook"], "window/textbook")
-	b.ReportMetric(cpu["log"]/cpu["textbook"], "log/textbook-cpu")
+	return n
 }
 
-// BenchmarkMemoryPerUser reports Redis memory per tracked user (MEMORY USAGE
-// of every key of the user) after 1, 5 and 10 allowed intents, for
-// sliding_log (one sorted set) and sliding_window (counter hashes and one
-// idempotency marker per intent), on a single node.
-func BenchmarkMemoryPerUser(b *testing.B) {
-	r := testenv.StartRedis(b, testenv.RedisOptions{})
-	c := r.Client()
-	ctx := context.Background()
-	rules := Rules{
-		Segments: []Segment{{Name: "bench", Policy: Policy{Limits: []Limit{
-			{Name: "daily", Window: 24 * time.Hour, Max: 100},
-			{Name: "weekly", Window: 7 * 24 * time.Hour, Max: 100},
-		}}}},
-		Default: Policy{Limits: []Limit{{Name: "daily", Window: 24 * time.Hour, Max: 1}}},
-	}
-	const users = 1000
-	for _, n := range []int{1, 5, 10} {
-		b.Run(fmt.Sprintf("intents=%d", n), func(b *testing.B) {
-			if err := c.FlushAll(ctx).Err(); err != nil {
-				b.Fatal(err)
+// v2 drives this engine with rules.
+func v2(b *testing.B, c *redis.Client, rules Rules) func([]Request) int {
+	e := newEngine(b, c, Options{Rules: rules, KeyPrefix: "v2"})
+	return func(reqs []Request) int {
+		ds, err := e.Decide(context.Background(), reqs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for _, d := range ds {
+			if d.Err != nil {
+				b.Fatal(d.Err)
 			}
-			per := map[Algorithm]float64{}
-			for _, algo := range []Algorithm{SlidingLog, SlidingWindow} {
-				if err := c.FlushAll(ctx).Err(); err != nil {
+			if d.Outcome == Capped {
+				n++
+			}
+		}
+		return n
+	}
+}
+
+func designs(b *testing.B) []*design {
+	var ds []*design
+	for _, x := range []struct {
+		name string
+		mk   func(*redis.Client) func([]Request) int
+	}{
+		{"v1 sliding_log", func(c *redis.Client) func([]Request) int { return v1Log(b, c) }},
+		{"v1 sliding_window", func(c *redis.Client) func([]Request) int { return v1Window(b, c) }},
+		{"v2 packed, today's policy", func(c *redis.Client) func([]Request) int { return v2(b, c, benchRules()) }},
+		{"v2 packed, scoped policy", func(c *redis.Client) func([]Request) int { return v2(b, c, scopedRules()) }},
+	} {
+		c := testenv.StartRedis(b, testenv.RedisOptions{}).Client()
+		ds = append(ds, &design{name: x.name, c: c, decide: x.mk(c)})
+	}
+	return ds
+}
+
+// serverUsec is the time a server spent inside EVALSHA and EVAL, and calls.
+func serverUsec(b testing.TB, c *redis.Client) (usec, calls int64) {
+	for _, name := range []string{"evalsha", "eval"} {
+		s, err := commandStat(c, name)
+		if err != nil && b != nil {
+			b.Fatal(err)
+		}
+		usec, calls = usec+s.usec, calls+s.calls
+	}
+	return usec, calls
+}
+
+func usedMemory(b *testing.B, c *redis.Client) int64 {
+	info, err := c.Info(context.Background(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	b.Fatal("no used_memory in INFO")
+	return 0
+}
+
+// BenchmarkRedisCost runs capper v1's designs and this one side by side,
+// each on its own redis-server, taking turns batch by batch on the same
+// intents, and prints Redis CPU per decision (INFO commandstats: time
+// inside the script call) for a mostly allowed and a mostly refused
+// workload, and Redis memory per user (used_memory delta) after 1, 5 and
+// 10 sends spread over a week, with the ratios to v1 sliding_log.
+//
+//   - allowed: 100k intents to 100k random users of 1M over two weeks;
+//   - refused: 100k intents to 2,500 users in one day (40 each against a
+//     daily cap of 3), as in a blast to users already messaged;
+//   - memory: 32,768 users with consecutive ids (buckets full), each sent
+//     n intents at even intervals over 7 days.
+func BenchmarkRedisCost(b *testing.B) {
+	ds := designs(b)
+	ctx := context.Background()
+	type row struct {
+		usec   [3]float64 // allowed, refused, dense (the memory workload at 5 sends)
+		capped [2]float64
+		bytes  [3]float64 // 1, 5, 10 sends
+	}
+	rows := make([]row, len(ds))
+	b.ResetTimer()
+	for range b.N {
+		for w, wl := range []struct {
+			users int
+			span  time.Duration
+		}{{benchUsers, 14 * day}, {2_500, day}} {
+			rng := rand.New(rand.NewPCG(3, uint64(w)))
+			const n = 100_000
+			reqs := make([]Request, n)
+			for i := range reqs {
+				at := T0.Add(time.Duration(float64(wl.span) * float64(i) / n))
+				reqs[i] = benchRequest(rng, uint64(rng.IntN(wl.users)), at)
+				reqs[i].IntentID = fmt.Sprint("cpu-", w, "-", i)
+			}
+			before := make([][2]int64, len(ds))
+			for k, d := range ds {
+				if err := d.c.FlushAll(ctx).Err(); err != nil {
 					b.Fatal(err)
 				}
-				e := newEngine(b, c, Options{Rules: rules, Algorithm: algo}) // the default key prefix
-				for k := range n {
-					var reqs []Request
+				before[k][0], before[k][1] = serverUsec(b, d.c)
+			}
+			capped := make([]int, len(ds))
+			for lo := 0; lo < n; lo += 500 {
+				for k, d := range ds {
+					capped[k] += d.decide(reqs[lo:min(lo+500, n)])
+				}
+			}
+			for k, d := range ds {
+				usec, calls := serverUsec(b, d.c)
+				if calls-before[k][1] != n {
+					b.Fatalf("%s: %d script calls for %d decisions", d.name, calls-before[k][1], n)
+				}
+				rows[k].usec[w] = float64(usec-before[k][0]) / n
+				rows[k].capped[w] = float64(capped[k]) / n
+			}
+		}
+		for j, sends := range []int{1, 5, 10} {
+			const users = 32_768
+			for k, d := range ds {
+				if err := d.c.FlushAll(ctx).Err(); err != nil {
+					b.Fatal(err)
+				}
+				base := usedMemory(b, d.c)
+				usec0, calls0 := serverUsec(b, d.c)
+				rng := rand.New(rand.NewPCG(5, uint64(sends)))
+				for s := range sends {
+					at := T0.Add(time.Duration(s) * 7 * day / time.Duration(sends))
+					reqs := make([]Request, 0, users)
 					for u := range uint64(users) {
-						reqs = append(reqs, Request{UserID: 100_000_000 + u, Segment: "bench", Channel: "push", Category: "marketing",
-							IntentID: fmt.Sprintf("mem-%d-%d", u, k), At: T0.Add(time.Duration(k) * 37 * time.Minute)})
+						r := benchRequest(rng, 1_000_000+u, at.Add(time.Duration(u)*time.Millisecond))
+						// Every send allowed by every design.
+						r.Tags, r.Channel, r.Campaign = nil, "push", "campaign-"+strconv.Itoa(s)
+						r.IntentID = fmt.Sprint("mem-", u, "-", s)
+						reqs = append(reqs, r)
 					}
-					ds, err := e.Decide(ctx, reqs)
-					if err != nil {
-						b.Fatal(err)
-					}
-					for _, d := range ds {
-						if d.Err != nil || d.Outcome != Allowed {
-							b.Fatalf("%s: %+v", algo, d)
+					for lo := 0; lo < len(reqs); lo += 1000 {
+						if c := d.decide(reqs[lo:min(lo+1000, len(reqs))]); c > 0 {
+							b.Fatalf("%s: %d of the memory workload's sends capped", d.name, c)
 						}
 					}
 				}
-				var total int64
-				keys, err := c.Keys(ctx, e.keys.prefix+":*").Result()
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, k := range keys {
-					m, err := c.MemoryUsage(ctx, k, 0).Result()
-					if err != nil {
-						b.Fatal(err)
-					}
-					total += m
-				}
-				per[algo] = float64(total) / users
-			}
-			key := "capper:{100000000}:sw:86400000"
-			b.ResetTimer()
-			for range b.N {
-				if err := c.MemoryUsage(ctx, key, 0).Err(); err != nil {
-					b.Fatal(err)
+				rows[k].bytes[j] = float64(usedMemory(b, d.c)-base) / users
+				if sends == 5 {
+					usec, calls := serverUsec(b, d.c)
+					rows[k].usec[2] = float64(usec-usec0) / float64(calls-calls0)
 				}
 			}
-			b.ReportMetric(per[SlidingLog], "log-bytes/user")
-			b.ReportMetric(per[SlidingWindow], "window-bytes/user")
-		})
+		}
+	}
+	b.StopTimer()
+	var out strings.Builder
+	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "design\tus/decision allowed\t(x v1)\tallowed, dense users\t(x v1)\trefused\t(x v1)\tB/user 1 send\t5 sends\t10 sends\t(x v1 at 5)\tcapped share allowed/refused\t")
+	v1 := rows[0]
+	for k, d := range ds {
+		r := rows[k]
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f / %.2f\t\n", d.name,
+			r.usec[0], r.usec[0]/v1.usec[0], r.usec[2], r.usec[2]/v1.usec[2], r.usec[1], r.usec[1]/v1.usec[1],
+			r.bytes[0], r.bytes[1], r.bytes[2], r.bytes[1]/v1.bytes[1], r.capped[0], r.capped[1])
+	}
+	_ = tw.Flush()
+	b.Logf("Redis cost per decision and per user (%s):\n%s", "same intents, each design on its own redis-server, taking turns", out.String())
+	for k, d := range ds {
+		name := strings.NewReplacer(" ", "-", ",", "", "'", "").Replace(d.name)
+		b.ReportMetric(rows[k].usec[0]/v1.usec[0], name+"-cpu-allowed-x-v1")
+		b.ReportMetric(rows[k].usec[1]/v1.usec[1], name+"-cpu-refused-x-v1")
+		b.ReportMetric(rows[k].usec[2]/v1.usec[2], name+"-cpu-dense-x-v1")
+		b.ReportMetric(rows[k].bytes[1], name+"-bytes/user@5")
 	}
 }
 

@@ -42,17 +42,7 @@ func (e *Engine) CheckClock(ctx context.Context) (map[string]time.Duration, erro
 		mu.Unlock()
 		return nil
 	}
-	var err error
-	switch c := e.client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, measure)
-	case *redis.Client:
-		err = measure(ctx, c)
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, measure)
-	default:
-		err = fmt.Errorf("clock check: unsupported client %T", e.client)
-	}
+	err := e.forEachMaster(ctx, measure)
 	for addr, skew := range skews {
 		e.m.skew.WithLabelValues(addr).Set(skew.Seconds())
 		if skew > e.skewWarn || skew < -e.skewWarn {
@@ -96,4 +86,18 @@ func (e *Engine) RunClockCheck(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// forEachMaster runs fn on every master: each node of a cluster, or the
+// client itself (single, or the master a failover client follows).
+func (e *Engine) forEachMaster(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
+	switch c := e.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, c)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, fn)
+	}
+	return fmt.Errorf("unsupported client %T", e.client)
 }

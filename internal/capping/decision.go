@@ -18,9 +18,17 @@ type Request struct {
 	// the snapshot's "none" for users in no segment) gets Rules.Default.
 	Segment  string
 	IntentID string // the idempotency key (1-MaxIntentID bytes)
+	Campaign string
 	Channel  string
-	Category string    // required; an exempt one bypasses capping
-	At       time.Time // decision time from the caller's clock; sent to Redis as ms
+	Category string // required; an exempt one bypasses capping
+	Tags     []string
+	Priority Priority
+	// TimeZone is the user's, for calendar limits; nil: Rules.TimeZone.
+	TimeZone *time.Location
+	// Override is what the intent asks of capping; it is honoured only for
+	// the campaigns and categories of Rules.Overrides.
+	Override Override
+	At       time.Time // decision time from the caller's clock
 }
 
 // RetryAfter says when a capped intent could be allowed. Never is a field of
@@ -28,8 +36,8 @@ type Request struct {
 type RetryAfter struct {
 	// Never: the denying limit has max 0, no slot will ever free.
 	Never bool
-	// In: otherwise, the time until the denying window frees a slot if no
-	// other intent is allowed meanwhile.
+	// In: otherwise, the time until the denying window (or calendar period)
+	// frees a slot if no other intent is allowed meanwhile.
 	In time.Duration
 }
 
@@ -41,15 +49,14 @@ type Decision struct {
 	// RetryAfter (Capped): when a slot frees.
 	RetryAfter RetryAfter
 	// At is the time the intent counts at: the request's decision time, or
-	// for a Duplicate the time it was first allowed.
+	// for a Duplicate the time it was first allowed (whole seconds: Redis
+	// keeps times in seconds).
 	At time.Time
-	// Counts has one entry per limit of the request's policy, in policy
-	// order: the intents in the window as seen by the script, before this
-	// intent. A limit on another channel than the request's is not evaluated
-	// and reports 0. For Duplicate they are all 0: a duplicate is answered
-	// without counting. sliding_window reports the estimate rounded up. Nil
-	// for Exempt.
-	Counts []int64
+	// Override is the override honoured: Bypass (Allowed, recorded without
+	// checking) or BypassUncounted (Exempt). OverrideRefused: the intent
+	// asked for one it may not have and was decided normally.
+	Override        Override
+	OverrideRefused bool
 	// Err is a per-request failure; the other fields are meaningless then.
 	// Invalid requests wrap ErrInvalidRequest (they will never succeed);
 	// anything else is a Redis failure worth retrying later.
@@ -57,5 +64,5 @@ type Decision struct {
 }
 
 // ErrInvalidRequest is wrapped by Decision.Err for a request that can never
-// be decided (unknown channel, bad intent id, no category or time).
+// be decided (unknown channel or category, bad intent id, no time).
 var ErrInvalidRequest = errors.New("invalid request")

@@ -8,7 +8,6 @@ package capping
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -35,7 +34,7 @@ func (e errNotReplicated) Error() string {
 // later); and since the replication stream is ordered, a replica that
 // acknowledged the small write has every earlier one, the scripts' and those
 // a duplicate answer rests on. Masters are sent to in parallel.
-func (e *Engine) sendDurable(ctx context.Context, calls []*call, eval bool) {
+func (e *Engine) sendDurable(ctx context.Context, set *policySet, reqs []Request, calls []*call, eval bool) {
 	type group struct {
 		node  *redis.Client
 		calls []*call
@@ -43,9 +42,9 @@ func (e *Engine) sendDurable(ctx context.Context, calls []*call, eval bool) {
 	var groups []*group
 	byNode := map[*redis.Client]*group{}
 	for _, c := range calls {
-		node, err := e.masterFor(ctx, c.keys[0])
+		node, err := e.masterFor(ctx, c.key)
 		if err != nil {
-			c.cmd = redis.NewIntSliceCmd(ctx)
+			c.cmd = redis.NewIntCmd(ctx)
 			c.cmd.SetErr(fmt.Errorf("find the master: %w", err))
 			continue
 		}
@@ -64,9 +63,8 @@ func (e *Engine) sendDurable(ctx context.Context, calls []*call, eval bool) {
 		go func() {
 			defer wg.Done()
 			pipe := g.node.Pipeline()
-			e.queue(ctx, pipe, g.calls, eval, false)
-			user := g.calls[0].keys[0][:strings.IndexByte(g.calls[0].keys[0], '}')+1] // <prefix>:{<uid>}
-			pipe.Set(ctx, user+":w", "1", 10*time.Second)
+			e.queue(ctx, set, reqs, pipe, g.calls, eval)
+			pipe.Set(ctx, g.calls[0].key+":w", "1", 10*time.Second) // same hash tag, same slot
 			wait := pipe.Do(ctx, "wait", e.waitReplicas, e.waitTimeout.Milliseconds())
 			_, _ = pipe.Exec(ctx) // errors are per command
 			acked, err := wait.Int64()

@@ -1,13 +1,17 @@
 package capping
 
 // The engine: its options, construction and the per-request checks. Decide
-// (decide.go) runs a batch; each algorithm's file owns its keys and arguments.
+// (decide.go) runs a batch; compile.go turns the rules into the script and its
+// arguments.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,10 +25,8 @@ import (
 type Options struct {
 	Client            redis.UniversalClient // *redis.Client, *redis.ClusterClient or a failover client
 	Rules             Rules
-	Algorithm         Algorithm
 	KeyPrefix         string        // no braces or spaces
-	IdempotencyWindow time.Duration // duplicates are recognised for at least max(longest window, this)
-	SubIntervals      int           // sliding_window: sub-intervals per window (1-1440)
+	IdempotencyWindow time.Duration // duplicates are recognised this long
 	SkewWarn          time.Duration // warn above this Redis clock skew
 	SkewInterval      time.Duration // how often RunClockCheck measures; 0 = every 30s
 	// WaitReplicas > 0: an allowed or duplicate answer is returned only once
@@ -44,45 +46,38 @@ const defaultSkewInterval = 30 * time.Second
 // concurrent use.
 type Engine struct {
 	client       redis.UniversalClient
-	rules        Rules
-	algo         algorithm
-	name         Algorithm
+	set          *policySet
 	keys         keys
-	plans        map[string]map[string]*plan // by segment, then channel
-	fallback     map[string]*plan            // Rules.Default, by channel
-	known        map[string]bool             // channels
-	retention    int64                       // ms: idempotency record and user log
-	waitReplicas int
-	waitTimeout  time.Duration
-	subs         int
 	skewWarn     time.Duration
 	skewEvery    time.Duration
+	waitReplicas int
+	waitTimeout  time.Duration
 	m            *metrics
 	log          *slog.Logger
 	now          func() time.Time
 }
 
-// New validates the rules and options and loads the script on every node.
+// New validates and compiles the rules and loads the script on every node.
 func New(ctx context.Context, opts Options) (*Engine, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	set, err := compileRules(opts.Rules, opts.IdempotencyWindow)
+	if err != nil {
+		return nil, fmt.Errorf("capping: rules: %w", err)
+	}
 	e := &Engine{
 		client:       opts.Client,
-		rules:        opts.Rules.clone(),
-		name:         opts.Algorithm,
+		set:          set,
 		keys:         keys{prefix: opts.KeyPrefix},
-		subs:         opts.SubIntervals,
 		skewWarn:     opts.SkewWarn,
 		skewEvery:    opts.SkewInterval,
+		waitReplicas: opts.WaitReplicas,
+		waitTimeout:  opts.WaitTimeout,
 		m:            newMetrics(opts.Registerer),
 		log:          opts.Logger,
 		now:          opts.Now,
-		known:        map[string]bool{},
-		waitReplicas: opts.WaitReplicas,
-		waitTimeout:  opts.WaitTimeout,
 	}
-	e.retention = max(opts.IdempotencyWindow, e.rules.longestWindow()).Milliseconds()
 	if e.skewEvery <= 0 {
 		e.skewEvery = defaultSkewInterval
 	}
@@ -92,20 +87,35 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if e.now == nil {
 		e.now = time.Now
 	}
-	for _, c := range e.rules.Channels {
-		e.known[c] = true
-	}
-	algo, err := newAlgorithm(opts.Algorithm, e)
-	if err != nil {
-		return nil, err
-	}
-	e.m.scriptCalls.WithLabelValues(string(opts.Algorithm))
-	e.algo = algo
-	e.compile()
 	if err := e.Reload(ctx); err != nil {
 		return nil, err
 	}
+	e.checkListpack(ctx)
 	return e, nil
+}
+
+// ListpackValue is the hash-max-listpack-value Redis needs for records to
+// stay compact: a bucket hash is a listpack (about 5 bytes per user beyond
+// the record) while every record fits, else a hash table (about 60 more).
+// The caps hold either way.
+const ListpackValue = 1024
+
+// checkListpack warns about a master whose hash-max-listpack-value is below
+// ListpackValue. A Redis that refuses CONFIG (managed services, ACLs) is
+// not checked.
+func (e *Engine) checkListpack(ctx context.Context) {
+	_ = e.forEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		v, err := node.ConfigGet(ctx, "hash-max-listpack-value").Result()
+		if err != nil {
+			e.log.Debug("cannot read hash-max-listpack-value", "err", err)
+			return nil
+		}
+		if n, err := strconv.Atoi(v["hash-max-listpack-value"]); err == nil && n < ListpackValue {
+			e.log.Warn("redis hash-max-listpack-value is too small for compact records: set it to at least "+strconv.Itoa(ListpackValue)+" (caps hold, memory per user grows)",
+				"node", node.Options().Addr, "hash-max-listpack-value", n)
+		}
+		return nil
+	})
 }
 
 func (o Options) validate() error {
@@ -113,18 +123,12 @@ func (o Options) validate() error {
 	if o.Client == nil {
 		errs = append(errs, fmt.Errorf("%s is required", "Client"))
 	}
-	if err := o.Rules.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("rules: %w", err))
-	}
 	if o.KeyPrefix == "" || strings.ContainsAny(o.KeyPrefix, "{} ") {
 		// A brace would change the hash tag and split a user's keys over slots.
 		errs = append(errs, fmt.Errorf("key prefix %q must be non-empty, without braces or spaces", o.KeyPrefix))
 	}
-	if o.IdempotencyWindow <= 0 {
-		errs = append(errs, fmt.Errorf("idempotency window %s must be above 0", o.IdempotencyWindow))
-	}
-	if o.Algorithm == SlidingWindow && (o.SubIntervals < 1 || o.SubIntervals > 1440) {
-		errs = append(errs, fmt.Errorf("sub-intervals %d out of range [1, 1440]", o.SubIntervals))
+	if o.IdempotencyWindow < time.Second {
+		errs = append(errs, fmt.Errorf("idempotency window %s must be at least 1s", o.IdempotencyWindow))
 	}
 	if o.WaitReplicas < 0 || (o.WaitReplicas > 0 && o.WaitTimeout <= 0) {
 		errs = append(errs, fmt.Errorf("wait replicas %d needs a positive wait timeout, got %s", o.WaitReplicas, o.WaitTimeout))
@@ -141,81 +145,73 @@ func (o Options) validate() error {
 	return nil
 }
 
-// compile makes the plans of every policy on every channel.
-func (e *Engine) compile() {
-	e.plans = map[string]map[string]*plan{}
-	e.fallback = map[string]*plan{}
-	for ch := range e.known {
-		e.fallback[ch] = e.algo.compile(e.rules.Default, ch)
-		for _, s := range e.rules.Segments {
-			if e.plans[s.Name] == nil {
-				e.plans[s.Name] = map[string]*plan{}
-			}
-			e.plans[s.Name][ch] = e.algo.compile(s.Policy, ch)
-		}
-	}
-}
-
-// Algorithm returns the algorithm in use.
-func (e *Engine) Algorithm() Algorithm { return e.name }
-
 // Reload loads the script again on every node (SCRIPT LOAD; a ClusterClient
 // loads it on every shard). Decide does not need it: it re-sends a call that
 // meets NOSCRIPT with EVAL, which also caches the script on that node.
 func (e *Engine) Reload(ctx context.Context) error {
-	s := e.algo.script()
+	s := e.set.script
 	sha, err := e.client.ScriptLoad(ctx, s.src).Result()
 	if err != nil {
-		return fmt.Errorf("capping: load %s script: %w", e.name, err)
+		return fmt.Errorf("capping: load the policy script: %w", err)
 	}
 	if sha != s.sha {
-		return fmt.Errorf("capping: load %s script: Redis answered SHA %s, expected %s", e.name, sha, s.sha)
+		return fmt.Errorf("capping: load the policy script: Redis answered SHA %s, expected %s", sha, s.sha)
 	}
 	return nil
 }
 
-// check validates a request and returns its plan; a nil plan with no error
-// means exempt.
-func (e *Engine) check(r Request) (*plan, error) {
+// check validates a request. It returns the decision when Redis is not
+// asked (exempt, or an honoured bypass that is not counted); bypass reports
+// an honoured bypass that is counted.
+func (e *Engine) check(r *Request) (d *Decision, bypass bool, err error) {
+	rules := &e.set.rules
 	switch {
 	case len(r.IntentID) == 0 || len(r.IntentID) > MaxIntentID:
-		return nil, fmt.Errorf("%w: intent id of %d bytes (want 1-%d)", ErrInvalidRequest, len(r.IntentID), MaxIntentID)
-	case !e.known[r.Channel]:
-		return nil, fmt.Errorf("%w: unknown channel %q", ErrInvalidRequest, r.Channel)
-	case r.Category == "":
-		return nil, fmt.Errorf("%w: no category", ErrInvalidRequest)
-	case e.rules.IsExempt(r.Category):
-		return nil, nil
-	case r.At.IsZero() || r.At.UnixMilli() <= 0:
-		return nil, fmt.Errorf("%w: no decision time", ErrInvalidRequest)
+		return nil, false, fmt.Errorf("%w: intent id of %d bytes (want 1-%d)", ErrInvalidRequest, len(r.IntentID), MaxIntentID)
+	case !slices.Contains(rules.Channels, r.Channel):
+		return nil, false, fmt.Errorf("%w: unknown channel %q", ErrInvalidRequest, r.Channel)
+	case !slices.Contains(rules.Categories, r.Category):
+		return nil, false, fmt.Errorf("%w: unknown category %q", ErrInvalidRequest, r.Category)
+	case len(r.Tags) > MaxTags:
+		return nil, false, fmt.Errorf("%w: %d tags (at most %d)", ErrInvalidRequest, len(r.Tags), MaxTags)
+	case r.Priority > High:
+		return nil, false, fmt.Errorf("%w: priority %d", ErrInvalidRequest, r.Priority)
+	case r.At.IsZero() || r.At.Unix() <= 0 || r.At.Unix() > math.MaxUint32:
+		return nil, false, fmt.Errorf("%w: no decision time", ErrInvalidRequest)
 	}
-	if p, ok := e.plans[r.Segment]; ok {
-		return p[r.Channel], nil
+	if rules.IsExempt(r.Category) {
+		return &Decision{Outcome: Exempt, At: r.At}, false, nil
 	}
-	return e.fallback[r.Channel], nil
+	switch {
+	case r.Override == NoOverride:
+	case !rules.MayOverride(r.Campaign, r.Category):
+		return nil, false, nil // decided normally; Decide marks it refused
+	case r.Override == BypassUncounted:
+		return &Decision{Outcome: Exempt, At: r.At, Override: BypassUncounted}, false, nil
+	default:
+		return nil, true, nil
+	}
+	return nil, false, nil
 }
 
-// Inspect reports the state of every limit of the segment's policy for a
-// user at a time. It only reads: no writes and no eviction.
-func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, at time.Time) ([]LimitState, error) {
-	if at.IsZero() {
-		return nil, fmt.Errorf("inspect user %d: no time", userID)
-	}
-	st, err := e.algo.inspect(ctx, userID, e.rules.PolicyOf(segment), at)
-	if err != nil {
-		return nil, fmt.Errorf("inspect user %d: %w", userID, err)
-	}
-	return st, nil
+// keys builds the Redis key names: a user's record is field <uid%32> of the
+// bucket hash <prefix>:{b<uid/32>} (the hash tag is the bucket: one slot,
+// one node, one atomic call). The prefix never holds braces.
+type keys struct{ prefix string }
+
+// bucketSize is the users per bucket: enough to share a key's fixed cost
+// (about 100 bytes), few enough for a fast lookup in its listpack.
+const bucketSize = 32
+
+func (k keys) appendBucket(b []byte, uid uint64) []byte {
+	b = append(b, k.prefix...)
+	b = append(b, ":{b"...)
+	b = strconv.AppendUint(b, uid/bucketSize, 10)
+	return append(b, '}')
 }
 
-// LimitState is one limit of a user as stored in Redis at some time.
-type LimitState struct {
-	Limit Limit
-	// Count is the number of intents in the window (sliding_window: the
-	// estimate rounded up). A channel limit counts its channel.
-	Count int64
-	// NextFree is when the limit admits one more intent: the time asked
-	// about if Count < Max, later if the window is full, and the zero Time if
-	// Max is 0 (never).
-	NextFree time.Time
-}
+func (k keys) bucket(uid uint64) string { return string(k.appendBucket(nil, uid)) }
+
+func appendField(b []byte, uid uint64) []byte { return strconv.AppendUint(b, uid%bucketSize, 10) }
+
+func field(uid uint64) string { return string(appendField(nil, uid)) }

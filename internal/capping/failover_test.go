@@ -43,7 +43,7 @@ func TestFailoverLosesNoSendWithWait(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = c.Close() })
-			rules := Rules{Default: Policy{Limits: []Limit{{Name: "daily", Window: 24 * time.Hour, Max: 1}}}}
+			rules := Rules{Default: Policy{Limits: []Limit{{Name: "daily", Window: 24 * time.Hour, Max: 1}}}, TimeZone: time.UTC}
 			e := newEngine(t, c, Options{Rules: rules, WaitReplicas: tc.wait, WaitTimeout: 300 * time.Millisecond})
 			req := func(id string, at time.Time) Request {
 				return Request{UserID: 7, Segment: "s", IntentID: id, Channel: "push", Category: "marketing", At: at}
@@ -107,16 +107,5 @@ func TestFailoverLosesNoSendWithWait(t *testing.T) {
 				t.Fatalf("%d sends beyond the cap, want %d", excess, tc.wantExcess)
 			}
 		})
-	}
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,41 +15,70 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// T0 is the start of simulated time in the tests (ms precision matters).
+// T0 is the start of simulated time in most tests.
 var T0 = time.Date(2026, 11, 21, 16, 0, 0, 0, time.UTC)
 
-// testRules covers every shape: several limits, channel limits, max 0, a
-// short window, the default policy.
+const day = 24 * time.Hour
+
+// mustZone loads an IANA time zone or fails the test.
+func mustZone(t testing.TB, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatalf("time zone %s: %v", name, err)
+	}
+	return loc
+}
+
+// testRules covers every key of the policy model: rolling and calendar
+// limits, where on each dimension, per campaign, reserved slots, max 0, a
+// short window, overrides, the default policy.
 func testRules() Rules {
 	return Rules{
 		Segments: []Segment{
 			{Name: "new", Policy: Policy{Limits: []Limit{
-				{Name: "daily", Window: 24 * time.Hour, Max: 1},
-				{Name: "weekly", Window: 7 * 24 * time.Hour, Max: 3},
+				{Name: "daily", Window: day, Max: 1},
+				{Name: "weekly", Window: 7 * day, Max: 3},
 			}}},
 			{Name: "active", Policy: Policy{Limits: []Limit{
-				{Name: "daily", Window: 24 * time.Hour, Max: 3},
-				{Name: "weekly", Window: 7 * 24 * time.Hour, Max: 10},
-				{Name: "sms-weekly", Window: 7 * 24 * time.Hour, Max: 1, Channel: "sms"},
+				{Name: "promo-day", Calendar: Day, Max: 2, Where: Where{Tags: []string{"promo"}, Channels: []string{"push"}}},
+				{Name: "daily", Window: day, Max: 5, Reserve: Reserve{Slots: 2, Below: High}},
+				{Name: "weekly", Window: 7 * day, Max: 10},
+				{Name: "sms-weekly", Window: 7 * day, Max: 1, Where: Where{Channels: []string{"sms"}}},
+				{Name: "same-campaign", Window: 7 * day, Max: 1, Per: PerCampaign},
 			}}},
 			{Name: "chatty", Policy: Policy{Limits: []Limit{
-				{Name: "push-10m", Window: 10 * time.Minute, Max: 1, Channel: "push"},
-				{Name: "hourly", Window: time.Hour, Max: 4},
-				{Name: "daily", Window: 24 * time.Hour, Max: 12},
-				{Name: "email-daily", Window: 24 * time.Hour, Max: 2, Channel: "email"},
+				{Name: "push-10m", Window: 10 * time.Minute, Max: 1, Where: Where{Channels: []string{"push"}}},
+				{Name: "hourly", Window: time.Hour, Max: 4, Reserve: Reserve{Slots: 2, Below: Normal}},
+				{Name: "daily", Window: day, Max: 12},
+				{Name: "email-day", Calendar: Day, Max: 2, Where: Where{Channels: []string{"email"}}},
+				{Name: "news-week", Calendar: Week, Max: 2, Where: Where{Tags: []string{"newsletter", "news"}}},
+				{Name: "month", Calendar: Month, Max: 30},
 			}}},
 			{Name: "blocked", Policy: Policy{Limits: []Limit{
-				{Name: "no-sms", Window: time.Hour, Max: 0, Channel: "sms"},
-				{Name: "daily", Window: 24 * time.Hour, Max: 2},
+				{Name: "no-sms", Window: time.Hour, Max: 0, Where: Where{Channels: []string{"sms"}}},
+				{Name: "flash", Window: 4 * time.Hour, Max: 1, Where: Where{Campaigns: []string{"flash-sale"}, Categories: []string{"marketing"}}},
+				{Name: "lifecycle-camp-day", Calendar: Day, Max: 1, Per: PerCampaign, Where: Where{Categories: []string{"lifecycle"}}},
+				{Name: "daily", Window: day, Max: 2},
 			}}},
 		},
 		Default: Policy{Limits: []Limit{
-			{Name: "daily", Window: 24 * time.Hour, Max: 2},
+			{Name: "daily", Window: day, Max: 2, Reserve: Reserve{Slots: 1, Below: High}},
+			{Name: "camp-week", Calendar: Week, Max: 1, Per: PerCampaign, Where: Where{Categories: []string{"marketing"}}},
 		}},
 		Channels:         []string{"email", "push", "sms", "inapp"},
+		Categories:       []string{"marketing", "lifecycle", "transactional"},
 		ExemptCategories: []string{"transactional"},
+		Overrides:        Overrides{Campaigns: []string{"alert"}, Categories: []string{"lifecycle"}},
+		TimeZone:         newYork,
+		WeekStart:        time.Monday,
 	}
 }
+
+// newYork is the test rules' time zone: DST on 2026-03-08 and 2026-11-01.
+// (The zone database is embedded: see calendar.go. Were it missing, the
+// rules would fail validation, loudly.)
+var newYork, _ = time.LoadLocation("America/New_York")
 
 func testSegments() []string { return []string{"new", "active", "chatty", "blocked", "none"} }
 
@@ -63,20 +91,20 @@ func testOptions(o Options) Options {
 	if o.Rules.Channels == nil {
 		o.Rules.Channels = []string{"email", "push", "sms", "inapp"}
 	}
+	if o.Rules.Categories == nil {
+		o.Rules.Categories = []string{"marketing", "transactional"}
+	}
 	if o.Rules.ExemptCategories == nil {
 		o.Rules.ExemptCategories = []string{"transactional"}
 	}
-	if o.Algorithm == "" {
-		o.Algorithm = SlidingLog
+	if o.Rules.TimeZone == nil {
+		o.Rules.TimeZone = time.UTC
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = "capper"
 	}
 	if o.IdempotencyWindow == 0 {
 		o.IdempotencyWindow = 24 * time.Hour
-	}
-	if o.SubIntervals == 0 {
-		o.SubIntervals = 24
 	}
 	if o.SkewWarn == 0 {
 		o.SkewWarn = 500 * time.Millisecond
@@ -147,47 +175,10 @@ func crc16(b string) uint16 {
 	return crc
 }
 
-// userSlot is the cluster slot of a user's keys (their hash tag is the id).
+// userSlot is the cluster slot of a user's record (the hash tag is the
+// user's bucket).
 func userSlot(uid uint64) int {
-	return int(crc16(uintString(uid)) % 16384)
-}
-
-func uintString(u uint64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + u%10)
-		u /= 10
-		if u == 0 {
-			break
-		}
-	}
-	return string(b[i:])
-}
-
-// zlog reads a sorted set as (member, score) pairs, oldest first.
-func zlog(t testing.TB, c redis.UniversalClient, key string) []redis.Z {
-	t.Helper()
-	z, err := c.ZRangeWithScores(context.Background(), key, 0, -1).Result()
-	if err != nil {
-		t.Fatalf("ZRANGE %s: %v", key, err)
-	}
-	return z
-}
-
-// auditLog checks that no half-open window of length w holds more than max
-// scores, and returns the largest count seen.
-func auditLog(scores []int64, w int64) int {
-	sort.Slice(scores, func(i, j int) bool { return scores[i] < scores[j] })
-	best, lo := 0, 0
-	for hi := range scores {
-		for scores[lo] <= scores[hi]-w {
-			lo++
-		}
-		best = max(best, hi-lo+1)
-	}
-	return best
+	return int(crc16("b"+strconv.FormatUint(uid/bucketSize, 10)) % 16384)
 }
 
 // proxy is a TCP forwarder in front of a real redis-server that can swallow
@@ -322,4 +313,29 @@ func commandStat(c *redis.Client, name string) (cmdStat, error) {
 		}
 	}
 	return s, nil
+}
+
+// evalCalls is the number of EVALSHA and EVAL calls a node has run.
+func evalCalls(t testing.TB, c *redis.Client) int64 {
+	t.Helper()
+	var n int64
+	for _, cmd := range []string{"evalsha", "eval"} {
+		s, err := commandStat(c, cmd)
+		if err != nil {
+			t.Fatalf("commandstats: %v", err)
+		}
+		n += s.calls
+	}
+	return n
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -18,7 +18,7 @@ type metrics struct {
 	errors       *prometheus.CounterVec
 	noscript     prometheus.Counter
 	skew         *prometheus.GaugeVec
-	scriptCalls  *prometheus.CounterVec
+	scriptCalls  prometheus.Counter
 	waitDuration prometheus.Histogram
 	waitFailures prometheus.Counter
 }
@@ -40,10 +40,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "capper_redis_clock_skew_seconds",
 			Help: "A Redis master's TIME minus this process's clock (at the middle of the round trip).",
 		}, []string{"node"}),
-		scriptCalls: f.NewCounterVec(prometheus.CounterOpts{
+		scriptCalls: f.NewCounter(prometheus.CounterOpts{
 			Name: "capper_redis_script_calls_total",
-			Help: "Script calls sent to Redis (EVALSHA and EVAL), by algorithm.",
-		}, []string{"algorithm"}),
+			Help: "Script calls sent to Redis (EVALSHA and EVAL).",
+		}),
 		waitDuration: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "capper_redis_wait_duration_seconds",
 			Help:    "Time a batch waited for replicas to acknowledge its writes (redis.wait_replicas).",

@@ -1,6 +1,7 @@
 package capping
 
-// The cap rules (limits, policies per segment) and their validation.
+// The cap rules (policies of limits per segment, scopes, calendar windows,
+// priorities, overrides) and their validation.
 
 import (
 	"errors"
@@ -10,28 +11,149 @@ import (
 	"time"
 )
 
-// Window bounds of a limit.
+// Window bounds of a rolling limit.
 const (
 	MinWindow = time.Minute
 	MaxWindow = 31 * 24 * time.Hour
 )
 
-// MaxMax bounds a limit's max. Far above any frequency cap; it keeps the
-// sliding-window arithmetic (count * sub-interval in ms) exact in Lua's
-// doubles, and a sliding log of that many entries per user would already be
-// a misuse.
-const MaxMax = 1_000_000
+// MaxMax bounds a limit's max: far above any frequency cap, it keeps a
+// user's packed log small enough for Redis to keep it compact.
+const MaxMax = 10_000
 
-// Limit is one cap: at most Max intents in any rolling Window. A limit with a
-// Channel counts and caps only intents on that channel.
-type Limit struct {
-	Name    string
-	Window  time.Duration
-	Max     int
-	Channel string // "" = every channel
+// MaxLimits bounds the limits of one policy (a bit each in the script's
+// masks).
+const MaxLimits = 30
+
+// Limits on what an intent names (the event contract).
+const (
+	MaxTags     = 16
+	MaxTagBytes = 64
+)
+
+// Priority orders intents for reserved slots: an intent below a limit's
+// Reserve.Below may use only Max - Reserve.Slots of it.
+type Priority uint8
+
+// Priorities, lowest first.
+const (
+	Low Priority = iota
+	Normal
+	High
+)
+
+var priorityNames = [...]string{Low: "low", Normal: "normal", High: "high"}
+
+func (p Priority) String() string {
+	if int(p) < len(priorityNames) {
+		return priorityNames[p]
+	}
+	return fmt.Sprintf("priority(%d)", p)
 }
 
-// Policy is the limits of one segment; all must pass.
+// ParsePriority reads "low", "normal" or "high".
+func ParsePriority(s string) (Priority, error) {
+	if i := slices.Index(priorityNames[:], s); i >= 0 {
+		return Priority(i), nil
+	}
+	return 0, fmt.Errorf("%q is not one of low, normal, high", s)
+}
+
+// Calendar is a limit's calendar period; None is a rolling window.
+type Calendar uint8
+
+// Calendar periods, in the user's time zone.
+const (
+	None Calendar = iota
+	Day
+	Week
+	Month
+)
+
+var calendarNames = [...]string{None: "", Day: "day", Week: "week", Month: "month"}
+
+func (c Calendar) String() string {
+	if int(c) < len(calendarNames) {
+		return calendarNames[c]
+	}
+	return fmt.Sprintf("calendar(%d)", c)
+}
+
+// ParseCalendar reads "day", "week" or "month".
+func ParseCalendar(s string) (Calendar, error) {
+	if i := slices.Index(calendarNames[:], s); i > 0 {
+		return Calendar(i), nil
+	}
+	return 0, fmt.Errorf("%q is not one of day, week, month", s)
+}
+
+// Override is what an intent asks of capping.
+type Override uint8
+
+// Overrides an intent may ask for; honoured only for the campaigns and
+// categories of Rules.Overrides.
+const (
+	NoOverride      Override = iota
+	Bypass                   // deliver without checking the caps; counted
+	BypassUncounted          // deliver without checking; not counted
+)
+
+var overrideNames = [...]string{NoOverride: "", Bypass: "bypass", BypassUncounted: "bypass-uncounted"}
+
+func (o Override) String() string {
+	if int(o) < len(overrideNames) {
+		return overrideNames[o]
+	}
+	return fmt.Sprintf("override(%d)", o)
+}
+
+// ParseOverride reads "bypass" or "bypass-uncounted".
+func ParseOverride(s string) (Override, error) {
+	if i := slices.Index(overrideNames[:], s); i > 0 {
+		return Override(i), nil
+	}
+	return 0, fmt.Errorf("%q is not one of bypass, bypass-uncounted", s)
+}
+
+// Where selects the intents a limit applies to, and the past sends it
+// counts: an intent matches when it matches every dimension that is set (a
+// channel of Channels, any tag of Tags, a category of Categories, a campaign
+// of Campaigns). An empty Where matches every intent.
+type Where struct {
+	Channels, Tags, Categories, Campaigns []string
+}
+
+// Per is what a limit counts for: the user (default) or each of the user's
+// campaigns on its own.
+type Per uint8
+
+// What a limit counts for.
+const (
+	PerUser Per = iota
+	PerCampaign
+)
+
+// Reserve keeps Slots of a limit's Max for intents of priority Below or
+// higher.
+type Reserve struct {
+	Slots int
+	Below Priority
+}
+
+// Limit is one cap: at most Max intents that match Where in any rolling
+// Window, or per calendar period (Calendar) in the user's time zone, per
+// user or per campaign.
+type Limit struct {
+	Name     string
+	Window   time.Duration // rolling; 0 with a Calendar
+	Calendar Calendar
+	Max      int
+	Where    Where
+	Per      Per
+	Reserve  Reserve
+}
+
+// Policy is the limits of one segment; every limit that applies must pass.
 type Policy struct{ Limits []Limit }
 
 // Segment is the policy of one segment.
@@ -40,13 +162,22 @@ type Segment struct {
 	Policy
 }
 
+// Overrides lists who may ask to bypass the caps.
+type Overrides struct {
+	Campaigns, Categories []string
+}
+
 // Rules is everything the engine needs to decide. The config package builds
 // it (and owns the defaults); the engine only validates it.
 type Rules struct {
 	Segments         []Segment // priority order, as configured
 	Default          Policy    // users in a segment without a policy, or in none
 	Channels         []string  // known channels
+	Categories       []string  // known categories
 	ExemptCategories []string  // bypass capping, not counted
+	Overrides        Overrides
+	TimeZone         *time.Location // of users whose intent names none
+	WeekStart        time.Weekday   // first day of a calendar week
 }
 
 // Problem is one thing wrong with the rules, at the path of the field in
@@ -62,43 +193,46 @@ func SegmentPath(i int, name string) string { return fmt.Sprintf("segments[%d] (
 // LimitPath names a limit of a policy in every message.
 func LimitPath(i int, name string) string { return fmt.Sprintf("limits[%d] (limit %q)", i, name) }
 
+// problems collects Problems.
+type problems []Problem
+
+func (ps *problems) add(path, format string, args ...any) {
+	*ps = append(*ps, Problem{path, fmt.Sprintf(format, args...)})
+}
+
 // Problems reports every problem of the rules at once, each at its path.
 func (r Rules) Problems() []Problem {
-	var ps []Problem
-	add := func(path, format string, args ...any) {
-		ps = append(ps, Problem{path, fmt.Sprintf(format, args...)})
-	}
-	if len(r.Channels) == 0 {
-		add("channels", "at least one channel is required")
-	}
-	known := map[string]bool{}
-	for i, c := range r.Channels {
-		switch {
-		case !validName(c):
-			add(fmt.Sprintf("channels[%d]", i), "%q must be non-empty, at most 64 bytes, without spaces, braces or colons", c)
-		case known[c]:
-			add(fmt.Sprintf("channels[%d]", i), "%q is listed twice", c)
-		}
-		known[c] = true
-	}
+	var ps problems
+	channels := names(&ps, "channels", r.Channels, true)
+	categories := names(&ps, "categories", r.Categories, true)
 	for i, c := range r.ExemptCategories {
-		if c == "" {
-			add(fmt.Sprintf("exempt_categories[%d]", i), "empty category")
+		if !categories[c] {
+			ps.add(fmt.Sprintf("exempt_categories[%d]", i), "%q is not one of the categories", c)
 		}
 	}
-	names := map[string]bool{}
+	for i, c := range r.Overrides.Categories {
+		if !categories[c] {
+			ps.add(fmt.Sprintf("overrides.categories[%d]", i), "%q is not one of the categories", c)
+		}
+	}
+	names(&ps, "overrides.campaigns", r.Overrides.Campaigns, false)
+	if r.TimeZone == nil {
+		ps.add("time_zone", "is required")
+	}
+	seen := map[string]bool{}
 	for i, s := range r.Segments {
 		path := SegmentPath(i, s.Name)
 		switch {
 		case s.Name == "":
-			add(path+".name", "is required")
-		case names[s.Name]:
-			add(path+".name", "segment %q is listed twice", s.Name)
+			ps.add(path+".name", "is required")
+		case seen[s.Name]:
+			ps.add(path+".name", "segment %q is listed twice", s.Name)
 		}
-		names[s.Name] = true
-		ps = append(ps, s.Policy.problems(path, known)...)
+		seen[s.Name] = true
+		s.Policy.problems(&ps, path, channels, categories)
 	}
-	return append(ps, r.Default.problems("default_policy", known)...)
+	r.Default.problems(&ps, "default_policy", channels, categories)
+	return ps
 }
 
 // Validate is Problems as one error (nil when there is none).
@@ -111,40 +245,112 @@ func (r Rules) Validate() error {
 	return errors.Join(errs...)
 }
 
-// problems checks one policy at path.
-func (p Policy) problems(path string, channels map[string]bool) []Problem {
-	if len(p.Limits) == 0 {
-		return []Problem{{path + ".limits", "at least one limit is required"}}
+// names checks a list of names (channels, categories, ...) and returns them
+// as a set; required: at least one.
+func names(ps *problems, path string, list []string, required bool) map[string]bool {
+	if required && len(list) == 0 {
+		ps.add(path, "at least one is required")
 	}
-	var ps []Problem
-	add := func(path, format string, args ...any) {
-		ps = append(ps, Problem{path, fmt.Sprintf(format, args...)})
+	set := map[string]bool{}
+	for i, c := range list {
+		switch {
+		case !validName(c):
+			ps.add(fmt.Sprintf("%s[%d]", path, i), "%q must be non-empty, at most 64 bytes, without spaces, braces or colons", c)
+		case set[c]:
+			ps.add(fmt.Sprintf("%s[%d]", path, i), "%q is listed twice", c)
+		}
+		set[c] = true
+	}
+	return set
+}
+
+// problems checks one policy at path.
+func (p Policy) problems(ps *problems, path string, channels, categories map[string]bool) {
+	if len(p.Limits) == 0 {
+		ps.add(path+".limits", "at least one limit is required")
+		return
+	}
+	if len(p.Limits) > MaxLimits {
+		ps.add(path+".limits", "%d limits, at most %d are supported", len(p.Limits), MaxLimits)
 	}
 	seen := map[string]bool{}
 	for i, l := range p.Limits {
 		at := path + "." + LimitPath(i, l.Name)
 		switch {
 		case !validName(l.Name):
-			add(at+".name", "%q must be non-empty, at most 64 bytes, without spaces, braces or colons", l.Name)
+			ps.add(at+".name", "%q must be non-empty, at most 64 bytes, without spaces, braces or colons", l.Name)
 		case seen[l.Name]:
-			add(at+".name", "%q is used by an earlier limit of this policy", l.Name)
+			ps.add(at+".name", "%q is used by an earlier limit of this policy", l.Name)
 		}
 		seen[l.Name] = true
-		if l.Window < MinWindow || l.Window > MaxWindow {
-			add(at+".window", "%s out of range [%s, %s]", l.Window, MinWindow, MaxWindow)
-		} else if l.Window%time.Millisecond != 0 {
-			add(at+".window", "%s is not a whole number of milliseconds", l.Window)
-		}
-		if l.Max < 0 {
-			add(at+".max", "must not be negative, got %d", l.Max)
-		} else if l.Max > MaxMax {
-			add(at+".max", "%d is above %d", l.Max, MaxMax)
-		}
-		if l.Channel != "" && !channels[l.Channel] {
-			add(at+".channel", "%q is not one of the channels", l.Channel)
+		l.problems(ps, at, channels, categories)
+	}
+}
+
+func (l Limit) problems(ps *problems, at string, channels, categories map[string]bool) {
+	switch {
+	case l.Calendar != None && l.Window != 0:
+		ps.add(at, "has both window and calendar: a limit is rolling or calendar, not both")
+	case l.Calendar == None && (l.Window < MinWindow || l.Window > MaxWindow):
+		ps.add(at+".window", "%s out of range [%s, %s]", l.Window, MinWindow, MaxWindow)
+	case l.Calendar == None && l.Window%time.Second != 0:
+		ps.add(at+".window", "%s is not a whole number of seconds", l.Window)
+	case l.Calendar > Month:
+		ps.add(at+".calendar", "%s is not one of day, week, month", l.Calendar)
+	}
+	switch {
+	case l.Max < 0:
+		ps.add(at+".max", "must not be negative, got %d", l.Max)
+	case l.Max > MaxMax:
+		ps.add(at+".max", "%d is above %d", l.Max, MaxMax)
+	}
+	if l.Reserve.Slots < 0 || (l.Reserve.Slots > 0 && l.Reserve.Slots >= l.Max) {
+		ps.add(at+".reserve.slots", "%d must be from 1 to max-1 (%d): reserved slots leave at least one for everyone", l.Reserve.Slots, l.Max-1)
+	}
+	if l.Reserve.Slots > 0 && l.Reserve.Below == Low {
+		ps.add(at+".reserve.below", "low reserves nothing: no priority is below it (use normal or high)")
+	}
+	if l.Reserve.Below > High {
+		ps.add(at+".reserve.below", "%s is not one of normal, high", l.Reserve.Below)
+	}
+	if l.Per > PerCampaign {
+		ps.add(at+".per", "%d is not user or campaign", l.Per)
+	}
+	w := l.Where
+	for i, c := range w.Channels {
+		if !channels[c] {
+			ps.add(fmt.Sprintf("%s.where.channels[%d]", at, i), "%q is not one of the channels", c)
 		}
 	}
-	return ps
+	for i, c := range w.Categories {
+		if !categories[c] {
+			ps.add(fmt.Sprintf("%s.where.categories[%d]", at, i), "%q is not one of the categories", c)
+		}
+	}
+	for i, t := range w.Tags {
+		if !ValidTag(t) {
+			ps.add(fmt.Sprintf("%s.where.tags[%d]", at, i), "%q must be 1 to %d bytes of printable characters", t, MaxTagBytes)
+		}
+	}
+	for i, c := range w.Campaigns {
+		if c == "" {
+			ps.add(fmt.Sprintf("%s.where.campaigns[%d]", at, i), "is empty")
+		}
+	}
+}
+
+// ValidTag reports whether an intent may name t as a tag: 1 to MaxTagBytes
+// bytes of printable characters, no spaces.
+func ValidTag(t string) bool {
+	if t == "" || len(t) > MaxTagBytes {
+		return false
+	}
+	for _, c := range t {
+		if c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // validName: names end up in Redis keys and message headers.
@@ -163,9 +369,6 @@ func (r Rules) PolicyOf(segment string) Policy {
 	return r.Default
 }
 
-// Applies reports whether the limit counts an intent on channel.
-func (l Limit) Applies(channel string) bool { return l.Channel == "" || l.Channel == channel }
-
 // allPolicies returns every policy, the default one included.
 func (r Rules) allPolicies() []Policy {
 	ps := []Policy{r.Default}
@@ -175,51 +378,13 @@ func (r Rules) allPolicies() []Policy {
 	return ps
 }
 
-// longestWindow is the longest window of any policy. Retention is global, not
-// per policy, so that a user moving between segments (a new snapshot) keeps
-// the history the new policy's longer windows need.
-func (r Rules) longestWindow() time.Duration {
-	var w time.Duration
-	for _, p := range r.allPolicies() {
-		for _, l := range p.Limits {
-			w = max(w, l.Window)
-		}
-	}
-	return w
-}
-
-// trackedChannels maps each channel that some policy caps separately to the
-// longest window of those limits. An allowed intent on a tracked channel is
-// recorded in that channel's log whatever the user's current policy, so that
-// channel counts stay exact when the user moves to a segment that caps the
-// channel.
-func (r Rules) trackedChannels() map[string]time.Duration {
-	m := map[string]time.Duration{}
-	for _, p := range r.allPolicies() {
-		for _, l := range p.Limits {
-			if l.Channel != "" {
-				m[l.Channel] = max(m[l.Channel], l.Window)
-			}
-		}
-	}
-	return m
-}
-
 // IsExempt reports whether a category bypasses capping.
 func (r Rules) IsExempt(category string) bool {
 	return slices.Contains(r.ExemptCategories, category)
 }
 
-// clone copies the rules so that the caller's maps and slices can change.
-func (r Rules) clone() Rules {
-	c := Rules{
-		Segments:         make([]Segment, len(r.Segments)),
-		Default:          Policy{Limits: slices.Clone(r.Default.Limits)},
-		Channels:         slices.Clone(r.Channels),
-		ExemptCategories: slices.Clone(r.ExemptCategories),
-	}
-	for i, s := range r.Segments {
-		c.Segments[i] = Segment{Name: s.Name, Policy: Policy{Limits: slices.Clone(s.Limits)}}
-	}
-	return c
+// MayOverride reports whether an intent of campaign and category may
+// bypass the caps.
+func (r Rules) MayOverride(campaign, category string) bool {
+	return slices.Contains(r.Overrides.Campaigns, campaign) || slices.Contains(r.Overrides.Categories, category)
 }

@@ -97,6 +97,8 @@ func StartRedis(t testing.TB, opts RedisOptions) *Redis {
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--dir", dir, "--save", "", "--appendonly", "no",
 			"--daemonize", "no", "--logfile", "",
+			// capper's records need it (see capping.ListpackValue).
+			"--hash-max-listpack-value", "1024",
 		}
 		bus := 0
 		if opts.Cluster {

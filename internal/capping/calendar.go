@@ -1,0 +1,66 @@
+package capping
+
+// Calendar periods in a time zone: local midnight to local midnight, so a
+// day is 23 or 25 hours across a DST change; weeks start on a configured
+// weekday; months on the first.
+
+import (
+	"time"
+	// The zone database is compiled in: a container image without
+	// /usr/share/zoneinfo must decide calendar limits the same way.
+	_ "time/tzdata"
+)
+
+// period returns the calendar period of kind c (Day, Week or Month) that
+// holds t in loc: [start, end).
+func period(c Calendar, t time.Time, loc *time.Location, weekStart time.Weekday) (start, end time.Time) {
+	lt := t.In(loc)
+	y, m, d := lt.Date()
+	switch c {
+	case Week:
+		back := (int(lt.Weekday()) - int(weekStart) + 7) % 7
+		start = midnight(y, m, d-back, loc)
+		end = midnight(y, m, d-back+7, loc)
+	case Month:
+		start = midnight(y, m, 1, loc)
+		end = midnight(y, m+1, 1, loc)
+	default:
+		start = midnight(y, m, d, loc)
+		end = midnight(y, m, d+1, loc)
+	}
+	return start, end
+}
+
+// midnight is the first instant of a local date (normalized: day 0 is the
+// last of the previous month). Where a DST change skips midnight, the day
+// starts at the first local time that exists.
+func midnight(y int, m time.Month, d int, loc *time.Location) time.Time {
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	want := time.Date(y, m, d, 12, 0, 0, 0, loc) // noon exists on every day
+	wy, wm, wd := want.Date()
+	for {
+		ty, tm, td := t.Date()
+		if ty == wy && tm == wm && td == wd {
+			break
+		}
+		// time.Date put a skipped midnight in the previous day: walk to
+		// the first instant of the date, a minute at a time (at most the
+		// size of the gap).
+		t = t.Add(time.Minute).Truncate(time.Minute)
+	}
+	return t
+}
+
+// periodRetention is how far back (s) the period holding now can start, in
+// any time zone: the longest such period, one hour for a DST change, and
+// the second a send's time is rounded down by.
+func periodRetention(c Calendar) int64 {
+	switch c {
+	case Day:
+		return 25*3600 + 1
+	case Week:
+		return 7*24*3600 + 3600 + 1
+	default:
+		return 31*24*3600 + 3600 + 1
+	}
+}

@@ -1,0 +1,98 @@
+package capping
+
+// Inspect: a user's limits as Redis holds them at some time, read-only.
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// LimitState is one limit of a user at some time.
+type LimitState struct {
+	Limit Limit
+	// Scope is what the limit counts, in words ("channels push; tags
+	// promo", "every intent; per campaign").
+	Scope string
+	// Campaign is, for a per-campaign limit, the campaign's 3-byte hash in
+	// hex (the record keeps no names).
+	Campaign string
+	// From and To bound the window: a rolling one ends at the time asked
+	// about, a calendar one is the local period holding it.
+	From, To time.Time
+	Count    int
+	// Reserved slots are for priority Limit.Reserve.Below and up.
+	Reserved int
+	// NextFree is when the limit admits one more intent of the highest
+	// priority: the time asked about if Count < Max, later if the window is
+	// full, and the zero Time if Max is 0 (never).
+	NextFree time.Time
+}
+
+// Inspect reports every limit of the segment's policy for a user at a time,
+// in the user's time zone (nil: the rules'). Per-campaign limits get a row
+// per campaign the user has sends of (one row with no campaign when none).
+// It only reads.
+func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, at time.Time, tz *time.Location) ([]LimitState, error) {
+	if at.IsZero() {
+		return nil, errors.New("inspect: no time")
+	}
+	set := e.set
+	raw, err := e.client.HGet(ctx, e.keys.bucket(userID), field(userID)).Bytes()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("inspect: %w", err)
+	}
+	rec, err := decodeRecord(raw)
+	if len(raw) > 0 && err != nil {
+		return nil, fmt.Errorf("inspect: the user's record: %w", err)
+	}
+	if tz == nil {
+		tz = set.rules.TimeZone
+	}
+	now := at.Unix()
+	var out []LimitState
+	for _, l := range set.pols[set.policyIndex(segment)].limits {
+		s := set.scopes[l.scope]
+		st := LimitState{Limit: l.Limit, Scope: s.describe(), Reserved: l.Reserve.Slots, From: time.Unix(now-l.window, 0), To: at}
+		if l.Calendar != None {
+			st.From, st.To = period(l.Calendar, at, tz, set.rules.WeekStart)
+		}
+		var secs []section
+		for _, sec := range rec.sections {
+			if sec.id == s.id {
+				secs = append(secs, sec)
+			}
+		}
+		if len(secs) == 0 {
+			secs = []section{{id: s.id}}
+		}
+		for _, sec := range secs {
+			row := st
+			if s.per == PerCampaign && len(sec.times) > 0 {
+				row.Campaign = hex.EncodeToString(sec.campaign[:])
+			}
+			from := st.From.Unix()
+			for i, t := range sec.times {
+				if t >= from {
+					row.Count = len(sec.times) - i
+					break
+				}
+			}
+			row.NextFree = at
+			switch {
+			case l.Max == 0:
+				row.NextFree = time.Time{}
+			case row.Count >= l.Max && l.Calendar != None:
+				row.NextFree = st.To
+			case row.Count >= l.Max:
+				row.NextFree = time.Unix(sec.times[len(sec.times)-l.Max]+l.window+1, 0)
+			}
+			out = append(out, row)
+		}
+	}
+	return out, nil
+}
