@@ -88,9 +88,12 @@ func (c *checkConfigCmd) Run(e *env) error {
 }
 
 type inspectCmd struct {
-	Config string `required:"" type:"existingfile" help:"Config file (Redis, snapshot store, policies)." completion:"<file>"`
-	User   uint64 `required:"" help:"User id."`
-	Output string `short:"o" enum:"table,json" default:"table" help:"Output format: table or json."`
+	Config   string       `required:"" type:"existingfile" help:"Config file (Redis, snapshot store, policies)." completion:"<file>"`
+	User     uint64       `required:"" help:"User id."`
+	At       time.Time    `help:"The time to look at (RFC 3339); default now."`
+	TimeZone cli.TimeZone `name:"time-zone" help:"The user's IANA time zone, for calendar limits; default the policy's."`
+	Campaign string       `help:"Per-campaign limits: show this campaign (the record keeps only hashes of campaign names)."`
+	Output   string       `short:"o" enum:"table,json" default:"table" help:"Output format: table or json."`
 }
 
 func (c *inspectCmd) Run(e *env) error {
@@ -104,7 +107,7 @@ func (c *inspectCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	in, err := app.Inspect(e.ctx, cfg, c.User, log)
+	in, err := app.Inspect(e.ctx, cfg, c.User, app.InspectOptions{At: c.At, TimeZone: c.TimeZone.Location, Campaign: c.Campaign}, log)
 	if err != nil {
 		return err
 	}

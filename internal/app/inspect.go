@@ -21,17 +21,24 @@ import (
 // Inspection is a user's segment and, for each limit of its policy, the
 // current count and when the next slot frees, as of At.
 type Inspection struct {
-	User      uint64
-	Segment   string
-	Snapshot  string // "" when none is loaded
-	Algorithm string
-	At        time.Time
-	Limits    []capping.LimitState
+	User     uint64
+	Segment  string
+	Snapshot string // "" when none is loaded
+	At       time.Time
+	TimeZone *time.Location // the zone calendar limits were read in
+	Limits   []capping.LimitState
+}
+
+// InspectOptions say what to look at.
+type InspectOptions struct {
+	At       time.Time      // zero: now
+	TimeZone *time.Location // the user's; nil: the policy's
+	Campaign string         // per-campaign limits: only this campaign
 }
 
 // Inspect reads a user's segment and caps; it writes nothing to Redis. log
 // receives the S3 client's and the engine's messages (nil discards them).
-func Inspect(ctx context.Context, cfg *config.Config, userID uint64, log *slog.Logger) (*Inspection, error) {
+func Inspect(ctx context.Context, cfg *config.Config, userID uint64, o InspectOptions, log *slog.Logger) (*Inspection, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -55,39 +62,61 @@ func Inspect(ctx context.Context, cfg *config.Config, userID uint64, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	if o.At.IsZero() {
+		o.At = time.Now()
+	}
+	if o.TimeZone == nil {
+		o.TimeZone = cfg.Rules().TimeZone
+	}
 	segment := snap.Lookup(userID)
-	states, err := engine.Inspect(ctx, userID, segment, now)
+	states, err := engine.Inspect(ctx, userID, segment, capping.InspectOptions{At: o.At, TimeZone: o.TimeZone, Campaign: o.Campaign})
 	if err != nil {
 		return nil, fmt.Errorf("inspect user %d: %w", userID, err)
 	}
-	return &Inspection{
-		User: userID, Segment: segment, Snapshot: snap.Version(), Algorithm: cfg.Capping.Algorithm,
-		At: now, Limits: states,
-	}, nil
+	return &Inspection{User: userID, Segment: segment, Snapshot: snap.Version(), At: o.At, TimeZone: o.TimeZone, Limits: states}, nil
 }
 
-// WriteTable prints the inspection for a human.
+// window is a limit's window in words: "24h rolling", "calendar day".
+func window(l capping.Limit) string {
+	if l.Calendar != capping.None {
+		return "calendar " + l.Calendar.String()
+	}
+	return config.Duration(l.Window).String() + " rolling"
+}
+
+// scope is what a row counts: the limit's scope, and its campaign.
+func scope(s capping.LimitState) string {
+	if s.Campaign != "" {
+		return s.Scope + " (campaign " + s.Campaign + ")"
+	}
+	return s.Scope
+}
+
+// WriteTable prints the inspection for a human; local times are in the
+// user's time zone.
 func (in *Inspection) WriteTable(w io.Writer) error {
 	version := in.Snapshot
 	if version == "" {
 		version = "none loaded"
 	}
-	fmt.Fprintf(w, "user      %d\nsegment   %s (snapshot %s)\nalgorithm %s\n\n", in.User, in.Segment, version, in.Algorithm)
+	local := func(t time.Time) string { return t.In(in.TimeZone).Format("2006-01-02 15:04:05 MST") }
+	fmt.Fprintf(w, "user      %d\nsegment   %s (snapshot %s)\nat        %s (%s)\n\n", in.User, in.Segment, version, local(in.At), in.TimeZone)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LIMIT\tWINDOW\tCHANNEL\tCOUNT\tMAX\tNEXT SLOT FREE")
+	fmt.Fprintln(tw, "LIMIT\tSCOPE\tWINDOW\tFROM\tTO\tCOUNT\tMAX\tRESERVED\tNEXT SLOT FREE")
 	for _, s := range in.Limits {
-		ch := s.Limit.Channel
-		if ch == "" {
-			ch = "any"
-		}
 		next := "now"
-		if s.Limit.Max == 0 {
+		switch {
+		case s.Limit.Max == 0:
 			next = "never (max 0)"
-		} else if s.NextFree.After(in.At) {
-			next = fmt.Sprintf("%s (in %s)", s.NextFree.UTC().Format(time.RFC3339), s.NextFree.Sub(in.At).Round(time.Second))
+		case s.NextFree.After(in.At):
+			next = fmt.Sprintf("%s (in %s)", local(s.NextFree), s.NextFree.Sub(in.At).Round(time.Second))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", s.Limit.Name, config.Duration(s.Limit.Window).String(), ch, s.Count, s.Limit.Max, next)
+		reserved := "-"
+		if s.Reserved > 0 {
+			reserved = fmt.Sprintf("%d for %s+", s.Reserved, s.Limit.Reserve.Below)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.Limit.Name, scope(s), window(s.Limit),
+			local(s.From), local(s.To), s.Count, s.Limit.Max, reserved, next)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("print inspection: %w", err)
@@ -96,23 +125,29 @@ func (in *Inspection) WriteTable(w io.Writer) error {
 }
 
 // inspectionJSON is the JSON form of an Inspection (`capper inspect -o
-// json`). Times are RFC 3339 in UTC with milliseconds.
+// json`). Times are RFC 3339 with milliseconds in the user's time zone.
 type inspectionJSON struct {
-	User      uint64      `json:"user"`
-	Segment   string      `json:"segment"`
-	Snapshot  *string     `json:"snapshot"` // null: none loaded
-	Algorithm string      `json:"algorithm"`
-	At        string      `json:"at"`
-	Limits    []limitJSON `json:"limits"`
+	User     uint64      `json:"user"`
+	Segment  string      `json:"segment"`
+	Snapshot *string     `json:"snapshot"` // null: none loaded
+	At       string      `json:"at"`
+	TimeZone string      `json:"time_zone"`
+	Limits   []limitJSON `json:"limits"`
 }
 
 type limitJSON struct {
 	Name     string  `json:"name"`
-	Window   string  `json:"window"`  // as the config writes it: "30m", "1d", "7d"
-	Channel  *string `json:"channel"` // null: every channel
-	Count    int64   `json:"count"`
+	Scope    string  `json:"scope"`    // what it counts, in words
+	Campaign *string `json:"campaign"` // per-campaign limits: the campaign (name asked for, or hash)
+	Window   *string `json:"window"`   // rolling: as the config writes it ("30m", "1d", "7d"); null for a calendar limit
+	Calendar *string `json:"calendar"` // day, week, month; null for a rolling limit
+	From     string  `json:"from"`     // the window's or period's start
+	To       string  `json:"to"`       // its end (the time asked about for a rolling window)
+	Count    int     `json:"count"`
 	Max      int     `json:"max"`
-	NextFree *string `json:"next_free"` // null: never (max 0); At when a slot is free now
+	Reserved int     `json:"reserved"`     // slots kept for reserved_for and up
+	For      *string `json:"reserved_for"` // the lowest priority that may use them; null without
+	NextFree *string `json:"next_free"`    // null: never (max 0); At when a slot is free now
 }
 
 // rfc3339ms is the format of every time in the JSON form.
@@ -120,29 +155,31 @@ const rfc3339ms = "2006-01-02T15:04:05.000Z07:00"
 
 // WriteJSON prints the inspection as one JSON document.
 func (in *Inspection) WriteJSON(w io.Writer) error {
-	out := inspectionJSON{
-		User: in.User, Segment: in.Segment, Algorithm: in.Algorithm,
-		At: in.At.UTC().Format(rfc3339ms), Limits: []limitJSON{},
-	}
+	f := func(t time.Time) string { return t.In(in.TimeZone).Format(rfc3339ms) }
+	out := inspectionJSON{User: in.User, Segment: in.Segment, At: f(in.At), TimeZone: in.TimeZone.String(), Limits: []limitJSON{}}
 	if in.Snapshot != "" {
 		out.Snapshot = &in.Snapshot
 	}
+	str := func(s string) *string { return &s }
 	for _, s := range in.Limits {
-		l := limitJSON{
-			Name: s.Limit.Name, Window: config.Duration(s.Limit.Window).String(),
-			Count: s.Count, Max: s.Limit.Max,
+		l := limitJSON{Name: s.Limit.Name, Scope: s.Scope, From: f(s.From), To: f(s.To), Count: s.Count, Max: s.Limit.Max, Reserved: s.Reserved}
+		if s.Campaign != "" {
+			l.Campaign = str(s.Campaign)
 		}
-		if s.Limit.Channel != "" {
-			ch := s.Limit.Channel
-			l.Channel = &ch
+		if s.Limit.Calendar != capping.None {
+			l.Calendar = str(s.Limit.Calendar.String())
+		} else {
+			l.Window = str(config.Duration(s.Limit.Window).String())
+		}
+		if s.Reserved > 0 {
+			l.For = str(s.Limit.Reserve.Below.String())
 		}
 		if s.Limit.Max > 0 && !s.NextFree.IsZero() {
 			next := s.NextFree
 			if next.Before(in.At) {
 				next = in.At
 			}
-			t := next.UTC().Format(rfc3339ms)
-			l.NextFree = &t
+			l.NextFree = str(f(next))
 		}
 		out.Limits = append(out.Limits, l)
 	}

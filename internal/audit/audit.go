@@ -1,7 +1,9 @@
 // Package audit checks, independently of the capping engine, that what
 // capper delivered respects the caps: it reads the delivery records back,
-// counts each user's sends per limit and reports every window above its max.
-// The end-to-end tests and `capper demo` use it as their verdict.
+// counts each user's sends per limit (rolling windows and calendar periods in
+// the user's time zone, scopes, per-campaign counts, reserved slots) and
+// reports every window above what the limit allows. The end-to-end tests and
+// `capper demo` use it as their verdict.
 package audit
 
 import (
@@ -26,22 +28,30 @@ const (
 	hDecidedAt = "capper-decided-at"
 	hUnchecked = "capper-unchecked"
 	hDuplicate = "capper-duplicate"
+	hOverride  = "capper-override"
 	timeLayout = "2006-01-02T15:04:05.000Z07:00"
 )
 
-// Send is one delivery that counts against the caps.
+// Send is one delivery that counts against the caps, with what the limits
+// look at.
 type Send struct {
 	User      uint64
 	ID        string
 	Channel   string
+	Category  string // "" reads as the policy's default category
+	Campaign  string
+	Tags      []string
+	Priority  string         // low, normal (also ""), high
+	TimeZone  *time.Location // nil: the policy's
 	Segment   string
 	At        time.Time // when the caps were checked (capper-decided-at)
 	Duplicate bool      // a redelivery of an id allowed before
+	Bypass    bool      // an honoured bypass: delivered without checking, counted
 }
 
 // Sends extracts the counted sends from delivery records: decision
-// "allowed" and not failed open. Exempt and shadow-capped records are not
-// counted by the caps, so they are skipped.
+// "allowed" and not failed open. Exempt (also bypass-uncounted) and
+// shadow-capped records are not counted by the caps, so they are skipped.
 func Sends(records []kafka.Message) ([]Send, error) {
 	var out []Send
 	for _, r := range records {
@@ -50,22 +60,37 @@ func Sends(records []kafka.Message) ([]Send, error) {
 			continue
 		}
 		var v struct {
-			ID      string          `json:"id"`
-			UserID  json.RawMessage `json:"user_id"`
-			Channel string          `json:"channel"`
+			ID       string          `json:"id"`
+			UserID   json.RawMessage `json:"user_id"`
+			Channel  string          `json:"channel"`
+			Category string          `json:"category"`
+			Campaign string          `json:"campaign_id"`
+			Tags     []string        `json:"tags"`
+			Priority string          `json:"priority"`
+			TimeZone string          `json:"time_zone"`
+		}
+		where := func(err error) error {
+			return fmt.Errorf("delivery at %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
 		}
 		if err := json.Unmarshal(r.Value, &v); err != nil {
-			return nil, fmt.Errorf("delivery at %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
+			return nil, where(err)
 		}
 		uid, err := strconv.ParseUint(string(bytesTrimQuotes(v.UserID)), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("delivery at %s/%d/%d: user_id %s: %w", r.Topic, r.Partition, r.Offset, v.UserID, err)
+			return nil, where(fmt.Errorf("user_id %s: %w", v.UserID, err))
 		}
 		at, err := time.Parse(time.RFC3339Nano, h[hDecidedAt]) // capper writes ms; any RFC 3339 reads
 		if err != nil {
-			return nil, fmt.Errorf("delivery at %s/%d/%d: %s: %w", r.Topic, r.Partition, r.Offset, hDecidedAt, err)
+			return nil, where(fmt.Errorf("%s: %w", hDecidedAt, err))
 		}
-		out = append(out, Send{User: uid, ID: v.ID, Channel: v.Channel, Segment: h[hSegment], At: at, Duplicate: h[hDuplicate] == "true"})
+		s := Send{User: uid, ID: v.ID, Channel: v.Channel, Category: v.Category, Campaign: v.Campaign, Tags: v.Tags,
+			Priority: v.Priority, Segment: h[hSegment], At: at, Duplicate: h[hDuplicate] == "true", Bypass: h[hOverride] == "bypass"}
+		if v.TimeZone != "" {
+			if s.TimeZone, err = time.LoadLocation(v.TimeZone); err != nil {
+				return nil, where(fmt.Errorf("time_zone: %w", err))
+			}
+		}
+		out = append(out, s)
 	}
 	return out, nil
 }
@@ -87,24 +112,44 @@ func bytesTrimQuotes(b []byte) []byte {
 
 // Violation is a window holding more sends than its limit allows.
 type Violation struct {
-	User      uint64
-	Segment   string
-	Limit     capping.Limit
-	Count     int
+	User    uint64
+	Segment string
+	Limit   capping.Limit
+	// Campaign is set for a per-campaign limit.
+	Campaign string
+	Count    int
+	// Allowed is what the limit allowed the send that ended the window:
+	// Max, or Max minus the reserved slots for a lower priority.
+	Allowed   int
+	From      time.Time // the calendar period's start; zero for a rolling window
 	WindowEnd time.Time
 }
 
 func (v Violation) String() string {
-	return fmt.Sprintf("user %d (segment %s): %d sends in the %s window ending %s, limit %q allows %d",
-		v.User, v.Segment, v.Count, v.Limit.Window, v.WindowEnd.UTC().Format(timeLayout), v.Limit.Name, v.Limit.Max)
+	what := fmt.Sprintf("the %s window ending %s", v.Limit.Window, v.WindowEnd.UTC().Format(timeLayout))
+	if !v.From.IsZero() {
+		what = fmt.Sprintf("the calendar %s from %s, up to %s", v.Limit.Calendar, v.From.Format(timeLayout), v.WindowEnd.UTC().Format(timeLayout))
+	}
+	if v.Campaign != "" {
+		what += fmt.Sprintf(" for campaign %q", v.Campaign)
+	}
+	return fmt.Sprintf("user %d (segment %s): %d sends in %s, limit %q allows %d", v.User, v.Segment, v.Count, what, v.Limit.Name, v.Allowed)
 }
 
 // Check returns every violation of rules in sends. A user's repeated id
-// counts once, at its earliest time. For each counted send at time t under
-// its segment's policy, every limit (window W, max M) must see at most M
-// sends of its channel in (t-W, t]: that is the decision the engine made, and
-// since the busiest window always ends at a send, it is equivalent to "at
-// most M in any interval of length W".
+// counts once, at its earliest time. For each counted send s under its
+// segment's policy, every limit whose where it matches must see, among the
+// user's sends that match it (of the same campaign for a per-campaign limit):
+//   - rolling window W: at most the allowed number in (s.At-W, s.At];
+//   - calendar period: at most the allowed number from the start of the
+//     local day, week or month that holds s.At (in the send's time zone, or
+//     the policy's) up to s.At.
+//
+// That is the decision the engine made for s (the allowed number is Max, or
+// Max minus the reserved slots when s's priority is below the reserve's), and
+// since the busiest window always ends at a send, it is "at most Max in any
+// window". An honoured bypass is not checked itself, but counts for the
+// others.
 func Check(rules capping.Rules, sends []Send) []Violation {
 	type key struct {
 		user uint64
@@ -138,22 +183,106 @@ func Check(rules capping.Rules, sends []Send) []Violation {
 		list := byUser[u]
 		sort.Slice(list, func(i, j int) bool { return list[i].At.Before(list[j].At) })
 		for _, s := range list {
+			if s.Bypass {
+				continue
+			}
 			for _, l := range rules.PolicyOf(s.Segment).Limits {
-				if l.Channel != "" && l.Channel != s.Channel {
+				if !matches(rules, l.Where, s) {
 					continue // this limit did not apply to this decision
+				}
+				from := s.At.Add(-l.Window)
+				var start time.Time
+				if l.Calendar != capping.None {
+					loc := s.TimeZone
+					if loc == nil {
+						loc = rules.TimeZone
+					}
+					start = periodStart(l.Calendar, s.At, loc, rules.WeekStart).In(loc)
+					from = start.Add(-time.Nanosecond) // (from, s.At] holds start
 				}
 				n := 0
 				for _, o := range list {
-					if o.At.After(s.At.Add(-l.Window)) && !o.At.After(s.At) && (l.Channel == "" || o.Channel == l.Channel) {
+					if o.At.After(from) && !o.At.After(s.At) && matches(rules, l.Where, o) &&
+						(l.Per != capping.PerCampaign || o.Campaign == s.Campaign) {
 						n++
 					}
 				}
-				if w := (window{u, l.Name, s.At}); n > l.Max && !reported[w] {
+				allowed := l.Max
+				if l.Reserve.Slots > 0 && priority(s.Priority) < l.Reserve.Below {
+					allowed -= l.Reserve.Slots
+				}
+				if w := (window{u, l.Name, s.At}); n > allowed && !reported[w] {
 					reported[w] = true
-					out = append(out, Violation{User: u, Segment: s.Segment, Limit: l, Count: n, WindowEnd: s.At})
+					v := Violation{User: u, Segment: s.Segment, Limit: l, Count: n, Allowed: allowed, From: start, WindowEnd: s.At}
+					if l.Per == capping.PerCampaign {
+						v.Campaign = s.Campaign
+					}
+					out = append(out, v)
 				}
 			}
 		}
 	}
 	return out
+}
+
+// matches reports whether a send falls in a limit's where: every dimension
+// that is set (any of the tags).
+func matches(rules capping.Rules, w capping.Where, s Send) bool {
+	category := s.Category
+	if category == "" {
+		category = rules.DefaultCategory
+	}
+	if len(w.Channels) > 0 && !slices.Contains(w.Channels, s.Channel) ||
+		len(w.Categories) > 0 && !slices.Contains(w.Categories, category) ||
+		len(w.Campaigns) > 0 && !slices.Contains(w.Campaigns, s.Campaign) {
+		return false
+	}
+	if len(w.Tags) == 0 {
+		return true
+	}
+	for _, t := range s.Tags {
+		if slices.Contains(w.Tags, t) {
+			return true
+		}
+	}
+	return false
+}
+
+func priority(p string) capping.Priority {
+	switch p {
+	case "low":
+		return capping.Low
+	case "high":
+		return capping.High
+	}
+	return capping.Normal
+}
+
+// periodStart is the first instant of the local day, week (from weekStart)
+// or month that holds t in loc: the instant the local date turns to that
+// day's date, found by bisection (so it needs nothing but t.In(loc).Date,
+// and gets days of 23 or 25 hours, and midnights a DST change skips, right).
+func periodStart(c capping.Calendar, t time.Time, loc *time.Location, weekStart time.Weekday) time.Time {
+	y, m, d := t.In(loc).Date()
+	switch c {
+	case capping.Week:
+		wd := time.Date(y, m, d, 12, 0, 0, 0, time.UTC).Weekday()
+		y, m, d = time.Date(y, m, d-(int(wd)-int(weekStart)+7)%7, 12, 0, 0, 0, time.UTC).Date()
+	case capping.Month:
+		d = 1
+	}
+	before := func(u time.Time) bool {
+		uy, um, ud := u.In(loc).Date()
+		return uy < y || uy == y && (um < m || um == m && ud < d)
+	}
+	lo, hi := t.Unix()-33*86400, t.Unix() // before(lo), !before(hi): midnights are whole seconds
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if before(time.Unix(mid, 0)) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return time.Unix(hi, 0)
 }

@@ -10,18 +10,32 @@ import (
 	"github.com/capper-dev/capper/internal/capping"
 )
 
+var ny, _ = time.LoadLocation("America/New_York")
+
 var rules = capping.Rules{
 	Segments: []capping.Segment{
 		{Name: "new", Policy: capping.Policy{Limits: []capping.Limit{
 			{Name: "hourly", Window: time.Hour, Max: 1},
 			{Name: "daily", Window: 24 * time.Hour, Max: 2},
-			{Name: "sms", Window: 24 * time.Hour, Max: 0, Channel: "sms"},
+			{Name: "sms", Window: 24 * time.Hour, Max: 0, Where: capping.Where{Channels: []string{"sms"}}},
+		}}},
+		{Name: "v2", Policy: capping.Policy{Limits: []capping.Limit{
+			{Name: "promo-day", Calendar: capping.Day, Max: 1, Where: capping.Where{Tags: []string{"promo"}}},
+			{Name: "same-campaign", Window: 7 * 24 * time.Hour, Max: 1, Per: capping.PerCampaign, Where: capping.Where{Categories: []string{"marketing"}}},
+			{Name: "daily", Window: 24 * time.Hour, Max: 3, Reserve: capping.Reserve{Slots: 1, Below: capping.High}},
 		}}},
 	},
-	Default: capping.Policy{Limits: []capping.Limit{{Name: "daily", Window: 24 * time.Hour, Max: 5}}},
+	Default:         capping.Policy{Limits: []capping.Limit{{Name: "daily", Window: 24 * time.Hour, Max: 5}}},
+	Categories:      []string{"marketing", "transactional"},
+	DefaultCategory: "marketing",
+	TimeZone:        ny,
+	WeekStart:       time.Monday,
 }
 
-var t0 = time.Date(2026, 11, 21, 16, 0, 0, 0, time.UTC)
+var (
+	t0      = time.Date(2026, 11, 21, 16, 0, 0, 0, time.UTC)
+	kiri, _ = time.LoadLocation("Pacific/Kiritimati")
+)
 
 func TestCheckFindsEachKindOfViolation(t *testing.T) {
 	for _, tc := range []struct {
@@ -57,6 +71,48 @@ func TestCheckFindsEachKindOfViolation(t *testing.T) {
 			{User: 3, ID: "5", Channel: "push", Segment: "none", At: t0},
 			{User: 3, ID: "6", Channel: "push", Segment: "none", At: t0},
 		}, []string{"6 sends"}},
+		// 2026-11-01 in New York has 25 hours: 00:30 and 23:45 local are
+		// the same calendar day, 24h15m apart.
+		{"calendar day of 25 hours", []Send{
+			{User: 4, ID: "a", Campaign: "c1", Tags: []string{"promo"}, Segment: "v2", At: time.Date(2026, 11, 1, 0, 30, 0, 0, ny)},
+			{User: 4, ID: "b", Campaign: "c2", Tags: []string{"promo"}, Segment: "v2", At: time.Date(2026, 11, 1, 23, 45, 0, 0, ny)},
+		}, []string{`2 sends in the calendar day from 2026-11-01T00:00:00.000-04:00`}},
+		{"next calendar day", []Send{
+			{User: 4, ID: "a", Campaign: "c1", Tags: []string{"promo"}, Segment: "v2", At: time.Date(2026, 11, 1, 23, 45, 0, 0, ny)},
+			{User: 4, ID: "b", Campaign: "c2", Tags: []string{"promo"}, Segment: "v2", At: time.Date(2026, 11, 2, 0, 0, 0, 0, ny)},
+		}, nil},
+		{"the send's own time zone", []Send{ // the same instants: one day in Kiritimati, two in New York
+			{User: 4, ID: "a", Campaign: "c1", Tags: []string{"promo"}, Segment: "v2", At: time.Date(2026, 11, 1, 23, 45, 0, 0, ny), TimeZone: kiri},
+			{User: 4, ID: "b", Campaign: "c2", Tags: []string{"promo"}, Segment: "v2", At: time.Date(2026, 11, 2, 0, 0, 0, 0, ny), TimeZone: kiri},
+		}, []string{`limit "promo-day" allows 1`}},
+		{"untagged sends do not count", []Send{
+			{User: 4, ID: "a", Campaign: "c1", Tags: []string{"promo"}, Segment: "v2", At: t0},
+			{User: 4, ID: "b", Campaign: "c2", Tags: []string{"news"}, Segment: "v2", At: t0.Add(time.Minute)},
+		}, nil},
+		{"per campaign", []Send{
+			{User: 5, ID: "a", Campaign: "c1", Segment: "v2", At: t0},
+			{User: 5, ID: "b", Campaign: "c2", Segment: "v2", At: t0.Add(time.Hour)},
+			{User: 5, ID: "c", Campaign: "c1", Segment: "v2", At: t0.Add(2 * time.Hour), Priority: "high"},
+		}, []string{`for campaign "c1", limit "same-campaign" allows 1`}},
+		{"per campaign, other category", []Send{
+			{User: 5, ID: "a", Campaign: "c1", Segment: "v2", At: t0},
+			{User: 5, ID: "b", Campaign: "c1", Category: "transactional", Segment: "v2", At: t0.Add(time.Hour)},
+		}, nil},
+		{"reserved slot used by normal priority", []Send{
+			{User: 6, ID: "a", Campaign: "c1", Segment: "v2", At: t0},
+			{User: 6, ID: "b", Campaign: "c2", Segment: "v2", At: t0.Add(time.Hour)},
+			{User: 6, ID: "c", Campaign: "c3", Segment: "v2", At: t0.Add(2 * time.Hour)},
+		}, []string{`3 sends in the 24h0m0s window ending 2026-11-21T18:00:00.000Z, limit "daily" allows 2`}},
+		{"reserved slot used by high priority", []Send{
+			{User: 6, ID: "a", Campaign: "c1", Segment: "v2", At: t0},
+			{User: 6, ID: "b", Campaign: "c2", Segment: "v2", At: t0.Add(time.Hour)},
+			{User: 6, ID: "c", Campaign: "c3", Segment: "v2", At: t0.Add(2 * time.Hour), Priority: "high"},
+		}, nil},
+		{"a bypass is not checked but counts", []Send{
+			{User: 7, ID: "a", Campaign: "c1", Segment: "new", At: t0},
+			{User: 7, ID: "b", Campaign: "c2", Segment: "new", At: t0.Add(time.Minute), Bypass: true},
+			{User: 7, ID: "c", Campaign: "c3", Segment: "new", At: t0.Add(2 * time.Hour)},
+		}, []string{`3 sends in the 24h0m0s window`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Check(rules, tc.sends)
@@ -79,18 +135,22 @@ func TestSendsReadsHeaders(t *testing.T) {
 			{Key: "capper-segment", Value: []byte("new")},
 			{Key: "capper-decided-at", Value: []byte("2026-11-21T16:00:00.123Z")},
 		}, extra...)
-		return kafka.Message{Value: []byte(`{"id":"x","user_id":"42","channel":"push"}`), Headers: h}
+		return kafka.Message{Value: []byte(`{"id":"x","user_id":"42","channel":"push","campaign_id":"c","tags":["promo"],"priority":"high","time_zone":"Asia/Singapore"}`), Headers: h}
 	}
 	got, err := Sends([]kafka.Message{
 		rec("allowed"),
 		rec("exempt"),
 		rec("shadow-capped"),
 		rec("allowed", kafka.Header{Key: "capper-unchecked", Value: []byte("true")}),
+		rec("exempt", kafka.Header{Key: "capper-override", Value: []byte("bypass-uncounted")}),
+		rec("allowed", kafka.Header{Key: "capper-override", Value: []byte("bypass")}),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].User != 42 || got[0].At != t0.Add(123*time.Millisecond) || got[0].Segment != "new" {
+	if len(got) != 2 || got[0].User != 42 || got[0].At != t0.Add(123*time.Millisecond) || got[0].Segment != "new" ||
+		got[0].Campaign != "c" || got[0].Tags[0] != "promo" || got[0].Priority != "high" || got[0].TimeZone.String() != "Asia/Singapore" ||
+		got[0].Bypass || !got[1].Bypass {
 		t.Fatalf("got %+v", got)
 	}
 	if _, err := Sends([]kafka.Message{{Value: []byte(`{`), Headers: rec("allowed").Headers}}); err == nil {

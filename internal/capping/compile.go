@@ -82,7 +82,8 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 	taken := map[uint32]bool{}
 	compile := func(p Policy) compiledPolicy {
 		var cp compiledPolicy
-		for _, l := range p.Limits {
+		pi := len(ps.pols)
+		for li, l := range p.Limits {
 			canon := canonical(l.Where, l.Per)
 			i, ok := byCanon[canon]
 			if !ok {
@@ -96,6 +97,7 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 				ps.scopes = append(ps.scopes, &scope{canon: canon, id: id, per: l.Per, where: compileWhere(l.Where)})
 			}
 			s := ps.scopes[i]
+			s.limits = append(s.limits, struct{ pol, limit int }{pi, li})
 			cl := compiledLimit{Limit: l, scope: i}
 			if l.Calendar == None {
 				cl.window = int64(l.Window / time.Second)

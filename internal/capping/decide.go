@@ -55,19 +55,41 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 	out := make([]Decision, len(reqs))
 	calls := make([]call, 0, len(reqs))
 	set := e.set
+	asked := 0 // valid requests, exempt ones included
+	var pending map[uint64]bool
+	if e.refusals != nil {
+		pending = make(map[uint64]bool, len(reqs))
+	}
 	for i := range reqs {
 		r := &reqs[i]
 		d, bypass, err := e.check(r)
-		switch {
-		case err != nil:
+		if err != nil {
 			out[i].Err = err
-		case d != nil:
+			continue
+		}
+		asked++
+		if d != nil {
 			out[i] = *d
-		default:
-			calls = append(calls, call{i: i, plan: set.plan(r), bypass: bypass})
-			out[i].OverrideRefused = r.Override != NoOverride && !bypass
+			continue
+		}
+		c := call{i: i, plan: set.plan(r), bypass: bypass}
+		// Not for a user with an earlier call in this batch: it may be
+		// allowed, and move the remembered retry-after.
+		if e.refusals != nil && !bypass && !pending[r.UserID] {
+			if d, ok := e.refusals.lookup(set, r, c.plan); ok {
+				out[i] = d
+				out[i].OverrideRefused = r.Override != NoOverride
+				e.m.refusalHits.Inc()
+				continue
+			}
+		}
+		calls = append(calls, c)
+		out[i].OverrideRefused = r.Override != NoOverride && !bypass
+		if e.refusals != nil {
+			pending[r.UserID] = true
 		}
 	}
+	defer e.m.observeCalls(asked)
 	if len(calls) == 0 {
 		return out, nil
 	}
@@ -102,6 +124,9 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		}
 		if d := &out[c.i]; c.notReplicated != nil && d.Err == nil && (d.Outcome == Allowed || d.Outcome == Duplicate) {
 			*d = Decision{Err: fmt.Errorf("decide: %w", c.notReplicated)}
+		}
+		if d := &out[c.i]; e.refusals != nil && d.Err == nil {
+			e.refusals.remember(set, &reqs[c.i], c.plan, *d)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -177,7 +202,7 @@ func (e *Engine) prepare(reqs []Request, calls []call) {
 // send runs calls in one pipeline; errors stay on each call's command.
 // With WaitReplicas, see sendDurable.
 func (e *Engine) send(ctx context.Context, set *policySet, reqs []Request, calls []*call, eval bool) {
-	e.m.scriptCalls.Add(float64(len(calls)))
+	e.m.addCalls(len(calls))
 	if e.waitReplicas > 0 {
 		e.sendDurable(ctx, set, reqs, calls, eval)
 		return

@@ -35,9 +35,14 @@ type Options struct {
 	// later). See durable.go.
 	WaitReplicas int
 	WaitTimeout  time.Duration
-	Registerer   prometheus.Registerer
-	Logger       *slog.Logger
-	Now          func() time.Time // only for the clock-skew check
+	// RefusalCacheSize > 0 remembers that many (user, limit) refusals and
+	// answers repeats without Redis until the limit frees a slot, for at
+	// most RefusalCacheTTL (see refusals.go).
+	RefusalCacheSize int
+	RefusalCacheTTL  time.Duration
+	Registerer       prometheus.Registerer
+	Logger           *slog.Logger
+	Now              func() time.Time // only for the clock-skew check
 }
 
 const defaultSkewInterval = 30 * time.Second
@@ -52,6 +57,7 @@ type Engine struct {
 	skewEvery    time.Duration
 	waitReplicas int
 	waitTimeout  time.Duration
+	refusals     *refusals // nil: no cache
 	m            *metrics
 	log          *slog.Logger
 	now          func() time.Time
@@ -78,6 +84,11 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		log:          opts.Logger,
 		now:          opts.Now,
 	}
+	if opts.RefusalCacheSize > 0 {
+		if e.refusals, err = newRefusals(opts.RefusalCacheSize, opts.RefusalCacheTTL); err != nil {
+			return nil, fmt.Errorf("capping: refusal cache: %w", err)
+		}
+	}
 	if e.skewEvery <= 0 {
 		e.skewEvery = defaultSkewInterval
 	}
@@ -92,6 +103,13 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e.checkListpack(ctx)
 	return e, nil
+}
+
+// ForgetRefusals empties the refusal cache: a slot may have freed early.
+func (e *Engine) ForgetRefusals() {
+	if e.refusals != nil {
+		e.refusals.forget()
+	}
 }
 
 // ListpackValue is the hash-max-listpack-value Redis needs for records to
@@ -135,6 +153,9 @@ func (o Options) validate() error {
 	}
 	if _, ring := o.Client.(*redis.Ring); ring && o.WaitReplicas > 0 {
 		errs = append(errs, fmt.Errorf("wait replicas: not supported with a ring client"))
+	}
+	if o.RefusalCacheSize < 0 || (o.RefusalCacheSize > 0 && o.RefusalCacheTTL <= 0) {
+		errs = append(errs, fmt.Errorf("refusal cache of %d entries needs a positive TTL, got %s", o.RefusalCacheSize, o.RefusalCacheTTL))
 	}
 	if o.SkewWarn <= 0 {
 		errs = append(errs, fmt.Errorf("skew warning threshold %s must be above 0", o.SkewWarn))

@@ -256,7 +256,7 @@ func TestOverrides(t *testing.T) {
 		}
 	}
 	// The weekly limit (3) counts a and d: one more is allowed tomorrow.
-	st, err := e.Inspect(context.Background(), 9, "new", at, nil)
+	st, err := e.Inspect(context.Background(), 9, "new", InspectOptions{At: at})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestInspect(t *testing.T) {
 		for _, seg := range testSegments() {
 			pol := m.rules.PolicyOf(seg)
 			for _, at := range []time.Time{g.now, g.now.Add(time.Hour), g.now.Add(25 * time.Hour)} {
-				st, err := e.Inspect(ctx, uid, seg, at, tz)
+				st, err := e.Inspect(ctx, uid, seg, InspectOptions{At: at, TimeZone: tz})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -373,7 +373,7 @@ func TestInspect(t *testing.T) {
 	before := dumpAll(t, c)
 	calls := writeCalls(t, c)
 	for _, uid := range g.users[:20] {
-		if _, err := e.Inspect(ctx, uid, "chatty", g.now.Add(60*24*time.Hour), nil); err != nil {
+		if _, err := e.Inspect(ctx, uid, "chatty", InspectOptions{At: g.now.Add(60 * 24 * time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -384,7 +384,7 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("Inspect ran %d write commands", n-calls)
 	}
 	// A segment without a policy is inspected under the default one.
-	if st, err := e.Inspect(ctx, 1, "ghost", g.now, nil); err != nil || len(st) != len(m.rules.Default.Limits) {
+	if st, err := e.Inspect(ctx, 1, "ghost", InspectOptions{At: g.now}); err != nil || len(st) != len(m.rules.Default.Limits) {
 		t.Fatalf("Inspect of a segment without a policy: %+v %v", st, err)
 	}
 }
@@ -502,5 +502,43 @@ func TestSkewMargin(t *testing.T) {
 		if got := decide("push-2", "push", behind); got != tc.want { // B again
 			t.Errorf("worker %s ahead: second push %s, want %s", tc.ahead, got, tc.want)
 		}
+	}
+}
+
+// TestInspectCampaign: the record keeps campaign hashes, not names; asked
+// about a campaign by name, Inspect shows that campaign's row only.
+func TestInspectCampaign(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	e := newEngine(t, r.Client(), Options{})
+	ctx := context.Background()
+	for i, c := range []string{"spring", "summer"} {
+		if _, err := e.Decide(ctx, []Request{{UserID: 5, Segment: "active", IntentID: c, Campaign: c, Channel: "email",
+			Category: "marketing", At: T0.Add(time.Duration(i) * time.Minute)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := func(o InspectOptions) map[string]int {
+		t.Helper()
+		o.At = T0.Add(time.Hour)
+		st, err := e.Inspect(ctx, 5, "active", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, s := range st {
+			if s.Limit.Name == "same-campaign" {
+				out[s.Campaign] = s.Count
+			}
+		}
+		return out
+	}
+	if got := rows(InspectOptions{}); len(got) != 2 {
+		t.Errorf("without a campaign: %v, want a row per campaign hash", got)
+	}
+	if got := rows(InspectOptions{Campaign: "spring"}); len(got) != 1 || got["spring"] != 1 {
+		t.Errorf("campaign spring: %v", got)
+	}
+	if got := rows(InspectOptions{Campaign: "autumn"}); len(got) != 1 || got["autumn"] != 0 {
+		t.Errorf("campaign autumn: %v", got)
 	}
 }

@@ -18,8 +18,9 @@ type LimitState struct {
 	// Scope is what the limit counts, in words ("channels push; tags
 	// promo", "every intent; per campaign").
 	Scope string
-	// Campaign is, for a per-campaign limit, the campaign's 3-byte hash in
-	// hex (the record keeps no names).
+	// Campaign is, for a per-campaign limit, the campaign asked about, or
+	// the 3-byte hash (hex) of one the user has sends of: the record keeps
+	// no names.
 	Campaign string
 	// From and To bound the window: a rolling one ends at the time asked
 	// about, a calendar one is the local period holding it.
@@ -33,11 +34,19 @@ type LimitState struct {
 	NextFree time.Time
 }
 
-// Inspect reports every limit of the segment's policy for a user at a time,
-// in the user's time zone (nil: the rules'). Per-campaign limits get a row
-// per campaign the user has sends of (one row with no campaign when none).
-// It only reads.
-func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, at time.Time, tz *time.Location) ([]LimitState, error) {
+// InspectOptions say what Inspect looks at.
+type InspectOptions struct {
+	At       time.Time      // required
+	TimeZone *time.Location // the user's, for calendar limits; nil: the rules'
+	// Campaign: per-campaign limits show this campaign only. Empty: a row
+	// per campaign the user has sends of (one without a campaign when none).
+	Campaign string
+}
+
+// Inspect reports every limit of the segment's policy for a user. It only
+// reads.
+func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, o InspectOptions) ([]LimitState, error) {
+	at, tz := o.At, o.TimeZone
 	if at.IsZero() {
 		return nil, errors.New("inspect: no time")
 	}
@@ -62,8 +71,9 @@ func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, at 
 			st.From, st.To = period(l.Calendar, at, tz, set.rules.WeekStart)
 		}
 		var secs []section
+		want := campaignHash(o.Campaign)
 		for _, sec := range rec.sections {
-			if sec.id == s.id {
+			if sec.id == s.id && (s.per != PerCampaign || o.Campaign == "" || sec.campaign == want) {
 				secs = append(secs, sec)
 			}
 		}
@@ -72,7 +82,11 @@ func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, at 
 		}
 		for _, sec := range secs {
 			row := st
-			if s.per == PerCampaign && len(sec.times) > 0 {
+			switch {
+			case s.per != PerCampaign:
+			case o.Campaign != "":
+				row.Campaign = o.Campaign
+			case len(sec.times) > 0:
 				row.Campaign = hex.EncodeToString(sec.campaign[:])
 			}
 			from := st.From.Unix()

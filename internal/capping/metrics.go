@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -15,6 +16,9 @@ import (
 )
 
 type metrics struct {
+	refusalHits  prometheus.Counter
+	callsPer     prometheus.Gauge
+	calls, asked atomic.Int64 // since start, for callsPer
 	errors       *prometheus.CounterVec
 	noscript     prometheus.Counter
 	skew         *prometheus.GaugeVec
@@ -40,6 +44,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "capper_redis_clock_skew_seconds",
 			Help: "A Redis master's TIME minus this process's clock (at the middle of the round trip).",
 		}, []string{"node"}),
+		refusalHits: f.NewCounter(prometheus.CounterOpts{
+			Name: "capper_refusal_cache_hits_total",
+			Help: "Intents capped from the worker's memory of a full limit, without a Redis call.",
+		}),
+		callsPer: f.NewGauge(prometheus.GaugeOpts{
+			Name: "capper_redis_calls_per_intent",
+			Help: "Script calls per intent decided (exempt included, invalid not) since the process started.",
+		}),
 		scriptCalls: f.NewCounter(prometheus.CounterOpts{
 			Name: "capper_redis_script_calls_total",
 			Help: "Script calls sent to Redis (EVALSHA and EVAL).",
@@ -58,6 +70,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.errors.WithLabelValues(k)
 	}
 	return m
+}
+
+// addCalls counts script calls sent.
+func (m *metrics) addCalls(n int) {
+	m.scriptCalls.Add(float64(n))
+	m.calls.Add(int64(n))
+}
+
+// observeCalls counts intents decided and updates the calls per intent.
+func (m *metrics) observeCalls(asked int) {
+	if a := m.asked.Add(int64(asked)); a > 0 {
+		m.callsPer.Set(float64(m.calls.Load()) / float64(a))
+	}
 }
 
 // Error kinds of capper_redis_errors_total.

@@ -172,48 +172,56 @@ func (m *refModel) decide(r Request) Decision {
 		d.Override = Bypass
 	} else {
 		for _, l := range rules.PolicyOf(r.Segment).Limits {
-			if !refMatches(l.Where, &r) {
-				continue
+			if full, retry := m.limitState(u, r, l); full {
+				return Decision{Outcome: Capped, Limit: l.Name, RetryAfter: retry, At: r.At, OverrideRefused: refused}
 			}
-			if l.Max == 0 {
-				return Decision{Outcome: Capped, Limit: l.Name, RetryAfter: RetryAfter{Never: true}, At: r.At, OverrideRefused: refused}
-			}
-			var times []int64
-			for _, s := range u.sends {
-				if refMatches(l.Where, &s.r) && (l.Per != PerCampaign || s.r.Campaign == r.Campaign) {
-					times = append(times, s.at)
-				}
-			}
-			slices.Sort(times)
-			w := int64(l.Window / time.Second)
-			start, end := now-w, int64(0)
-			if l.Calendar != None {
-				start, end = refPeriod(l.Calendar, r.At, m.location(&r), rules.WeekStart)
-			}
-			in := 0
-			for _, t := range times {
-				if t >= start {
-					in++
-				}
-			}
-			allow := l.Max
-			if l.Reserve.Slots > 0 && r.Priority < l.Reserve.Below {
-				allow -= l.Reserve.Slots
-			}
-			if in < allow {
-				continue
-			}
-			retry := time.Unix(end, 0).Sub(r.At)
-			if l.Calendar == None {
-				retry = time.Unix(times[len(times)-allow]+w+1, 0).Sub(r.At)
-			}
-			return Decision{Outcome: Capped, Limit: l.Name, RetryAfter: RetryAfter{In: retry}, At: r.At, OverrideRefused: refused}
 		}
 	}
 	s := refSend{at: now, r: r}
 	u.sends = append(u.sends, s)
 	u.writes = append(u.writes, s)
 	return d
+}
+
+// limitState says whether a limit applies to r and is full for it, and when
+// it frees a slot.
+func (m *refModel) limitState(u *refUser, r Request, l Limit) (bool, RetryAfter) {
+	if !refMatches(l.Where, &r) {
+		return false, RetryAfter{}
+	}
+	if l.Max == 0 {
+		return true, RetryAfter{Never: true}
+	}
+	var times []int64
+	for _, s := range u.sends {
+		if refMatches(l.Where, &s.r) && (l.Per != PerCampaign || s.r.Campaign == r.Campaign) {
+			times = append(times, s.at)
+		}
+	}
+	slices.Sort(times)
+	now := r.At.Unix()
+	w := int64(l.Window / time.Second)
+	start, end := now-w, int64(0)
+	if l.Calendar != None {
+		start, end = refPeriod(l.Calendar, r.At, m.location(&r), m.rules.WeekStart)
+	}
+	in := 0
+	for _, t := range times {
+		if t >= start {
+			in++
+		}
+	}
+	allow := l.Max
+	if l.Reserve.Slots > 0 && r.Priority < l.Reserve.Below {
+		allow -= l.Reserve.Slots
+	}
+	if in < allow {
+		return false, RetryAfter{}
+	}
+	if l.Calendar != None {
+		return true, RetryAfter{In: time.Unix(end, 0).Sub(r.At)}
+	}
+	return true, RetryAfter{In: time.Unix(times[len(times)-allow]+w+1, 0).Sub(r.At)}
 }
 
 // Test traffic vocabularies.
@@ -241,8 +249,9 @@ type gen struct {
 	focus   uint64    // after an edge jump, the first requests go to this user
 	focusN  int
 	next    int
-	invalid bool // also make a few invalid requests
-	noMoves bool // users keep their segment
+	invalid  bool // also make a few invalid requests
+	noMoves  bool // users keep their segment
+	noBypass bool // no intent asks to bypass the caps
 }
 
 func newGen(t testing.TB, seed uint64, users int, start time.Time) *gen {
@@ -345,6 +354,7 @@ func (g *gen) batch(n int) []Request {
 			r.Category = "lifecycle"
 		}
 		switch k := g.rng.IntN(100); {
+		case g.noBypass:
 		case k < 4:
 			r.Override = Bypass
 		case k < 6:

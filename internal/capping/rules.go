@@ -174,6 +174,7 @@ type Rules struct {
 	Default          Policy    // users in a segment without a policy, or in none
 	Channels         []string  // known channels
 	Categories       []string  // known categories
+	DefaultCategory  string    // of intents that name none (the decoder fills it in)
 	ExemptCategories []string  // bypass capping, not counted
 	Overrides        Overrides
 	TimeZone         *time.Location // of users whose intent names none
@@ -205,6 +206,9 @@ func (r Rules) Problems() []Problem {
 	var ps problems
 	channels := names(&ps, "channels", r.Channels, true)
 	categories := names(&ps, "categories", r.Categories, true)
+	if r.DefaultCategory != "" && !categories[r.DefaultCategory] {
+		ps.add("default_category", "%q is not one of the categories", r.DefaultCategory)
+	}
 	for i, c := range r.ExemptCategories {
 		if !categories[c] {
 			ps.add(fmt.Sprintf("exempt_categories[%d]", i), "%q is not one of the categories", c)

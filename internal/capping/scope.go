@@ -26,6 +26,8 @@ type scope struct {
 	// keep: the most times a section needs, the largest max of a limit on
 	// it (a limit looks at its max-th newest send, no further).
 	keep int
+	// limits on this scope, by policy (index in policySet.pols) and limit.
+	limits []struct{ pol, limit int }
 }
 
 // perCampaignFlag marks the section of a per-campaign scope in a record: its

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/alecthomas/kong"
 )
@@ -77,4 +78,21 @@ func Exit(name string, err error, stderr io.Writer) int {
 		return exit.ExitCode()
 	}
 	return ExitFailure
+}
+
+// TimeZone is a flag naming an IANA time zone; a bad name is a usage error.
+type TimeZone struct{ *time.Location }
+
+// Decode reads the flag's value (kong.MapperValue).
+func (z *TimeZone) Decode(ctx *kong.DecodeContext) error {
+	var name string
+	if err := ctx.Scan.PopValueInto("time zone", &name); err != nil {
+		return err
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "" || name == "Local" {
+		return fmt.Errorf("%q is not an IANA time zone (e.g. Europe/Paris)", name)
+	}
+	z.Location = loc
+	return nil
 }

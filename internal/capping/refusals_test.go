@@ -1,0 +1,136 @@
+package capping
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/capper-dev/capper/internal/testenv"
+)
+
+// TestRefusalCacheModel runs random traffic through an engine with the
+// refusal cache and compares with the model: every outcome is the model's;
+// a capped answer names a limit the model finds full for that intent, with
+// that limit's retry-after (Redis would name the first full one in policy
+// order, the cache the first it remembers); the stored records are the
+// model's; and the cache saved Redis calls.
+func TestRefusalCacheModel(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := r.Client()
+	reg := prometheus.NewRegistry()
+	e := newEngine(t, c, Options{IdempotencyWindow: 2 * time.Hour, RefusalCacheSize: 10_000, RefusalCacheTTL: time.Hour, Registerer: reg})
+	m := newRefModel(e.set.rules, 2*time.Hour)
+	g := newGen(t, *modelSeed+20, 300, autumn)
+	ctx := context.Background()
+	hits := 0
+	for b := range 120 {
+		g.step(m.rules)
+		reqs := g.batch(1 + g.rng.IntN(100))
+		got, err := e.Decide(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range reqs {
+			u := m.user(r.UserID)
+			pol := m.rules.PolicyOf(r.Segment)
+			want := m.decide(r)
+			if got[i].Outcome == Capped && want.Outcome == Capped && got[i].Limit != want.Limit {
+				// Answered from the cache: a limit full for this intent.
+				ok := false
+				for _, l := range pol.Limits {
+					if full, retry := m.limitState(u, r, l); full && l.Name == got[i].Limit && retry == got[i].RetryAfter {
+						ok = true
+					}
+				}
+				if !ok {
+					t.Fatalf("batch %d request %d %+v: capped by %s retry %+v, which the model does not find full (it says %s)",
+						b, i, r, got[i].Limit, got[i].RetryAfter, want.Limit)
+				}
+				continue
+			}
+			if err := compare(got[i], want, compareOpts{}); err != nil {
+				t.Fatalf("batch %d request %d %+v: %v", b, i, r, err)
+			}
+		}
+	}
+	hits = int(counterValue(t, reg, "capper_refusal_cache_hits_total", nil))
+	calls := evalCalls(t, c)
+	t.Logf("%d refusals answered from the cache, %d script calls; calls per intent %.2f", hits, calls,
+		counterValue(t, reg, "capper_redis_calls_per_intent", nil))
+	if hits == 0 {
+		t.Fatal("the cache answered nothing")
+	}
+	checkStored(t, c, e, m)
+}
+
+// TestRefusalCacheRules: priorities, the TTL, ids allowed before, and
+// ForgetRefusals.
+func TestRefusalCacheRules(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := r.Client()
+	reg := prometheus.NewRegistry()
+	rules := testOptions(Options{}).Rules
+	rules.Segments, rules.Default = nil, Policy{Limits: []Limit{
+		{Name: "daily", Window: day, Max: 2, Reserve: Reserve{Slots: 1, Below: High}},
+	}}
+	e := newEngine(t, c, Options{Rules: rules, RefusalCacheSize: 100, RefusalCacheTTL: time.Minute, Registerer: reg})
+	ctx := context.Background()
+	n := 0
+	decide := func(id string, p Priority, at time.Time) Decision {
+		t.Helper()
+		n++
+		d, err := e.Decide(ctx, []Request{{UserID: 1, IntentID: id, Channel: "push", Category: "marketing", Priority: p, At: at}})
+		if err != nil || d[0].Err != nil {
+			t.Fatal(err, d[0].Err)
+		}
+		return d[0]
+	}
+	hits := func() int { return int(counterValue(t, reg, "capper_refusal_cache_hits_total", nil)) }
+	if d := decide("a", Normal, T0); d.Outcome != Allowed {
+		t.Fatalf("a: %+v", d)
+	}
+	if d := decide("b", Normal, T0.Add(time.Second)); d.Outcome != Capped || hits() != 0 { // the reserved slot
+		t.Fatalf("b: %+v, %d hits", d, hits())
+	}
+	if d := decide("c", Low, T0.Add(2*time.Second)); d.Outcome != Capped || hits() != 1 || d.RetryAfter.In != day-time.Second {
+		t.Fatalf("c (also below the reserve, from the cache): %+v, %d hits", d, hits())
+	}
+	if d := decide("d", High, T0.Add(3*time.Second)); d.Outcome != Allowed || hits() != 1 {
+		t.Fatalf("d (high: may use the reserved slot, not answered from a normal refusal): %+v, %d hits", d, hits())
+	}
+	if d := decide("a", Normal, T0.Add(4*time.Second)); d.Outcome != Duplicate {
+		t.Fatalf("a again (allowed before: a duplicate, not a cached refusal): %+v", d)
+	}
+	// d used the reserved slot: what the cache knew about daily is stale,
+	// Redis is asked (and refuses). Then the TTL: a minute after that
+	// refusal, Redis is asked again.
+	calls := evalCalls(t, c)
+	if d := decide("e", Normal, T0.Add(10*time.Second)); d.Outcome != Capped || evalCalls(t, c) != calls+1 {
+		t.Fatalf("e (after a send of the limit's scope): %+v, %d calls", d, evalCalls(t, c)-calls)
+	}
+	if d := decide("f", Low, T0.Add(40*time.Second)); d.Outcome != Capped || evalCalls(t, c) != calls+1 {
+		t.Fatalf("f (inside the TTL): %+v, %d calls", d, evalCalls(t, c)-calls)
+	}
+	decide("g", Normal, T0.Add(71*time.Second))
+	if evalCalls(t, c) != calls+2 {
+		t.Fatal("a refusal past the TTL was answered from the cache")
+	}
+	e.ForgetRefusals()
+	decide("h", Normal, T0.Add(72*time.Second))
+	if evalCalls(t, c) != calls+3 {
+		t.Fatal("ForgetRefusals did not empty the cache")
+	}
+	for i := range 3 { // bounded: 100 entries
+		for u := range uint64(100) {
+			if _, err := e.Decide(ctx, []Request{{UserID: 1000 + u, IntentID: fmt.Sprint(i), Channel: "push", Category: "marketing", At: T0}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if l := e.refusals.full.Len() + e.refusals.allowed.Len(); l > 200 {
+		t.Fatalf("cache holds %d entries, bound 2x100", l)
+	}
+}
