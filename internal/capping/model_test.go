@@ -238,17 +238,17 @@ var (
 // rolling window's edge or a calendar boundary in a user's time zone, or
 // past every retention.
 type gen struct {
-	rng     *rand.Rand
-	users   []uint64
-	seg     map[uint64]string
-	tz      map[uint64]*time.Location
-	zones   []*time.Location
-	now     time.Time
-	ids     map[uint64][]string
-	allowed []refSend // allowed intents, for edge jumps
-	focus   uint64    // after an edge jump, the first requests go to this user
-	focusN  int
-	next    int
+	rng      *rand.Rand
+	users    []uint64
+	seg      map[uint64]string
+	tz       map[uint64]*time.Location
+	zones    []*time.Location
+	now      time.Time
+	ids      map[uint64][]string
+	allowed  []refSend // allowed intents, for edge jumps
+	focus    uint64    // after an edge jump, the first requests go to this user
+	focusN   int
+	next     int
 	invalid  bool // also make a few invalid requests
 	noMoves  bool // users keep their segment
 	noBypass bool // no intent asks to bypass the caps
