@@ -115,8 +115,12 @@ func TestRulesValidate(t *testing.T) {
 func TestTooManyScopes(t *testing.T) {
 	r := testRules()
 	for i := range MaxScopes {
-		r.Default.Limits = append(r.Default.Limits, Limit{Name: fmt.Sprint("l", i), Window: day, Max: 1,
-			Where: Where{Campaigns: []string{fmt.Sprint("camp", i)}}})
+		l := Limit{Name: fmt.Sprint("l", i), Window: day, Max: 1, Where: Where{Campaigns: []string{fmt.Sprint("camp", i)}}}
+		if i%2 == 0 {
+			r.Default.Limits = append(r.Default.Limits, l)
+		} else {
+			r.Segments[0].Limits = append(r.Segments[0].Limits, l)
+		}
 	}
 	if _, err := compileRules(r, time.Hour); err == nil || !strings.Contains(err.Error(), "distinct scopes") {
 		t.Fatalf("compile: %v, want a scope count error", err)
