@@ -7,6 +7,10 @@ import (
 
 	"context"
 	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -155,5 +159,58 @@ func BenchmarkBuilderAdd50M(b *testing.B) {
 		}
 		b.ReportMetric(benchUsers/time.Since(start).Seconds(), "rows/s")
 		b.ReportMetric(float64(build.Bytes())/float64(build.Users()), "bytes/user")
+	}
+}
+
+// BenchmarkSnapshot270M builds and publishes a 270M-user, 4-segment
+// snapshot (dense ids: the worst case for the lookup index, the best for
+// the bitmaps), then loads it in a child process as a worker would and
+// reports the objects' size, the load time and the child's resident memory,
+// against the targets (200 MB of objects, 512 MiB of RSS).
+func BenchmarkSnapshot270M(b *testing.B) {
+	const users = 270_000_000
+	dir := b.TempDir()
+	bin := filepath.Join(b.TempDir(), "loadrss")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/loadrss").CombinedOutput(); err != nil {
+		b.Fatalf("build loadrss: %v\n%s", err, out)
+	}
+	for b.Loop() {
+		bl := segbuild.NewBuilder(segbuild.BuilderOptions{Segments: []string{"new", "active", "dormant", "lapsed"}})
+		for id := uint64(0); id < users; id++ {
+			if err := bl.Add(id, benchSegmentOf(id), segbuild.Position{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		build, err := bl.Finish(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := segbuild.Publish(context.Background(), openDir(b, dir), build, segbuild.PublishOptions{Now: fixedNow(t0)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var objects int64
+		for _, s := range m.Segments {
+			objects += s.Bytes
+		}
+		out, err := exec.Command(bin, dir).CombinedOutput()
+		if err != nil {
+			b.Fatalf("loadrss: %v\n%s", err, out)
+		}
+		got := map[string]float64{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			k, v, _ := strings.Cut(line, " ")
+			got[k], _ = strconv.ParseFloat(v, 64)
+		}
+		if got["segments"] != 4 {
+			b.Fatalf("loadrss loaded %v segments:\n%s", got["segments"], out)
+		}
+		b.ReportMetric(float64(objects)/1e6, "object-MB")
+		b.ReportMetric(float64(objects)/200e6, "x-of-200MB-target")
+		b.ReportMetric(got["load_ms"], "load-ms")
+		b.ReportMetric(got["rss_kb"]/1024, "worker-RSS-MiB")
+		b.ReportMetric(got["hwm_kb"]/1024, "worker-peak-RSS-MiB")
+		b.ReportMetric(got["hwm_kb"]/1024/512, "x-of-512MiB-target")
+		b.ReportMetric(got["index_bytes"]/(1<<20), "index-MiB")
 	}
 }
