@@ -60,10 +60,11 @@ func TestHeadersMatchREADME(t *testing.T) {
 	e := newEnv(t)
 	e.engine = e.newEngineWith(t, capping.Rules{
 		Default: capping.Policy{Limits: []capping.Limit{
-			{Name: "no-sms", Window: time.Hour, Max: 0, Channel: "sms"},
+			{Name: "no-sms", Window: time.Hour, Max: 0, Where: capping.Where{Channels: []string{"sms"}}},
 			{Name: "daily", Window: 24 * time.Hour, Max: 2},
 		}},
-		Channels: testChannels, ExemptCategories: []string{"transactional"},
+		Channels: testChannels, Categories: testCategories, ExemptCategories: []string{"transactional"},
+		TimeZone: time.UTC,
 	})
 	run := func(in []kafka.Message, total int, mut func(*Options)) {
 		t.Helper()
