@@ -53,7 +53,8 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		rec.segment = snap.Lookup(in.UserID)
 		reqs = append(reqs, capping.Request{
 			UserID: in.UserID, Segment: rec.segment, IntentID: in.ID,
-			Channel: in.Channel, Category: in.Category,
+			Campaign: in.CampaignID, Channel: in.Channel, Category: in.Category,
+			Tags: in.Tags, Priority: in.Priority, TimeZone: in.TimeZone, Override: in.Override,
 		})
 	}
 	decisions, err := w.decide(ctx, reqs)

@@ -60,10 +60,12 @@ func TestHeadersMatchREADME(t *testing.T) {
 	e := newEnv(t)
 	e.engine = e.newEngineWith(t, capping.Rules{
 		Default: capping.Policy{Limits: []capping.Limit{
-			{Name: "no-sms", Window: time.Hour, Max: 0, Channel: "sms"},
+			{Name: "no-sms", Window: time.Hour, Max: 0, Where: capping.Where{Channels: []string{"sms"}}},
 			{Name: "daily", Window: 24 * time.Hour, Max: 2},
 		}},
-		Channels: testChannels, ExemptCategories: []string{"transactional"},
+		Channels: testChannels, Categories: testCategories, ExemptCategories: []string{"transactional"},
+		Overrides: capping.Overrides{Campaigns: []string{"outage"}},
+		TimeZone:  time.UTC,
 	})
 	run := func(in []kafka.Message, total int, mut func(*Options)) {
 		t.Helper()
@@ -86,6 +88,10 @@ func TestHeadersMatchREADME(t *testing.T) {
 		msg(3, intentValue("t1", 3, "push", `,"category":"transactional"`)),            // exempt
 		msg(4, intentValue("x1", 4, "fax", "")),                                        // invalid
 		msg(4, intentValue("x2", 4, "push", `,"p":"`+strings.Repeat("z", 70_000)+`"`)), // oversize
+		msg(7, intentOf("o1", 7, "outage", "sms", `,"capping":"bypass"`)),              // override: bypass
+		msg(8, intentOf("o2", 8, "outage", "push", `,"capping":"bypass-uncounted"`)),   // override: bypass-uncounted
+		msg(9, intentOf("o3", 9, "c", "sms", `,"capping":"bypass"`)),                   // override refused, capped
+		msg(9, intentOf("o4", 9, "c", "push", `,"capping":"bypass"`)),                  // override refused, allowed
 	}
 	run(first, len(first), nil)
 	second := []kafka.Message{msg(5, intentValue("b1", 5, "sms", ""))} // shadow-capped
@@ -96,6 +102,7 @@ func TestHeadersMatchREADME(t *testing.T) {
 
 	o := e.read()
 	seen := map[string]map[string]bool{}
+	overrides := map[string]bool{}
 	source := regexp.MustCompile(`^` + tIn + `/\d+/\d+$`)
 	for topic, list := range map[string][]kafka.Message{"deliveries": o.del, "suppressed": o.sup, "dead-letter": o.dlq} {
 		for _, m := range list {
@@ -117,6 +124,9 @@ func TestHeadersMatchREADME(t *testing.T) {
 				switch h.Key {
 				case HeaderDecision:
 					bad = !slices.Contains(d.values, v)
+				case HeaderOverride:
+					bad = !slices.Contains(d.values, v)
+					overrides[v] = true
 				case HeaderRetryAfter:
 					n, err := strconv.ParseInt(v, 10, 64)
 					bad = err != nil || n < -1
@@ -142,6 +152,11 @@ func TestHeadersMatchREADME(t *testing.T) {
 			if on && !seen[name][topic] {
 				t.Errorf("%s is documented on %s but never appeared there", name, topic)
 			}
+		}
+	}
+	for _, v := range doc[HeaderOverride].values {
+		if !overrides[v] {
+			t.Errorf("%s: %s is documented but never appeared", HeaderOverride, v)
 		}
 	}
 }

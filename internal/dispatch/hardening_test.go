@@ -38,7 +38,12 @@ func setTopicConfig(t *testing.T, e *env, topic, name, value string) {
 }
 
 func intentValue(id string, user int, channel, extra string) []byte {
-	return fmt.Appendf(nil, `{"id":%q,"user_id":%d,"campaign_id":"c","channel":%q%s}`, id, user, channel, extra)
+	return intentOf(id, user, "c", channel, extra)
+}
+
+// intentOf is an intent of a campaign; extra adds fields (",\"k\":v").
+func intentOf(id string, user int, campaign, channel, extra string) []byte {
+	return fmt.Appendf(nil, `{"id":%q,"user_id":%d,"campaign_id":%q,"channel":%q%s}`, id, user, campaign, channel, extra)
 }
 
 // TestOversizeIntent: an intent far above kafka.max_intent_bytes (but
@@ -266,6 +271,11 @@ func TestMetricsStartAtZero(t *testing.T) {
 		{"capper_intents_total", `outcome="allowed",segment="none"`},
 		{"capper_intents_total", `outcome="invalid",segment=""`},
 		{"capper_invalid_intents_total", `field="channel"`},
+		{"capper_invalid_intents_total", `field="tags"`},
+		{"capper_invalid_intents_total", `field="time_zone"`},
+		{"capper_overrides_total", `result="bypass"`},
+		{"capper_overrides_total", `result="bypass-uncounted"`},
+		{"capper_overrides_total", `result="refused"`},
 	} {
 		if !strings.Contains(gathered(t, r), s.name+"{"+s.labels+"} 0") {
 			t.Errorf("%s{%s} is not exported at 0", s.name, s.labels)

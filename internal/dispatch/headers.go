@@ -27,6 +27,7 @@ const (
 	HeaderUnchecked  = "capper-unchecked"      // "true": failed open, Redis did not decide
 	HeaderSource     = "capper-source"         // <topic>/<partition>/<offset> of the input record
 	HeaderTruncated  = "capper-truncated"      // "true": dead-lettered with its value cut down (see README)
+	HeaderOverride   = "capper-override"       // the intent asked to bypass the caps: see overrideValue
 )
 
 // capperPrefix starts every header capper owns; an input's own capper-*
@@ -55,7 +56,21 @@ var decisionValue = map[capping.Outcome][]byte{
 	capping.Capped:       []byte(DecisionCapped),
 }
 
-var vTrue = []byte("true")
+// overrideValue is the capper-override of an honoured override (in
+// capping's words); OverrideRefused says "refused": the intent asked for one
+// its campaign and category may not have, and was decided normally.
+var overrideValue = map[capping.Override][]byte{
+	capping.Bypass:          []byte(capping.Bypass.String()),
+	capping.BypassUncounted: []byte(capping.BypassUncounted.String()),
+}
+
+// OverrideRefused is the capper-override of a refused override.
+const OverrideRefused = "refused"
+
+var (
+	vTrue    = []byte("true")
+	vRefused = []byte(OverrideRefused)
+)
 
 // headerBuilder makes the output headers of one batch. Values shared by many
 // records (segment names, the snapshot version, decision times) are turned
@@ -106,6 +121,12 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 					}
 					return strconv.AppendInt(b, d.RetryAfter.In.Milliseconds(), 10)
 				})})
+		}
+		switch {
+		case d.Override != capping.NoOverride:
+			add = append(add, kafka.Header{Key: HeaderOverride, Value: overrideValue[d.Override]})
+		case d.OverrideRefused:
+			add = append(add, kafka.Header{Key: HeaderOverride, Value: vRefused})
 		}
 	}
 	hb.scratch = add

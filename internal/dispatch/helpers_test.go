@@ -39,5 +39,8 @@ func testDecoder(t testing.TB, maxBytes int) *Decoder {
 	return d
 }
 
-// testChannels are the configuration's default channels.
-var testChannels = config.Default().Capping.Channels
+// testChannels and testCategories are the configuration's defaults.
+var (
+	testChannels   = config.Default().Capping.Channels
+	testCategories = config.Default().Capping.Categories
+)

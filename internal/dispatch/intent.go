@@ -7,10 +7,13 @@ import (
 	stdjson "encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -33,6 +36,16 @@ type Intent struct {
 	Channel    string
 	Category   string
 	CreatedAt  time.Time // zero when absent
+	// Tags are decoded from JSON; nil when absent, null or []. A tag
+	// without escapes is a view of the value's bytes, like ID.
+	Tags     []string
+	Priority capping.Priority // Normal when absent
+	// TimeZone is the user's, for calendar limits; nil when absent (the
+	// policy's applies).
+	TimeZone *time.Location
+	// Override is what the intent asks of capping (the "capping" field);
+	// the engine honours it only where the policy allows.
+	Override capping.Override
 }
 
 // Limits on fields, from the event contract (README, "The event contract").
@@ -40,20 +53,25 @@ const (
 	maxIDBytes       = capping.MaxIntentID
 	maxCampaignBytes = 256
 	maxCategoryBytes = 64
+	// maxZoneBytes is well above the longest IANA name (32 bytes).
+	maxZoneBytes = 64
 )
 
 // invalidFields are every InvalidError.Field the decoder uses (a bounded
 // metric label: a key capper does not read is reported as "value").
-var invalidFields = []string{"value", "key", "id", "user_id", "campaign_id", "channel", "category", "created_at"}
+var invalidFields = []string{"value", "key", "id", "user_id", "campaign_id", "channel", "category", "created_at",
+	"tags", "priority", "time_zone", "capping"}
 
 // InvalidError says why an intent cannot be decided. Its text goes into the
 // dead-letter record's capper-error header, so it names the field.
 type InvalidError struct {
-	Field  string // the JSON field, "value" or "key"
+	Field string // the JSON field, "value" or "key" (a metric label)
+	// Elem is the element of the field at fault ("[2]" of tags), or "".
+	Elem   string
 	Reason string
 }
 
-func (e *InvalidError) Error() string { return e.Field + ": " + e.Reason }
+func (e *InvalidError) Error() string { return e.Field + e.Elem + ": " + e.Reason }
 
 func invalid(field, format string, args ...any) *InvalidError {
 	// The reason becomes a Kafka header and may quote producer bytes: keep
@@ -76,6 +94,7 @@ type Decoder struct {
 	categories      []string
 	defaultCategory string
 	maxBytes        int
+	zones           zoneCache
 }
 
 // NewDecoder returns a Decoder.
@@ -168,6 +187,25 @@ func (d *Decoder) validate(key []byte, f *fields) (Intent, error) {
 	case !slices.Contains(d.categories, in.Category):
 		return Intent{}, invalid("category", "%q is not a configured category (%s)", clip.String(in.Category, 40), strings.Join(d.categories, ", "))
 	}
+	if in.Tags, err = tagList(f.tags); err != nil {
+		return Intent{}, err
+	}
+	if in.Priority, err = oneOf(f, "priority", f.priority, capping.Normal, capping.ParsePriority); err != nil {
+		return Intent{}, err
+	}
+	if f.timeZone != nil {
+		z, err := f.str("time_zone", f.timeZone, false)
+		if err != nil {
+			return Intent{}, err
+		}
+		var ok bool
+		if in.TimeZone, ok = d.zones.load(z); !ok {
+			return Intent{}, invalid("time_zone", "%q is not an IANA time zone", clip.String(z, 40))
+		}
+	}
+	if in.Override, err = oneOf(f, "capping", f.override, capping.NoOverride, capping.ParseOverride); err != nil {
+		return Intent{}, err
+	}
 	createdAt, err := f.str("created_at", f.createdAt, false)
 	if err != nil {
 		return Intent{}, err
@@ -187,10 +225,11 @@ func (d *Decoder) validate(key []byte, f *fields) (Intent, error) {
 }
 
 // fields are the raw JSON tokens of the top-level keys capper reads (nil
-// when absent): a scalar token as written, or the opening delimiter of an
-// array or object.
+// when absent): a scalar token as written, an array whole, or the opening
+// delimiter of an object.
 type fields struct {
 	id, userID, campaignID, channel, category, createdAt json.RawValue
+	tags, priority, timeZone, override                   json.RawValue
 }
 
 func (f *fields) slot(name []byte) *json.RawValue {
@@ -207,6 +246,14 @@ func (f *fields) slot(name []byte) *json.RawValue {
 		return &f.category
 	case "created_at":
 		return &f.createdAt
+	case "tags":
+		return &f.tags
+	case "priority":
+		return &f.priority
+	case "time_zone":
+		return &f.timeZone
+	case "capping":
+		return &f.override
 	}
 	return nil
 }
@@ -223,6 +270,8 @@ func (f *fields) scan(value []byte) error {
 	var more map[string]bool
 	n := 0
 	var cur *json.RawValue
+	var arr *json.RawValue // a field's array being read; from arrStart
+	arrStart := 0
 	for t.Next() {
 		if t.Depth != 1 {
 			continue // inside a value: payload and the like, forwarded as is
@@ -257,6 +306,12 @@ func (f *fields) scan(value []byte) error {
 				return invalid("value", "key %q is given twice (a duplicate key)", clip.String(string(name), 40))
 			}
 		case t.Delim == ':' || t.Delim == ',':
+		case t.Delim == ']' && arr != nil:
+			// The matching ']': the tokenizer reports it at the depth of
+			// its '[' (the inner ones are deeper).
+			*arr, arr = value[arrStart:len(value)-t.Remaining()], nil
+		case cur != nil && t.Delim == '[':
+			arr, arrStart, cur = cur, len(value)-t.Remaining()-1, nil
 		case cur != nil:
 			*cur, cur = t.Value, nil
 		}
@@ -281,6 +336,147 @@ func (f *fields) str(name string, v json.RawValue, raw bool) (string, error) {
 		return view(inner), nil
 	}
 	return string(v.Unquote()), nil
+}
+
+// tagList reads tags: a JSON array of up to MaxTags strings, each a valid
+// tag once its escapes are decoded; null and [] are no tags.
+func tagList(v json.RawValue) ([]string, error) {
+	switch {
+	case v == nil || v.Null():
+		return nil, nil
+	case v[0] != '[':
+		return nil, invalid("tags", "must be a JSON array of strings, got %s", kindOf(v))
+	}
+	var tags []string
+	n := 0
+	var t json.Tokenizer
+	t.Reset(v)
+	for t.Next() {
+		// Elements are at depth 1: values, or the '[' or '{' that opens
+		// one (their closing delimiters come back at depth 1 too).
+		if t.Depth != 1 || (t.Delim != 0 && t.Delim != '[' && t.Delim != '{') {
+			continue
+		}
+		i := n
+		n++
+		if n > capping.MaxTags {
+			continue // counted for the message only
+		}
+		if !t.Value.String() {
+			return nil, invalidElem("tags", i, "must be a JSON string, got %s", kindOf(t.Value))
+		}
+		tag := view(t.Value[1 : len(t.Value)-1])
+		if strings.IndexByte(tag, '\\') >= 0 {
+			tag = string(t.Value.Unquote())
+		}
+		if !capping.ValidTag(tag) {
+			return nil, invalidElem("tags", i, "%q must be 1 to %d bytes of printable characters without spaces", clip.String(tag, 40), capping.MaxTagBytes)
+		}
+		if tags == nil {
+			tags = make([]string, 0, 4)
+		}
+		tags = append(tags, tag)
+	}
+	if t.Err != nil {
+		return nil, invalid("tags", "not valid JSON: %v", t.Err)
+	}
+	if n > capping.MaxTags {
+		return nil, invalid("tags", "%d tags, at most %d", n, capping.MaxTags)
+	}
+	return tags, nil
+}
+
+func invalidElem(field string, i int, format string, args ...any) *InvalidError {
+	e := invalid(field, format, args...)
+	e.Elem = "[" + strconv.Itoa(i) + "]"
+	return e
+}
+
+// oneOf reads a string field that is one of a few names, with capping's
+// parser (which owns the names); absent is def.
+func oneOf[T any](f *fields, name string, v json.RawValue, def T, parse func(string) (T, error)) (T, error) {
+	if v == nil {
+		return def, nil
+	}
+	s, err := f.str(name, v, false)
+	if err != nil {
+		return def, err
+	}
+	x, err := parse(s)
+	if err != nil {
+		// The message quotes the producer's value: parse it clipped (no
+		// name ends in "...") for a message of bounded size.
+		_, err = parse(clip.String(s, 40))
+		return def, invalid(name, "%v", err)
+	}
+	return x, nil
+}
+
+// zoneCache holds the time zones intents named: time.LoadLocation parses
+// the zone's tzdata on every call. Only names that loaded are kept, so junk
+// cannot grow it beyond the zones that exist. Readers take no lock: the map
+// is replaced, never changed, when a zone is added.
+type zoneCache struct {
+	mu     sync.Mutex // serialises additions
+	byName atomic.Pointer[map[string]*time.Location]
+}
+
+// load returns the zone of an IANA name; false: name is none.
+func (c *zoneCache) load(name string) (*time.Location, bool) {
+	if m := c.byName.Load(); m != nil {
+		if loc, ok := (*m)[name]; ok {
+			return loc, true
+		}
+	}
+	if !zoneShaped(name) {
+		return nil, false
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := map[string]*time.Location{}
+	if old := c.byName.Load(); old != nil {
+		if l, ok := (*old)[name]; ok {
+			return l, true // added meanwhile
+		}
+		next = maps.Clone(*old)
+	}
+	// name may be a view of a record's bytes: the cache keeps a copy.
+	next[strings.Clone(name)] = loc
+	c.byName.Store(&next)
+	return loc, true
+}
+
+// zoneShaped reports whether name has the shape of an IANA zone name
+// (Area/Location, or a legacy name such as UTC or EST5EDT): ASCII letters,
+// digits, '_', '-', '+', components separated by '/' that start with a
+// capital letter. It keeps junk from reaching the file system through
+// time.LoadLocation, and rules out what it would load that is no zone of
+// the database: "" and "Local" (UTC and the host's zone), and the host's
+// files "localtime", "posixrules", "posix/...".
+func zoneShaped(name string) bool {
+	if len(name) == 0 || len(name) > maxZoneBytes || name == "Local" {
+		return false
+	}
+	start := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case start && (c < 'A' || c > 'Z'):
+			return false
+		case c == '/':
+			start = true
+			continue
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-', c == '+':
+		default:
+			return false
+		}
+		start = false
+	}
+	return !start
 }
 
 // view is b as a string without a copy: the record's value bytes live as

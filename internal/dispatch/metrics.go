@@ -23,6 +23,7 @@ type metrics struct {
 	writeErrors  *prometheus.CounterVec
 	refused      *prometheus.CounterVec
 	commitErrors prometheus.Counter
+	overrides    *prometheus.CounterVec
 }
 
 // newMetrics registers the worker's metrics on reg and starts every series
@@ -70,6 +71,10 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 			Name: "capper_kafka_commit_errors_total",
 			Help: "Failed offset commits (the batch may be redelivered).",
 		}),
+		overrides: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "capper_overrides_total",
+			Help: "Intents that asked to bypass the caps, by result: bypass and bypass-uncounted (honoured), refused (not allowed for the intent's campaign and category; decided normally).",
+		}, []string{"result"}),
 	}
 	for _, t := range topics {
 		m.writeErrors.WithLabelValues(t)
@@ -86,6 +91,9 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 	for _, f := range invalidFields {
 		m.invalid.WithLabelValues(f)
 	}
+	for _, r := range []string{capping.Bypass.String(), capping.BypassUncounted.String(), OverrideRefused} {
+		m.overrides.WithLabelValues(r)
+	}
 	return m
 }
 
@@ -97,6 +105,12 @@ func (w *Worker) observe(b *batch) {
 		w.m.intents.WithLabelValues(rec.decision.Outcome.String(), rec.segment).Inc()
 		if rec.invalid != nil {
 			w.m.invalid.WithLabelValues(rec.invalid.Field).Inc()
+		}
+		switch d := &rec.decision; {
+		case d.Override != capping.NoOverride:
+			w.m.overrides.WithLabelValues(d.Override.String()).Inc()
+		case d.OverrideRefused:
+			w.m.overrides.WithLabelValues(OverrideRefused).Inc()
 		}
 	}
 }
