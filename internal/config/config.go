@@ -1,7 +1,9 @@
 // Package config owns capper's configuration file: the typed structure, its
 // defaults, strict decoding (an unknown key is an error naming it), overrides
 // from CAPPER_* environment variables, secrets that come only from the
-// environment or files, and Validate, whose errors name the field.
+// environment or files, deprecated keys, and Validate, whose errors name the
+// field. The cap policy under capping: is package policy's document, inline:
+// its keys, defaults and checks are policy's.
 package config
 
 import (
