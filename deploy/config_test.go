@@ -33,6 +33,8 @@ const (
 var unrenderableBadFiles = map[string]string{
 	"two-docs.bad.yaml": "more than one YAML document is a property of the file, not of a key: " +
 		"the chart writes the ConfigMap itself, always one document (toYaml of .Values.config)",
+	"bad-time-zone.bad.yaml": "whether a time zone exists is a question for the tz database, which templates " +
+		"cannot read (the schema refuses only an empty name and Local)",
 }
 
 // readSchema returns values.schema.json decoded.
@@ -77,8 +79,23 @@ func schemaDiff(root map[string]any, typ reflect.Type, node map[string]any, path
 		}
 		props, _ := node["properties"].(map[string]any)
 		seen := map[string]bool{}
-		for i := range typ.NumField() {
-			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("yaml"), ",")
+		// The keys of typ, those of an inline struct (the policy in
+		// capping) included, as in the file.
+		var fields []reflect.StructField
+		var collect func(t reflect.Type)
+		collect = func(t reflect.Type) {
+			for i := range t.NumField() {
+				f := t.Field(i)
+				if name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ","); name == "" && opts == "inline" && f.Type.Kind() == reflect.Struct {
+					collect(f.Type)
+					continue
+				}
+				fields = append(fields, f)
+			}
+		}
+		collect(typ)
+		for _, f := range fields {
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 			if name == "" || name == "-" {
 				continue
 			}
@@ -88,7 +105,7 @@ func schemaDiff(root map[string]any, typ reflect.Type, node map[string]any, path
 				problems = append(problems, fmt.Sprintf("%s.%s: no property in the schema", path, name))
 				continue
 			}
-			problems = append(problems, schemaDiff(root, typ.Field(i).Type, p, path+"."+name)...)
+			problems = append(problems, schemaDiff(root, f.Type, p, path+"."+name)...)
 		}
 		for name := range props {
 			if !seen[name] {
@@ -559,11 +576,15 @@ func TestChartConfigAgreesWithCapper(t *testing.T) {
 		{config: "redis:\n  write_timeout: 1h0m0s1ms"},
 		// capping
 		{config: `capping: {algorithm: token_bucket}`},
+		{config: `capping: {algorithm: sliding_window}`},
+		{config: `capping: {algorithm: sliding_log}`},
+		{config: `capping: {algorithm: ""}`},
 		{config: `capping: {key_prefix: ""}`},
 		{config: `capping: {key_prefix: "a b"}`},
 		{config: `capping: {key_prefix: "a:b"}`},
 		{config: `capping: {sub_intervals: 0}`},
 		{config: `capping: {sub_intervals: 1441}`},
+		{config: `capping: {sub_intervals: many}`},
 		{config: `capping: {idempotency_window: 0s}`},
 		{config: `capping: {clock_skew_warn: 0ms}`},
 		{config: `capping: {channels: []}`},
@@ -601,6 +622,49 @@ func TestChartConfigAgreesWithCapper(t *testing.T) {
 		{config: limit(`{name: d, window: 1d, max: 1, channel: sms}`)},
 		{config: limit(`{name: d, window: 1d, max: 1, channel: fax}`)},
 		{config: "capping:\n  segments:\n    - name: a\n      limits:\n        - name: d\n          window: 1d\n          max: 1\n          where: x"},
+		// the policy model v2
+		{config: `capping: {categories: ["a b", marketing]}`},
+		{config: `capping: {categories: [marketing, "` + long("é", 33) + `"]}`},
+		{config: `capping: {overrides: {campaigns: [a, b], categories: [transactional]}}`},
+		{config: `capping: {overrides: {campaigns: [a, a]}}`},
+		{config: `capping: {overrides: {campaigns: ["a:b"]}}`},
+		{config: `capping: {overrides: {campaigns: ["` + long("é", 33) + `"]}}`},
+		{config: `capping: {overrides: {categories: [alerts]}}`},
+		{config: `capping: {overrides: {campaign: [a]}}`},
+		{config: `capping: {time_zone: Europe/Paris}`},
+		{config: `capping: {time_zone: Local}`},
+		{config: `capping: {time_zone: ""}`},
+		{config: `capping: {week_start: sunday}`},
+		{config: `capping: {week_start: Sunday}`},
+		{config: limit(`{name: d, calendar: day, max: 1}`)},
+		{config: limit(`{name: d, calendar: month, max: 0}`)},
+		{config: limit(`{name: d, calendar: fortnight, max: 1}`)},
+		{config: limit(`{name: d, window: 1d, calendar: week, max: 1}`)},
+		{config: limit(`{name: d, window: 90500ms, max: 1}`)},
+		{config: limit(`{name: d, window: 0s, max: 1}`)},
+		{config: limit(`{name: d, window: 1d, max: 10000}`)},
+		{config: limit(`{name: d, window: 1d, max: 10001}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, per: campaign}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, per: channel}`)},
+		{config: limit(`{name: d, window: 1d, max: 3, reserve: {slots: 2}}`)},
+		{config: limit(`{name: d, window: 1d, max: 3, reserve: {slots: 3}}`)},
+		{config: limit(`{name: d, window: 1d, max: 3, reserve: {slots: 0}}`)},
+		{config: limit(`{name: d, window: 1d, max: 3, reserve: {}}`)},
+		{config: limit(`{name: d, window: 1d, max: 3, reserve: {slots: 1, below: normal}}`)},
+		{config: limit(`{name: d, window: 1d, max: 3, reserve: {slots: 1, below: low}}`)},
+		{config: limit(`{name: d, window: 1d, max: 3, reserve: {blow: high}}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, where: {channels: [sms, push], tags: [promo, "50%"], categories: [marketing], campaigns: [c1]}}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, where: {channels: [fax]}}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, where: {categories: [news]}}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, where: {tags: ["a b"]}}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, where: {tags: [""]}}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, where: {tags: ["` + long("a", 64) + `"]}}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, where: {tags: ["` + long("é", 33) + `"]}}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, where: {campaigns: [""]}}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, where: {channel: [sms]}}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, channel: sms, where: {channels: [sms]}}`)},
+		{config: limit(`{name: d, window: 1d, max: 1, channel: sms, where: {tags: [promo]}}`)},
+		{config: `capping: {categories: [marketing, news], default_policy: {limits: [{name: d, window: 1d, max: 1, where: {categories: [news]}}]}}`},
 		// segments
 		{config: `segments: {source: ""}`},
 		{config: `segments: {source: "", required: false}`},

@@ -1,11 +1,15 @@
 // Package config owns capper's configuration file: the typed structure, its
 // defaults, strict decoding (an unknown key is an error naming it), overrides
 // from CAPPER_* environment variables, secrets that come only from the
-// environment or files, and Validate, whose errors name the field.
+// environment or files, deprecated keys, and Validate, whose errors name the
+// field. The cap policy under capping: is package policy's document, inline:
+// its keys, defaults and checks are policy's.
 package config
 
 import (
 	"time"
+
+	"github.com/capper-dev/capper/internal/policy"
 )
 
 // Config is the whole capper configuration (configs/capper.yaml documents
@@ -23,6 +27,10 @@ type Config struct {
 	// error because Kubernetes injects CAPPER_SERVICE_HOST and friends for a
 	// Service named capper; the worker logs them as a warning instead.
 	IgnoredEnv []string `yaml:"-"`
+	// Deprecations says which deprecated keys the file or the environment
+	// set: they are ignored, and check-config and the worker show these
+	// messages so that the keys get removed before they become errors.
+	Deprecations []string `yaml:"-"`
 }
 
 // Kafka is the broker connection, topics and consumer settings.
@@ -90,40 +98,33 @@ type Redis struct {
 	WaitTimeout      Duration `yaml:"wait_timeout"`
 }
 
-// Capping is the cap policy and the engine's settings.
+// Capping is the engine's settings and, inline, the cap policy (package
+// policy owns its keys, their defaults and their checks).
 type Capping struct {
-	Algorithm         string          `yaml:"algorithm"`
-	KeyPrefix         string          `yaml:"key_prefix"`
-	SubIntervals      int             `yaml:"sub_intervals"`
-	IdempotencyWindow Duration        `yaml:"idempotency_window"`
-	Channels          []string        `yaml:"channels"`
-	Categories        []string        `yaml:"categories"`
-	DefaultCategory   string          `yaml:"default_category"`
-	ExemptCategories  []string        `yaml:"exempt_categories"`
-	ClockSkewWarn     Duration        `yaml:"clock_skew_warn"`
-	Segments          []SegmentPolicy `yaml:"segments"`
-	DefaultPolicy     Policy          `yaml:"default_policy"`
+	KeyPrefix         string   `yaml:"key_prefix"`
+	IdempotencyWindow Duration `yaml:"idempotency_window"`
+	ClockSkewWarn     Duration `yaml:"clock_skew_warn"`
+	policy.Document   `yaml:",inline"`
+
+	// Deprecated: the sliding_window algorithm was removed. sliding_log (or
+	// empty) is accepted and ignored with a deprecation; parsing leaves it
+	// empty.
+	Algorithm string `yaml:"algorithm,omitempty"`
+	// Deprecated: it tuned sliding_window. Accepted and ignored with a
+	// deprecation; parsing leaves it nil.
+	SubIntervals *int `yaml:"sub_intervals,omitempty"`
 }
 
-// SegmentPolicy is the caps of one segment. The list order is the segments'
-// priority order (segment-builder --on-conflict=priority).
-type SegmentPolicy struct {
-	Name   string  `yaml:"name"`
-	Limits []Limit `yaml:"limits"`
-}
-
-// Policy is a list of limits that must all pass.
-type Policy struct {
-	Limits []Limit `yaml:"limits"`
-}
-
-// Limit is one cap: at most Max intents in any rolling Window.
-type Limit struct {
-	Name    string   `yaml:"name"`
-	Window  Duration `yaml:"window"`
-	Max     *int     `yaml:"max"` // a pointer so that a forgotten max is an error, not "never"
-	Channel string   `yaml:"channel,omitempty"`
-}
+// The policy's types, under the names the config has always used.
+type (
+	// SegmentPolicy is the caps of one segment. The list order is the
+	// segments' priority order (segment-builder --on-conflict=priority).
+	SegmentPolicy = policy.Segment
+	// Policy is a list of limits that must all pass.
+	Policy = policy.Policy
+	// Limit is one cap.
+	Limit = policy.Limit
+)
 
 // Segments says where the segment snapshot comes from.
 type Segments struct {
@@ -196,19 +197,10 @@ func Default() Config {
 			WaitTimeout:  Duration(100 * time.Millisecond),
 		},
 		Capping: Capping{
-			Algorithm:         "sliding_log",
 			KeyPrefix:         "capper",
-			SubIntervals:      24,
 			IdempotencyWindow: Duration(24 * time.Hour),
-			Channels:          []string{"email", "push", "sms", "inapp"},
-			Categories:        []string{"marketing", "transactional"},
-			DefaultCategory:   "marketing",
-			ExemptCategories:  []string{"transactional"},
 			ClockSkewWarn:     Duration(500 * time.Millisecond),
-			DefaultPolicy: Policy{Limits: []Limit{
-				{Name: "daily", Window: Duration(24 * time.Hour), Max: intp(1)},
-				{Name: "weekly", Window: Duration(7 * 24 * time.Hour), Max: intp(3)},
-			}},
+			Document:          policy.Default(),
 		},
 		Segments: Segments{
 			Source:       "file:///var/lib/capper/segments",
@@ -229,13 +221,5 @@ func Default() Config {
 	}
 }
 
-func intp(v int) *int { return &v }
-
 // SegmentNames returns the configured segments in priority order.
-func (c *Config) SegmentNames() []string {
-	names := make([]string, 0, len(c.Capping.Segments))
-	for _, s := range c.Capping.Segments {
-		names = append(names, s.Name)
-	}
-	return names
-}
+func (c *Config) SegmentNames() []string { return c.Capping.SegmentNames() }

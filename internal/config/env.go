@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/capper-dev/capper/internal/yamldoc"
 )
 
 // EnvPrefix starts every environment override.
@@ -31,14 +33,20 @@ type envKey struct {
 
 // envKeys lists every key of cfg that an environment variable can set, by
 // variable name. Structs are walked into; everything else (scalars, lists,
-// lists of policies) is one key whose value is parsed as YAML.
+// lists of policies) is one key whose value is parsed as YAML. An inline
+// struct (the policy in capping) adds its keys to its parent's, as in the
+// file.
 func envKeys(cfg *Config) map[string]envKey {
 	keys := map[string]envKey{}
 	var walk func(v reflect.Value, prefix string)
 	walk = func(v reflect.Value, prefix string) {
 		t := v.Type()
 		for i := 0; i < t.NumField(); i++ {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			name, opts, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			if name == "" && opts == "inline" && v.Field(i).Kind() == reflect.Struct {
+				walk(v.Field(i), prefix)
+				continue
+			}
 			if name == "" || name == "-" {
 				continue
 			}
@@ -116,7 +124,7 @@ func setFromEnv(f reflect.Value, value string) error {
 		if errors.Is(err, io.EOF) {
 			return errors.New("empty value")
 		}
-		return cleanYAMLError(err)
+		return yamldoc.CleanError(err)
 	}
 	f.Set(fresh.Elem())
 	return nil

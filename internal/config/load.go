@@ -5,15 +5,14 @@ package config
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/capper-dev/capper/internal/yamldoc"
 )
 
 // Load reads the file at path over the defaults, applies CAPPER_* overrides
@@ -46,14 +45,8 @@ func Parse(data []byte, environ []string) (*Config, error) {
 // file's directory, so a config and its secrets can move together.
 func parse(data []byte, environ []string, baseDir string) (*Config, error) {
 	cfg := Default()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return nil, cleanYAMLError(err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, errors.New("more than one YAML document; capper reads exactly one")
+	if err := yamldoc.Decode(data, &cfg); err != nil {
+		return nil, err
 	}
 	ignored, err := applyEnv(&cfg, environ)
 	if err != nil {
@@ -66,26 +59,8 @@ func parse(data []byte, environ []string, baseDir string) (*Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Deprecations = cfg.Capping.dropDeprecated()
 	return &cfg, nil
-}
-
-var unknownField = regexp.MustCompile(`^(line \d+): field (\S+) not found in type \S+$`)
-
-// cleanYAMLError turns yaml's "line 5: field adress not found in type
-// config.Redis" into wording about keys, which is what a user edits.
-func cleanYAMLError(err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return err
-	}
-	msgs := make([]string, 0, len(te.Errors))
-	for _, m := range te.Errors {
-		if g := unknownField.FindStringSubmatch(m); g != nil {
-			m = fmt.Sprintf("%s: unknown key %q", g[1], g[2])
-		}
-		msgs = append(msgs, m)
-	}
-	return errors.New(strings.Join(msgs, "; "))
 }
 
 // Effective renders the configuration as YAML with secrets masked, for

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/capping"
-
-	"github.com/capper-dev/capper/internal/segments"
 )
 
 // problems collects validation errors, each prefixed with the key it is about.
@@ -164,53 +162,39 @@ func (r *Redis) validate(p *problems) {
 	positive(p, "redis.wait_timeout", r.WaitTimeout)
 }
 
+// validate checks the engine's settings and the deprecated keys; the policy
+// is validateRules'.
 func (c *Capping) validate(p *problems) {
-	oneOf(p, "capping.algorithm", c.Algorithm, "sliding_log", "sliding_window")
 	if c.KeyPrefix == "" || strings.ContainsAny(c.KeyPrefix, "{} ") {
 		// A brace would change the Redis Cluster hash tag and split a user's keys.
 		p.add("capping.key_prefix", "%q must be non-empty, without braces or spaces", c.KeyPrefix)
 	}
-	if c.SubIntervals < 1 || c.SubIntervals > 1440 {
-		p.add("capping.sub_intervals", "must be between 1 and 1440, got %d", c.SubIntervals)
-	}
 	positive(p, "capping.idempotency_window", c.IdempotencyWindow)
 	positive(p, "capping.clock_skew_warn", c.ClockSkewWarn)
-	if len(c.Channels) == 0 {
-		p.add("capping.channels", "at least one channel is required")
+	switch c.Algorithm {
+	case "", "sliding_log": // the only algorithm; dropDeprecated says so
+	case "sliding_window":
+		// Refused rather than ignored: the file asks for a trade-off (less
+		// memory, approximate caps) that capper no longer makes.
+		p.add("capping.algorithm", "sliding_window was removed: the packed exact log costs less CPU and memory at every max capper supports (see README, Caps); remove the key")
+	default:
+		p.add("capping.algorithm", "%q is not an algorithm; the key is deprecated (capper has one, exact, algorithm): remove it", c.Algorithm)
 	}
-	if len(c.Categories) == 0 {
-		p.add("capping.categories", "at least one category is required")
+}
+
+// dropDeprecated clears the deprecated keys that validate accepted, and
+// returns one message for each that was set.
+func (c *Capping) dropDeprecated() []string {
+	var msgs []string
+	if c.Algorithm != "" {
+		msgs = append(msgs, "capping.algorithm: deprecated and ignored (sliding_log, the exact log, is the only algorithm); remove the key (or "+EnvName("capping.algorithm")+")")
+		c.Algorithm = ""
 	}
-	known := map[string]bool{}
-	for i, cat := range c.Categories {
-		switch {
-		case cat == "" || len(cat) > 64:
-			p.add(fmt.Sprintf("capping.categories[%d]", i), "%q must be 1 to 64 bytes", cat)
-		case known[cat]:
-			p.add(fmt.Sprintf("capping.categories[%d]", i), "%q is listed twice", cat)
-		}
-		known[cat] = true
+	if c.SubIntervals != nil {
+		msgs = append(msgs, "capping.sub_intervals: deprecated and ignored (it tuned the removed sliding_window algorithm); remove the key (or "+EnvName("capping.sub_intervals")+")")
+		c.SubIntervals = nil
 	}
-	if !known[c.DefaultCategory] {
-		p.add("capping.default_category", "%q is not one of capping.categories (%s)", c.DefaultCategory, strings.Join(c.Categories, ", "))
-	}
-	for i, cat := range c.ExemptCategories {
-		if !known[cat] {
-			p.add(fmt.Sprintf("capping.exempt_categories[%d]", i), "%q is not one of capping.categories (%s)", cat, strings.Join(c.Categories, ", "))
-		}
-	}
-	// The cap rules are checked by capping (validateRules), the form of a
-	// segment name by segments (it names snapshot objects): each rule is
-	// defined once.
-	for i, s := range c.Segments {
-		field := "capping." + capping.SegmentPath(i, s.Name) + ".name"
-		switch err := segments.ValidateSegmentName(s.Name); {
-		case s.Name == segments.None:
-			p.add(field, `"none" is reserved for users in no segment (they get capping.default_policy)`)
-		case err != nil && s.Name != "":
-			p.add(field, "%v", err)
-		}
-	}
+	return msgs
 }
 
 func (s *Segments) validate(p *problems) {

@@ -1,33 +1,18 @@
 package config
 
-// The YAML value types of the config file: durations and secrets.
+// The YAML value types of the config file: durations (shared with the cap
+// policy, package yamldoc) and secrets.
 
 import (
 	"fmt"
-	"time"
 
-	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/capper-dev/capper/internal/yamldoc"
 )
 
 // Duration is a time.Duration written as "50ms", "30s", "24h" or "7d" in YAML.
-type Duration time.Duration
-
-// D returns the value as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-// UnmarshalYAML parses a duration and names the line of a bad one.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := model.ParseDuration(n.Value)
-	if n.Kind != yaml.ScalarNode || err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (write e.g. 50ms, 30s, 24h, 7d)", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes the duration in the same form it is read.
-func (d Duration) MarshalYAML() (any, error) { return model.Duration(d).String(), nil }
+type Duration = yamldoc.Duration
 
 // Secret is a credential. It is never read from the config file (files end up
 // in ConfigMaps and version control); it comes from a CAPPER_* variable or the
@@ -49,6 +34,3 @@ func (s Secret) MarshalYAML() (any, error) {
 	}
 	return "<masked>", nil
 }
-
-// String writes the duration as in the config file.
-func (d Duration) String() string { return model.Duration(d).String() }

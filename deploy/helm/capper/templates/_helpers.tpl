@@ -307,7 +307,9 @@ below); durationMillis also refuses one out of time.Duration's range. */ -}}
 {{- end -}}
 {{- include "capper.validateTLS" (dict "key" "redis.tls" "tls" (dig "tls" dict $redis)) -}}
 
-{{- /* capping: names are bytes in Redis keys (the schema counts characters) */ -}}
+{{- /* capping: names are bytes in Redis keys (the schema counts characters);
+the lists that must name channels or categories (package policy and
+capping.Rules.Problems) */ -}}
 {{- $capping := $c.capping -}}
 {{- $channels := $capping.channels | default list -}}
 {{- range $i, $ch := $channels -}}
@@ -318,15 +320,25 @@ below); durationMillis also refuses one out of time.Duration's range. */ -}}
 {{- $categories := $capping.categories | default list -}}
 {{- range $i, $cat := $categories -}}
 {{- if gt (len $cat) 64 -}}
-{{- fail (printf "config.capping.categories[%d]: %q must be 1 to 64 bytes" $i $cat) -}}
+{{- fail (printf "config.capping.categories[%d]: %q must be non-empty, at most 64 bytes, without spaces, braces or colons" $i $cat) -}}
 {{- end -}}
 {{- end -}}
 {{- if not (has $capping.default_category $categories) -}}
-{{- fail (printf "config.capping.default_category: %q is not one of capping.categories (%s)" $capping.default_category (join ", " $categories)) -}}
+{{- fail (printf "config.capping.default_category: %q is not one of the categories (%s)" $capping.default_category (join ", " $categories)) -}}
 {{- end -}}
 {{- range $i, $cat := $capping.exempt_categories | default list -}}
 {{- if not (has $cat $categories) -}}
-{{- fail (printf "config.capping.exempt_categories[%d]: %q is not one of capping.categories (%s)" $i $cat (join ", " $categories)) -}}
+{{- fail (printf "config.capping.exempt_categories[%d]: %q is not one of the categories (%s)" $i $cat (join ", " $categories)) -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $cat := dig "overrides" "categories" list $capping -}}
+{{- if not (has $cat $categories) -}}
+{{- fail (printf "config.capping.overrides.categories[%d]: %q is not one of the categories (%s)" $i $cat (join ", " $categories)) -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $camp := dig "overrides" "campaigns" list $capping -}}
+{{- if gt (len $camp) 64 -}}
+{{- fail (printf "config.capping.overrides.campaigns[%d]: %q must be non-empty, at most 64 bytes, without spaces, braces or colons" $i $camp) -}}
 {{- end -}}
 {{- end -}}
 {{- $segments := dict -}}
@@ -339,10 +351,10 @@ below); durationMillis also refuses one out of time.Duration's range. */ -}}
 {{- fail (printf "config.%s.name: segment %q is listed twice" $key $s.name) -}}
 {{- end -}}
 {{- $_ := set $segments $s.name true -}}
-{{- include "capper.validateLimits" (dict "key" (printf "%s.limits" $key) "owner" (printf "segment %q" $s.name) "limits" $s.limits "channels" $channels) -}}
+{{- include "capper.validateLimits" (dict "key" (printf "%s.limits" $key) "owner" (printf "segment %q" $s.name) "limits" $s.limits "channels" $channels "categories" $categories) -}}
 {{- end -}}
 {{- with $capping.default_policy -}}
-{{- include "capper.validateLimits" (dict "key" "capping.default_policy.limits" "owner" "default policy" "limits" (.limits | default list) "channels" $channels) -}}
+{{- include "capper.validateLimits" (dict "key" "capping.default_policy.limits" "owner" "default policy" "limits" (.limits | default list) "channels" $channels "categories" $categories) -}}
 {{- end -}}
 
 {{- /* segments */ -}}
@@ -372,8 +384,9 @@ below); durationMillis also refuses one out of time.Duration's range. */ -}}
 {{- end -}}
 {{- end -}}
 
-{{/* One list of limits (capping.Policy.validate's rules beyond the schema);
-call with (dict "key" KEY "owner" WHAT "limits" LIST "channels" LIST). */}}
+{{/* One list of limits (package policy's and capping.Rules.Problems' rules
+beyond the schema); call with (dict "key" KEY "owner" WHAT "limits" LIST
+"channels" LIST "categories" LIST). */}}
 {{- define "capper.validateLimits" -}}
 {{- $names := dict -}}
 {{- range $i, $l := .limits -}}
@@ -387,12 +400,54 @@ call with (dict "key" KEY "owner" WHAT "limits" LIST "channels" LIST). */}}
 {{- fail (printf "config.%s.name: duplicate limit name %s" $key $what) -}}
 {{- end -}}
 {{- $_ := set $names $name true -}}
-{{- $window := include "capper.durationMillis" (list (printf "%s.window" $key) $l.window) | atoi -}}
+{{- /* A rolling window or a calendar period, not both; a window of 0 is
+none, as in capper. */ -}}
+{{- $window := 0 -}}
+{{- if hasKey $l "window" -}}
+{{- $window = include "capper.durationMillis" (list (printf "%s.window" $key) $l.window) | atoi -}}
+{{- end -}}
+{{- $calendar := dig "calendar" "" $l -}}
+{{- if and $calendar $window -}}
+{{- fail (printf "config.%s: has both window and calendar: a limit is rolling or calendar, not both %s" $key $what) -}}
+{{- else if not $calendar -}}
+{{- if eq $window 0 -}}
+{{- fail (printf "config.%s.window: is required: a limit counts in a rolling window (e.g. 24h) or per calendar period (calendar: day, week or month) %s" $key $what) -}}
+{{- end -}}
 {{- if or (lt $window 60000) (gt $window 2678400000) -}}
 {{- fail (printf "config.%s.window: %s out of range [1m, 31d] %s" $key $l.window $what) -}}
 {{- end -}}
-{{- if and $l.channel (not (has $l.channel $.channels)) -}}
-{{- fail (printf "config.%s.channel: unknown channel %q %s; capping.channels: %s" $key $l.channel $what (join ", " $.channels)) -}}
+{{- if ne (mod $window 1000) 0 -}}
+{{- fail (printf "config.%s.window: %s is not a whole number of seconds %s" $key $l.window $what) -}}
+{{- end -}}
+{{- end -}}
+{{- with $l.reserve -}}
+{{- if and (hasKey . "slots") (ge (int .slots) (int $l.max)) -}}
+{{- fail (printf "config.%s.reserve.slots: %d must be from 1 to max-1 (%d): reserved slots leave at least one for everyone %s" $key (int .slots) (sub (int $l.max) 1) $what) -}}
+{{- end -}}
+{{- end -}}
+{{- $where := $l.where | default dict -}}
+{{- if $l.channel -}}
+{{- if $where.channels -}}
+{{- fail (printf "config.%s.channel: and where.channels are the same filter: keep where.channels %s" $key $what) -}}
+{{- end -}}
+{{- if not (has $l.channel $.channels) -}}
+{{- fail (printf "config.%s.channel: %q is not one of the channels (%s) %s" $key $l.channel (join ", " $.channels) $what) -}}
+{{- end -}}
+{{- end -}}
+{{- range $j, $ch := $where.channels | default list -}}
+{{- if not (has $ch $.channels) -}}
+{{- fail (printf "config.%s.where.channels[%d]: %q is not one of the channels (%s) %s" $key $j $ch (join ", " $.channels) $what) -}}
+{{- end -}}
+{{- end -}}
+{{- range $j, $cat := $where.categories | default list -}}
+{{- if not (has $cat $.categories) -}}
+{{- fail (printf "config.%s.where.categories[%d]: %q is not one of the categories (%s) %s" $key $j $cat (join ", " $.categories) $what) -}}
+{{- end -}}
+{{- end -}}
+{{- range $j, $tag := $where.tags | default list -}}
+{{- if gt (len $tag) 64 -}}
+{{- fail (printf "config.%s.where.tags[%d]: %q must be 1 to 64 bytes of printable characters %s" $key $j $tag $what) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -1,0 +1,140 @@
+// Package policy owns the cap policy as users write it: the YAML document
+// (channels, categories, time zone, the limits of each segment and the
+// default policy), its defaults, strict decoding, and its conversion into
+// the engine's capping.Rules with every problem reported at once, each at
+// the path of its field in the document. The worker config embeds the
+// document under capping:; a policy can also be a document of its own
+// (Parse).
+package policy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/capper-dev/capper/internal/yamldoc"
+)
+
+// Duration is a window as written in the document: 30m, 24h, 7d.
+type Duration = yamldoc.Duration
+
+// Document is a cap policy. Every key is optional: Default fills the keys a
+// document leaves out.
+type Document struct {
+	// Channels and Categories are the values an intent may name; anything
+	// else is refused, so that a typo is not silently capped or not.
+	Channels   []string `yaml:"channels"`
+	Categories []string `yaml:"categories"`
+	// DefaultCategory is the category of an intent that names none.
+	DefaultCategory string `yaml:"default_category"`
+	// ExemptCategories bypass capping and are not counted.
+	ExemptCategories []string `yaml:"exempt_categories"`
+	// Overrides lists who may ask to bypass the caps.
+	Overrides Overrides `yaml:"overrides"`
+	// TimeZone (an IANA name) places the calendar periods of users whose
+	// intent names no time zone.
+	TimeZone string `yaml:"time_zone"`
+	// WeekStart is the first day of a calendar week: monday ... sunday.
+	WeekStart string `yaml:"week_start"`
+	// Segments are the policies of segments, in priority order
+	// (segment-builder --on-conflict=priority keeps the earlier segment).
+	Segments []Segment `yaml:"segments"`
+	// DefaultPolicy caps users in no segment or in a segment without a
+	// policy.
+	DefaultPolicy Policy `yaml:"default_policy"`
+}
+
+// Overrides lists the campaigns and categories whose intents may ask to
+// bypass the caps.
+type Overrides struct {
+	Campaigns  []string `yaml:"campaigns"`
+	Categories []string `yaml:"categories"`
+}
+
+// Segment is the policy of one segment.
+type Segment struct {
+	Name   string  `yaml:"name"`
+	Limits []Limit `yaml:"limits"`
+}
+
+// Policy is a list of limits that must all pass.
+type Policy struct {
+	Limits []Limit `yaml:"limits"`
+}
+
+// Limit is one cap: at most Max intents that match Where in any rolling
+// Window, or per Calendar period (day, week, month) in the user's time
+// zone; per user or per campaign.
+type Limit struct {
+	Name string `yaml:"name"`
+	// Window is a rolling window; 0 (left out) with a Calendar.
+	Window   Duration `yaml:"window,omitempty"`
+	Calendar string   `yaml:"calendar,omitempty"`
+	// Max is a pointer so that a forgotten max is an error, not "never".
+	Max   *int   `yaml:"max"`
+	Where Where  `yaml:"where,omitempty"`
+	Per   string `yaml:"per,omitempty"` // user (default) or campaign
+	// Reserve is a pointer so that a reserve block without slots is an
+	// error, not no reserve.
+	Reserve *Reserve `yaml:"reserve,omitempty"`
+	// Channel is the shorthand of policies before where existed:
+	// channel: sms is where: {channels: [sms]}.
+	Channel string `yaml:"channel,omitempty"`
+}
+
+// Where selects the intents a limit applies to, and the past sends it
+// counts: an intent matches when it matches every list that is set. Empty,
+// it matches every intent.
+type Where struct {
+	Channels   []string `yaml:"channels,omitempty"`
+	Tags       []string `yaml:"tags,omitempty"` // any of them
+	Categories []string `yaml:"categories,omitempty"`
+	Campaigns  []string `yaml:"campaigns,omitempty"`
+}
+
+// Reserve keeps Slots of a limit's max for intents of priority Below or
+// higher: the others may use only max - slots.
+type Reserve struct {
+	Slots int    `yaml:"slots"`
+	Below string `yaml:"below,omitempty"` // normal or high (default)
+}
+
+// DefaultBelow is the priority a reserve keeps its slots for when it names
+// none: reserved slots are for what matters most.
+const DefaultBelow = "high"
+
+// Default returns the policy used for every key a document leaves out.
+func Default() Document {
+	return Document{
+		Channels:         []string{"email", "push", "sms", "inapp"},
+		Categories:       []string{"marketing", "transactional"},
+		DefaultCategory:  "marketing",
+		ExemptCategories: []string{"transactional"},
+		TimeZone:         "UTC",
+		WeekStart:        "monday",
+		DefaultPolicy: Policy{Limits: []Limit{
+			{Name: "daily", Window: Duration(24 * time.Hour), Max: intp(1)},
+			{Name: "weekly", Window: Duration(7 * 24 * time.Hour), Max: intp(3)},
+		}},
+	}
+}
+
+func intp(v int) *int { return &v }
+
+// Parse reads a policy document strictly over Default: an unknown key is
+// an error naming its line. It does not check the policy; Rules does.
+func Parse(data []byte) (*Document, error) {
+	d := Default()
+	if err := yamldoc.Decode(data, &d); err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	return &d, nil
+}
+
+// SegmentNames returns the segments that have a policy, in priority order.
+func (d *Document) SegmentNames() []string {
+	names := make([]string, 0, len(d.Segments))
+	for _, s := range d.Segments {
+		names = append(names, s.Name)
+	}
+	return names
+}

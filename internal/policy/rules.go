@@ -1,0 +1,244 @@
+package policy
+
+// From the document to the engine's rules, with every problem at its path.
+// capping.Rules.Problems owns the rules of the engine (names, ranges,
+// references between lists); this file adds only what the document can get
+// wrong before there are rules: a missing max, a value that does not parse
+// (calendar, per, priority, time zone, week day), the legacy channel key,
+// and the facts capping.Rules does not hold (default_category, segment
+// names).
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/segments"
+)
+
+// Problem is one thing wrong with a document, at the path of its field from
+// the document's root, e.g. segments[0] (segment "new").limits[2] (limit
+// "x").window.
+type Problem = capping.Problem
+
+// Problems is every problem of a document.
+type Problems []Problem
+
+// Err returns the problems as one error, one per line (nil without any).
+func (ps Problems) Err() error {
+	if len(ps) == 0 {
+		return nil
+	}
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = p.Error()
+	}
+	return errors.New(strings.Join(lines, "\n"))
+}
+
+func (ps *Problems) add(path, format string, args ...any) {
+	*ps = append(*ps, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// weekDays are the week_start values, by time.Weekday.
+var weekDays = [...]string{
+	time.Sunday: "sunday", time.Monday: "monday", time.Tuesday: "tuesday", time.Wednesday: "wednesday",
+	time.Thursday: "thursday", time.Friday: "friday", time.Saturday: "saturday",
+}
+
+// Rules converts the document into the engine's rules and reports every
+// problem of the document at once. Rules that come with problems are only
+// good for reporting them; without problems, they pass
+// capping.Rules.Validate.
+func (d *Document) Rules() (capping.Rules, Problems) {
+	var ps Problems
+	// renamed maps a path capping reports to the one the document uses
+	// (the legacy channel key).
+	renamed := map[string]string{}
+	r := capping.Rules{
+		Segments:         make([]capping.Segment, 0, len(d.Segments)),
+		Channels:         d.Channels,
+		Categories:       d.Categories,
+		ExemptCategories: d.ExemptCategories,
+		Overrides:        capping.Overrides{Campaigns: d.Overrides.Campaigns, Categories: d.Overrides.Categories},
+		TimeZone:         d.timeZone(&ps),
+		WeekStart:        d.weekStart(&ps),
+	}
+	if !slices.Contains(d.Categories, d.DefaultCategory) {
+		ps.add("default_category", "%q is not one of the categories (%s)", d.DefaultCategory, strings.Join(d.Categories, ", "))
+	}
+	for i, s := range d.Segments {
+		path := capping.SegmentPath(i, s.Name)
+		switch err := segments.ValidateSegmentName(s.Name); {
+		case s.Name == segments.None:
+			ps.add(path+".name", `"none" is reserved for users in no segment (they get default_policy)`)
+		case err != nil && s.Name != "": // capping reports an empty name
+			ps.add(path+".name", "%v", err)
+		}
+		r.Segments = append(r.Segments, capping.Segment{Name: s.Name, Policy: policy(&ps, renamed, path, s.Limits)})
+	}
+	r.Default = policy(&ps, renamed, "default_policy", d.DefaultPolicy.Limits)
+
+	// A problem capping finds at a path the document already reported is
+	// the same problem seen through the value that stood in for a bad one
+	// (no time zone, no window): it is reported once, in the document's
+	// words.
+	reported := map[string]bool{}
+	for _, p := range ps {
+		reported[p.Path] = true
+	}
+	for _, p := range r.Problems() {
+		if to, ok := renamed[p.Path]; ok {
+			p.Path = to
+		}
+		if !reported[p.Path] {
+			ps = append(ps, p)
+		}
+	}
+	// In the document's order, so that the problems of one limit are
+	// together whoever found them.
+	slices.SortStableFunc(ps, func(a, b Problem) int { return slices.Compare(position(a.Path), position(b.Path)) })
+	return r, ps
+}
+
+// topKeys are the document's keys in the order of Document.
+var topKeys = []string{"channels", "categories", "default_category", "exempt_categories", "overrides",
+	"time_zone", "week_start", "segments", "default_policy"}
+
+var (
+	segmentIndex = regexp.MustCompile(`^segments\[(\d+)\]`)
+	limitIndex   = regexp.MustCompile(`\blimits\[(\d+)\]`)
+)
+
+// position orders a problem's path: its top-level key, then its segment,
+// then its limit.
+func position(path string) []int {
+	top := path[:strings.IndexAny(path+".", ".[ ")]
+	pos := []int{slices.Index(topKeys, top), -1, -1}
+	if g := segmentIndex.FindStringSubmatch(path); g != nil {
+		pos[1], _ = strconv.Atoi(g[1])
+	}
+	if g := limitIndex.FindStringSubmatch(path); g != nil {
+		pos[2], _ = strconv.Atoi(g[1])
+	}
+	return pos
+}
+
+// Problems reports every problem of the document at once (Rules without
+// the rules).
+func (d *Document) Problems() Problems {
+	_, ps := d.Rules()
+	return ps
+}
+
+// timeZone resolves time_zone; nil when it does not resolve.
+func (d *Document) timeZone(ps *Problems) *time.Location {
+	switch d.TimeZone {
+	case "":
+		ps.add("time_zone", "is required: an IANA time zone name such as UTC or Europe/Paris")
+		return nil
+	case "Local":
+		// The machine's zone would make the caps differ between hosts.
+		ps.add("time_zone", `"Local" is the zone of whichever machine runs capper: name the zone (e.g. UTC, Europe/Paris)`)
+		return nil
+	}
+	loc, err := time.LoadLocation(d.TimeZone)
+	if err != nil {
+		ps.add("time_zone", "%q is not a time zone of the IANA database (e.g. UTC, Europe/Paris)", d.TimeZone)
+		return nil
+	}
+	return loc
+}
+
+func (d *Document) weekStart(ps *Problems) time.Weekday {
+	if i := slices.Index(weekDays[:], d.WeekStart); i >= 0 {
+		return time.Weekday(i)
+	}
+	ps.add("week_start", "%q is not one of monday, tuesday, wednesday, thursday, friday, saturday, sunday", d.WeekStart)
+	return time.Monday
+}
+
+// policy converts the limits of the policy at path.
+func policy(ps *Problems, renamed map[string]string, path string, ls []Limit) capping.Policy {
+	p := capping.Policy{Limits: make([]capping.Limit, 0, len(ls))}
+	for i, l := range ls {
+		p.Limits = append(p.Limits, l.limit(ps, renamed, path+"."+capping.LimitPath(i, l.Name)))
+	}
+	return p
+}
+
+// limit converts one limit, at path at. A value that does not parse is
+// reported here and replaced by one that lets capping check the rest of
+// the limit without reporting it again.
+func (l Limit) limit(ps *Problems, renamed map[string]string, at string) capping.Limit {
+	c := capping.Limit{
+		Name:   l.Name,
+		Window: l.Window.D(),
+		Where: capping.Where{
+			Channels: l.Where.Channels, Tags: l.Where.Tags,
+			Categories: l.Where.Categories, Campaigns: l.Where.Campaigns,
+		},
+	}
+	if l.Max == nil {
+		ps.add(at+".max", "is required (0 means never)")
+	} else {
+		c.Max = *l.Max
+	}
+
+	switch cal, err := capping.ParseCalendar(l.Calendar); {
+	case l.Calendar == "" && l.Window == 0:
+		// capping would say "0s out of range": the window is missing.
+		ps.add(at+".window", "is required: a limit counts in a rolling window (e.g. 24h) or per calendar period (calendar: day, week or month)")
+	case l.Calendar == "":
+	case err != nil:
+		ps.add(at+".calendar", "%v", err)
+		c.Calendar = capping.Day // a stand-in: window and calendar together are still reported
+	default:
+		c.Calendar = cal
+	}
+
+	switch l.Per {
+	case "", "user":
+		c.Per = capping.PerUser
+	case "campaign":
+		c.Per = capping.PerCampaign
+	default:
+		ps.add(at+".per", "%q is not one of user, campaign", l.Per)
+	}
+
+	if r := l.Reserve; r != nil {
+		switch r.Below {
+		case "normal":
+			c.Reserve.Below = capping.Normal
+		case "", "high":
+			c.Reserve.Below = capping.High
+		default:
+			ps.add(at+".reserve.below", "%q is not one of normal, high (intents below it may use only max - slots)", r.Below)
+			c.Reserve.Below = capping.High
+		}
+		switch {
+		case r.Slots < 1 && l.Max != nil:
+			ps.add(at+".reserve.slots", "%d must be from 1 to max-1 (%d): reserved slots leave at least one for everyone", r.Slots, *l.Max-1)
+		case r.Slots < 1:
+			ps.add(at+".reserve.slots", "%d must be at least 1", r.Slots)
+		case l.Max != nil:
+			// Without a max, capping would compare the slots with 0.
+			c.Reserve.Slots = r.Slots
+		}
+	}
+
+	if l.Channel != "" {
+		if len(l.Where.Channels) > 0 {
+			ps.add(at+".channel", "and where.channels are the same filter: keep where.channels")
+		} else {
+			c.Where.Channels = []string{l.Channel}
+			renamed[at+".where.channels[0]"] = at + ".channel"
+		}
+	}
+	return c
+}
