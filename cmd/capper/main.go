@@ -82,6 +82,9 @@ func (c *checkConfigCmd) Run(e *env) error {
 	for _, name := range cfg.IgnoredEnv {
 		fmt.Fprintf(e.stderr, "warning: %s matches no config key; ignored\n", name)
 	}
+	for _, msg := range cfg.Deprecations {
+		fmt.Fprintf(e.stderr, "warning: %s\n", msg)
+	}
 	fmt.Fprintf(e.stderr, "%s: ok\n", c.Config)
 	_, err = e.stdout.Write(out)
 	return err

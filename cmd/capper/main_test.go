@@ -22,6 +22,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/audit"
+	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/demo"
 	"github.com/capper-dev/capper/internal/objstore"
@@ -509,17 +510,23 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 	}
 	t.Logf("inspect -o json:\n%s", out)
 	var got struct {
-		User      *uint64 `json:"user"`
-		Segment   string  `json:"segment"`
-		Snapshot  *string `json:"snapshot"`
-		Algorithm string  `json:"algorithm"`
-		At        string  `json:"at"`
-		Limits    []struct {
+		User     *uint64 `json:"user"`
+		Segment  string  `json:"segment"`
+		Snapshot *string `json:"snapshot"`
+		At       string  `json:"at"`
+		TimeZone string  `json:"time_zone"`
+		Limits   []struct {
 			Name     string  `json:"name"`
-			Window   string  `json:"window"`
-			Channel  *string `json:"channel"`
+			Scope    string  `json:"scope"`
+			Campaign *string `json:"campaign"`
+			Window   *string `json:"window"`
+			Calendar *string `json:"calendar"`
+			From     string  `json:"from"`
+			To       string  `json:"to"`
 			Count    *int64  `json:"count"`
 			Max      *int    `json:"max"`
+			Reserved int     `json:"reserved"`
+			For      *string `json:"reserved_for"`
 			NextFree *string `json:"next_free"`
 		} `json:"limits"`
 	}
@@ -529,7 +536,7 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 		t.Fatalf("inspect -o json: %v\n%s", err, out)
 	}
 	if got.User == nil || *got.User != 42 || got.Segment != segment || got.Snapshot == nil || *got.Snapshot == "" ||
-		got.Algorithm != s.cfg.Capping.Algorithm {
+		got.TimeZone != s.cfg.Capping.TimeZone {
 		t.Fatalf("inspect -o json: wrong header:\n%s", out)
 	}
 	at, err := time.Parse(time.RFC3339, got.At)
@@ -537,16 +544,25 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 		t.Fatalf("at: %v", err)
 	}
 	policy := s.cfg.Rules().PolicyOf(segment)
-	if len(got.Limits) != len(policy.Limits) {
-		t.Fatalf("%d limits, want the %d of segment %q:\n%s", len(got.Limits), len(policy.Limits), segment, out)
+	if len(got.Limits) < len(policy.Limits) {
+		t.Fatalf("%d limits, want (at least) the %d of segment %q:\n%s", len(got.Limits), len(policy.Limits), segment, out)
 	}
-	for i, l := range got.Limits {
+	for _, l := range got.Limits {
+		i := slices.IndexFunc(policy.Limits, func(p capping.Limit) bool { return p.Name == l.Name })
+		if i < 0 {
+			t.Fatalf("limit %q is not in the policy of %q", l.Name, segment)
+		}
 		want := policy.Limits[i]
-		if l.Name != want.Name || l.Window != config.Duration(want.Window).String() || l.Count == nil || l.Max == nil || *l.Max != want.Max {
+		rolling := want.Calendar == capping.None
+		if l.Count == nil || l.Max == nil || *l.Max != want.Max || l.Scope == "" ||
+			rolling != (l.Window != nil && *l.Window == config.Duration(want.Window).String()) ||
+			!rolling != (l.Calendar != nil && *l.Calendar == want.Calendar.String()) || l.Reserved != want.Reserve.Slots {
 			t.Errorf("limit %d: %+v, want %+v", i, l, want)
 		}
-		if (l.Channel == nil) != (want.Channel == "") || (l.Channel != nil && *l.Channel != want.Channel) {
-			t.Errorf("limit %s: channel %v, want %q (null for every channel)", l.Name, l.Channel, want.Channel)
+		from, err1 := time.Parse(time.RFC3339, l.From)
+		to, err2 := time.Parse(time.RFC3339, l.To)
+		if err1 != nil || err2 != nil || !from.Before(to) {
+			t.Errorf("limit %s: window [%s, %s)", l.Name, l.From, l.To)
 		}
 		if want.Max == 0 {
 			if l.NextFree != nil {

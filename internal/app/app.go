@@ -76,6 +76,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	for _, name := range cfg.IgnoredEnv {
 		log.Warn("environment variable matches no config key; ignored", "name", name)
 	}
+	for _, msg := range cfg.Deprecations {
+		log.Warn("deprecated config key", "message", msg)
+	}
 
 	rdb, err := NewRedisClient(cfg)
 	if err != nil {

@@ -53,11 +53,11 @@ func NewEngine(ctx context.Context, cfg *config.Config, rdb redis.UniversalClien
 	e, err := capping.New(ctx, capping.Options{
 		Client:            rdb,
 		Rules:             cfg.Rules(),
-		Algorithm:         capping.Algorithm(c.Algorithm),
 		KeyPrefix:         c.KeyPrefix,
 		IdempotencyWindow: c.IdempotencyWindow.D(),
-		SubIntervals:      c.SubIntervals,
 		SkewWarn:          c.ClockSkewWarn.D(),
+		RefusalCacheSize:  c.RefusalCache.Size,
+		RefusalCacheTTL:   c.RefusalCache.TTL.D(),
 		WaitReplicas:      cfg.Redis.WaitReplicas,
 		WaitTimeout:       cfg.Redis.WaitTimeout.D(),
 		Registerer:        reg,

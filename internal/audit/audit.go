@@ -47,6 +47,10 @@ type Send struct {
 	At        time.Time // when the caps were checked (capper-decided-at)
 	Duplicate bool      // a redelivery of an id allowed before
 	Bypass    bool      // an honoured bypass: delivered without checking, counted
+	// Seq orders sends decided at the same time (a batch shares its
+	// decision time): the order of the records read, which for one user's
+	// deliveries (one partition) is the order they were decided in.
+	Seq int
 }
 
 // Sends extracts the counted sends from delivery records: decision
@@ -54,7 +58,7 @@ type Send struct {
 // shadow-capped records are not counted by the caps, so they are skipped.
 func Sends(records []kafka.Message) ([]Send, error) {
 	var out []Send
-	for _, r := range records {
+	for seq, r := range records {
 		h := headers(r)
 		if h[hDecision] != "allowed" || h[hUnchecked] == "true" {
 			continue
@@ -84,7 +88,7 @@ func Sends(records []kafka.Message) ([]Send, error) {
 			return nil, where(fmt.Errorf("%s: %w", hDecidedAt, err))
 		}
 		s := Send{User: uid, ID: v.ID, Channel: v.Channel, Category: v.Category, Campaign: v.Campaign, Tags: v.Tags,
-			Priority: v.Priority, Segment: h[hSegment], At: at, Duplicate: h[hDuplicate] == "true", Bypass: h[hOverride] == "bypass"}
+			Priority: v.Priority, Segment: h[hSegment], At: at, Duplicate: h[hDuplicate] == "true", Bypass: h[hOverride] == "bypass", Seq: seq}
 		if v.TimeZone != "" {
 			if s.TimeZone, err = time.LoadLocation(v.TimeZone); err != nil {
 				return nil, where(fmt.Errorf("time_zone: %w", err))
@@ -137,7 +141,8 @@ func (v Violation) String() string {
 }
 
 // Check returns every violation of rules in sends. A user's repeated id
-// counts once, at its earliest time. For each counted send s under its
+// counts once, at its original delivery (else the earliest duplicate). Sends with the same time (one batch)
+// are taken in Seq order, the order they were decided in. For each counted send s under its
 // segment's policy, every limit whose where it matches must see, among the
 // user's sends that match it (of the same campaign for a per-campaign limit):
 //   - rolling window W: at most the allowed number in (s.At-W, s.At];
@@ -157,8 +162,11 @@ func Check(rules capping.Rules, sends []Send) []Violation {
 	}
 	first := map[key]Send{}
 	for _, s := range sends {
+		// The original delivery, not a redelivery marked duplicate: that
+		// one carries the time in whole seconds, and its own place in the
+		// order.
 		k := key{s.User, s.ID}
-		if f, ok := first[k]; !ok || s.At.Before(f.At) {
+		if f, ok := first[k]; !ok || f.Duplicate && !s.Duplicate || f.Duplicate == s.Duplicate && s.At.Before(f.At) {
 			first[k] = s
 		}
 	}
@@ -181,7 +189,9 @@ func Check(rules capping.Rules, sends []Send) []Violation {
 	reported := map[window]bool{}
 	for _, u := range users {
 		list := byUser[u]
-		sort.Slice(list, func(i, j int) bool { return list[i].At.Before(list[j].At) })
+		sort.Slice(list, func(i, j int) bool {
+			return list[i].At.Before(list[j].At) || list[i].At.Equal(list[j].At) && list[i].Seq < list[j].Seq
+		})
 		for _, s := range list {
 			if s.Bypass {
 				continue
@@ -202,7 +212,10 @@ func Check(rules capping.Rules, sends []Send) []Violation {
 				}
 				n := 0
 				for _, o := range list {
-					if o.At.After(from) && !o.At.After(s.At) && matches(rules, l.Where, o) &&
+					// Sends decided before s: earlier, or at the same time
+					// and before it in its batch.
+					before := o.At.Before(s.At) || o.At.Equal(s.At) && o.Seq <= s.Seq
+					if o.At.After(from) && before && matches(rules, l.Where, o) &&
 						(l.Per != capping.PerCampaign || o.Campaign == s.Campaign) {
 						n++
 					}

@@ -108,6 +108,16 @@ func TestCheckFindsEachKindOfViolation(t *testing.T) {
 			{User: 6, ID: "b", Campaign: "c2", Segment: "v2", At: t0.Add(time.Hour)},
 			{User: 6, ID: "c", Campaign: "c3", Segment: "v2", At: t0.Add(2 * time.Hour), Priority: "high"},
 		}, nil},
+		{"same time, decided later in the batch", []Send{ // the high one used the reserved slot after b
+			{User: 8, ID: "a", Campaign: "c1", Segment: "v2", At: t0, Seq: 1},
+			{User: 8, ID: "b", Campaign: "c2", Segment: "v2", At: t0, Seq: 2},
+			{User: 8, ID: "c", Campaign: "c3", Segment: "v2", At: t0, Seq: 3, Priority: "high"},
+		}, nil},
+		{"same time, decided earlier in the batch", []Send{
+			{User: 8, ID: "a", Campaign: "c1", Segment: "v2", At: t0, Seq: 1},
+			{User: 8, ID: "c", Campaign: "c3", Segment: "v2", At: t0, Seq: 2, Priority: "high"},
+			{User: 8, ID: "b", Campaign: "c2", Segment: "v2", At: t0, Seq: 3},
+		}, []string{`3 sends in the 24h0m0s window ending 2026-11-21T16:00:00.000Z, limit "daily" allows 2`}},
 		{"a bypass is not checked but counts", []Send{
 			{User: 7, ID: "a", Campaign: "c1", Segment: "new", At: t0},
 			{User: 7, ID: "b", Campaign: "c2", Segment: "new", At: t0.Add(time.Minute), Bypass: true},

@@ -115,9 +115,6 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 		ps.byName[s.Name] = len(ps.pols)
 		ps.pols = append(ps.pols, compile(s.Policy))
 	}
-	if len(ps.scopes) > MaxScopes {
-		return nil, fmt.Errorf("the policies use %d distinct scopes (where and per of the limits); at most %d are supported", len(ps.scopes), MaxScopes)
-	}
 	ps.keyLife = ps.idem
 	for _, s := range ps.scopes {
 		ps.keyLife = max(ps.keyLife, s.retention)

@@ -236,6 +236,15 @@ func (r Rules) Problems() []Problem {
 		s.Policy.problems(&ps, path, channels, categories)
 	}
 	r.Default.problems(&ps, "default_policy", channels, categories)
+	scopes := map[string]bool{}
+	for _, p := range r.allPolicies() {
+		for _, l := range p.Limits {
+			scopes[canonical(l.Where, l.Per)] = true
+		}
+	}
+	if len(scopes) > MaxScopes {
+		ps.add("segments", "the policies' limits select %d distinct scopes (where and per), at most %d are supported: limits with the same where and per share one", len(scopes), MaxScopes)
+	}
 	return ps
 }
 

@@ -101,9 +101,10 @@ type Redis struct {
 // Capping is the engine's settings and, inline, the cap policy (package
 // policy owns its keys, their defaults and their checks).
 type Capping struct {
-	KeyPrefix         string   `yaml:"key_prefix"`
-	IdempotencyWindow Duration `yaml:"idempotency_window"`
-	ClockSkewWarn     Duration `yaml:"clock_skew_warn"`
+	KeyPrefix         string       `yaml:"key_prefix"`
+	IdempotencyWindow Duration     `yaml:"idempotency_window"`
+	ClockSkewWarn     Duration     `yaml:"clock_skew_warn"`
+	RefusalCache      RefusalCache `yaml:"refusal_cache"`
 	policy.Document   `yaml:",inline"`
 
 	// Deprecated: the sliding_window algorithm was removed. sliding_log (or
@@ -113,6 +114,13 @@ type Capping struct {
 	// Deprecated: it tuned sliding_window. Accepted and ignored with a
 	// deprecation; parsing leaves it nil.
 	SubIntervals *int `yaml:"sub_intervals,omitempty"`
+}
+
+// RefusalCache is the worker's memory of full limits: repeats are capped
+// without a Redis call until the limit frees a slot, for at most TTL.
+type RefusalCache struct {
+	Size int      `yaml:"size"` // entries; 0 turns it off
+	TTL  Duration `yaml:"ttl"`
 }
 
 // The policy's types, under the names the config has always used.
@@ -200,6 +208,7 @@ func Default() Config {
 			KeyPrefix:         "capper",
 			IdempotencyWindow: Duration(24 * time.Hour),
 			ClockSkewWarn:     Duration(500 * time.Millisecond),
+			RefusalCache:      RefusalCache{Size: 100_000, TTL: Duration(30 * time.Second)},
 			Document:          policy.Default(),
 		},
 		Segments: Segments{

@@ -31,6 +31,7 @@ var badFiles = map[string][]string{
 	"two-docs.bad.yaml":           {"more than one YAML document"},
 	"bad-source.bad.yaml":         {"segments.source", "gs://bucket/segments"},
 	"window-range.bad.yaml":       {`capping.segments[0] (segment "new").limits[0] (limit "burst").window: 30s out of range`},
+	"refusal-cache.bad.yaml":      {`capping.refusal_cache.ttl: 1h0m0s out of range [1s, 10m]`},
 	"many-problems.bad.yaml": {
 		`capping.segments[0] (segment "new").limits[0] (limit "daily").max: is required (0 means never)`,
 		`capping.segments[0] (segment "new").limits[1] (limit "burst").window: 30s out of range`,

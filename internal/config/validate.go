@@ -171,6 +171,14 @@ func (c *Capping) validate(p *problems) {
 	}
 	positive(p, "capping.idempotency_window", c.IdempotencyWindow)
 	positive(p, "capping.clock_skew_warn", c.ClockSkewWarn)
+	if rc := c.RefusalCache; rc.Size < 0 || rc.Size > 100_000_000 {
+		p.add("capping.refusal_cache.size", "must be from 0 (off) to 100000000 entries, got %d", rc.Size)
+	}
+	if ttl := c.RefusalCache.TTL.D(); ttl < time.Second || ttl > 10*time.Minute {
+		// A refund or a policy change frees a slot early: a refusal must not
+		// be believed much longer.
+		p.add("capping.refusal_cache.ttl", "%s out of range [1s, 10m]", ttl)
+	}
 	switch c.Algorithm {
 	case "", "sliding_log": // the only algorithm; dropDeprecated says so
 	case "sliding_window":

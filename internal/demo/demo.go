@@ -112,7 +112,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := produce(ctx, broker.ListenAddrs(), msgs); err != nil {
 		return err
 	}
-	step("produced %d send-intents (%d campaigns, repeats, malformed and transactional ones)", len(msgs), 6)
+	step("produced %d send-intents (%d campaigns; tags, priorities and users' time zones; repeats, malformed, transactional and override-asking ones)", len(msgs), 6)
 
 	reg := prometheus.NewRegistry()
 	runCtx, stop := context.WithCancel(ctx)

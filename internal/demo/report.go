@@ -93,6 +93,39 @@ func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, ela
 	batches := quantileCount(mfs, "capper_batch_size")
 	fmt.Fprintf(w, "\nthroughput: %.0f intents/s (%d intents in %s, %d batches)\n", float64(total)/elapsed.Seconds(), total, elapsed.Round(time.Millisecond), batches)
 	fmt.Fprintf(w, "decision latency per batch (one Redis pipeline): p50 %s, p99 %s\n", fmtSeconds(p50), fmtSeconds(p99))
+	fmt.Fprintf(w, "overrides: %.0f honoured (bypass, delivered past the caps and counted), %.0f refused (capped as usual)\n",
+		counter(mfs, "capper_overrides_total", "result", "bypass"), counter(mfs, "capper_overrides_total", "result", "refused"))
+	fmt.Fprintf(w, "refusal cache: %.0f intents capped without a Redis call; Redis calls per intent %.2f\n",
+		counter(mfs, "capper_refusal_cache_hits_total", "", ""), gauge(mfs, "capper_redis_calls_per_intent"))
+}
+
+// counter sums a counter's series whose label (if given) has value.
+func counter(mfs []*dto.MetricFamily, name, label, value string) float64 {
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := label == ""
+			for _, l := range m.GetLabel() {
+				match = match || (l.GetName() == label && l.GetValue() == value)
+			}
+			if match {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func gauge(mfs []*dto.MetricFamily, name string) float64 {
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
 }
 
 func limits(m map[string]int) string {

@@ -72,7 +72,10 @@ type BlastOptions struct {
 
 // Blast returns the send-intents of several campaigns over a Zipf-skewed user
 // population, so that many users get several intents, with some repeated ids
-// (a scheduler retrying), malformed records and transactional intents.
+// (a scheduler retrying), malformed records and transactional intents. The
+// intents use the policy's vocabulary: tags (promo, sale, newsletter),
+// priorities, users' time zones, and an outage notice that may bypass the
+// caps (campaign service-outage), beside campaigns that ask to and may not.
 func Blast(o BlastOptions) []kafka.Message {
 	if o.Campaigns <= 0 {
 		o.Campaigns = 6
@@ -110,15 +113,42 @@ func Blast(o BlastOptions) []kafka.Message {
 			category = "transactional"
 		}
 		ch := o.Channels[pick(r, channelWeights, len(o.Channels))]
-		v, _ := json.Marshal(map[string]any{
+		intent := map[string]any{
 			"id": fmt.Sprintf("%s-%d", campaign, i), "user_id": user, "campaign_id": campaign,
 			"channel": ch, "category": category, "created_at": created,
 			"payload": map[string]string{"template": campaign + "-" + ch},
-		})
+		}
+		switch x := r.Float64(); {
+		case x < 0.35:
+			intent["tags"] = []string{"promo"}
+		case x < 0.45:
+			intent["tags"] = []string{"sale", "flash"}
+		case x < 0.55:
+			intent["tags"] = []string{"newsletter"}
+		}
+		switch x := r.Float64(); {
+		case x < 0.10:
+			intent["priority"] = "high"
+		case x < 0.25:
+			intent["priority"] = "low"
+		}
+		if z := timeZones[user%uint64(len(timeZones))]; z != "" {
+			intent["time_zone"] = z
+		}
+		switch x := r.Float64(); {
+		case x < 0.01: // the outage notice: listed in capping.overrides
+			intent["id"], intent["campaign_id"], intent["capping"] = fmt.Sprintf("outage-%d", i), "service-outage", "bypass"
+		case x < 0.015: // asks, may not
+			intent["capping"] = "bypass"
+		}
+		v, _ := json.Marshal(intent)
 		out = append(out, kafka.Message{Key: []byte(strconv.FormatUint(user, 10)), Value: v})
 	}
 	return out
 }
+
+// timeZones of the users, by id ("" the policy's).
+var timeZones = []string{"", "Asia/Singapore", "America/New_York", "Europe/Berlin", "Pacific/Kiritimati"}
 
 func pick(r *rand.Rand, weights []float64, n int) int {
 	if n != len(weights) {

@@ -113,7 +113,7 @@ func TestOverrides(t *testing.T) {
 	})
 	// p1 and the bypass p3 are counted; bypass-uncounted p5 is not. (The
 	// full push-daily keeps only its max, the latest.)
-	st, err := e.engine.Inspect(context.Background(), 1, "none", time.Now(), nil)
+	st, err := e.engine.Inspect(context.Background(), 1, "none", capping.InspectOptions{At: time.Now()})
 	if err != nil || len(st) != 2 || st[1].Limit.Name != "weekly" || st[1].Count != 2 {
 		t.Fatalf("user 1's limits: %+v (%v), want weekly at 2", st, err)
 	}

@@ -466,7 +466,7 @@ func TestShadowMode(t *testing.T) {
 		t.Fatalf("capper_intents_total{outcome=shadow_capped} = %v", got)
 	}
 	// Not recorded: user 3's record in Redis counts the 2 allowed only.
-	st, err := e.engine.Inspect(context.Background(), 3, "none", time.Now(), nil)
+	st, err := e.engine.Inspect(context.Background(), 3, "none", capping.InspectOptions{At: time.Now()})
 	if err != nil || len(st) != 1 || st[0].Count != 2 {
 		t.Fatalf("user 3's limits: %+v (%v), want daily at 2", st, err)
 	}

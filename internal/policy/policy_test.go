@@ -85,6 +85,7 @@ default_policy:
 		Default:          capping.Policy{Limits: []capping.Limit{{Name: "daily", Calendar: capping.Day, Max: 1}}},
 		Channels:         []string{"email", "push", "sms"},
 		Categories:       []string{"marketing", "news", "transactional"},
+		DefaultCategory:  "news",
 		ExemptCategories: []string{"transactional"},
 		Overrides:        capping.Overrides{Campaigns: []string{"outage"}, Categories: []string{"news"}},
 		TimeZone:         paris,

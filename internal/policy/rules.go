@@ -64,6 +64,7 @@ func (d *Document) Rules() (capping.Rules, Problems) {
 		Segments:         make([]capping.Segment, 0, len(d.Segments)),
 		Channels:         d.Channels,
 		Categories:       d.Categories,
+		DefaultCategory:  d.DefaultCategory,
 		ExemptCategories: d.ExemptCategories,
 		Overrides:        capping.Overrides{Campaigns: d.Overrides.Campaigns, Categories: d.Overrides.Categories},
 		TimeZone:         d.timeZone(&ps),

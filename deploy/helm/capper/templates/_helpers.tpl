@@ -311,6 +311,14 @@ below); durationMillis also refuses one out of time.Duration's range. */ -}}
 the lists that must name channels or categories (package policy and
 capping.Rules.Problems) */ -}}
 {{- $capping := $c.capping -}}
+{{- with $capping.refusal_cache -}}
+{{- if .ttl -}}
+{{- $ttl := include "capper.durationMillis" (list "capping.refusal_cache.ttl" .ttl) | atoi -}}
+{{- if or (lt $ttl 1000) (gt $ttl 600000) -}}
+{{- fail (printf "config.capping.refusal_cache.ttl: %s out of range [1s, 10m]" .ttl) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- $channels := $capping.channels | default list -}}
 {{- range $i, $ch := $channels -}}
 {{- if gt (len $ch) 64 -}}
