@@ -481,8 +481,8 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("inspect does not show segment %q:\n%s", segment, out)
 	}
 	// The daily limit of every segment in configs/capper.yaml counts every
-	// channel: its count is what was delivered.
-	if !regexp.MustCompile(`(?m)^daily\s+1d\s+any\s+` + strconv.Itoa(allowed) + `\s`).MatchString(out) {
+	// intent: its count is what was delivered.
+	if !regexp.MustCompile(`(?m)^daily\s+every intent\s+(1d rolling|calendar day)\s+.*\s` + strconv.Itoa(allowed) + `\s+\d+\s`).MatchString(out) {
 		t.Fatalf("inspect does not count %d delivered intents on the daily limit:\n%s", allowed, out)
 	}
 	if !strings.Contains(out, "(in ") {

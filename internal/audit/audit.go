@@ -172,6 +172,14 @@ func Check(rules capping.Rules, sends []Send) []Violation {
 	}
 	byUser := map[uint64][]Send{}
 	for _, s := range first {
+		if s.Duplicate {
+			// Only a redelivery of it was read (the original's record was
+			// lost in a crash): its time is in whole seconds, so it was
+			// decided in the second after. Taking the end of that second
+			// never counts it before a send it was decided after; the
+			// engine, which counts in whole seconds, counted it no less.
+			s.At = s.At.Add(time.Second - time.Millisecond)
+		}
 		byUser[s.User] = append(byUser[s.User], s)
 	}
 	users := make([]uint64, 0, len(byUser))

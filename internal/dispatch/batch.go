@@ -36,6 +36,7 @@ type record struct {
 // decideBatch decodes the messages, resolves segments from one snapshot and
 // decides them.
 func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch, error) {
+	w.forgetIfRebalanced()
 	b := &batch{msgs: msgs, records: make([]record, len(msgs)), start: time.Now()}
 	snap := w.o.Snapshots.Load()
 	b.snap = snap.Version()
@@ -74,4 +75,23 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		}
 	}
 	return b, nil
+}
+
+// rebalanceCounter is a Reader that counts its group's rebalances
+// (*kafka.Reader: Stats counts them since the last call).
+type rebalanceCounter interface{ Stats() kafka.ReaderStats }
+
+// refusalForgetter is a Decider that remembers refusals (*capping.Engine).
+type refusalForgetter interface{ ForgetRefusals() }
+
+// forgetIfRebalanced empties the Decider's refusal cache when the worker's
+// partitions may have changed since the last batch: an intent another worker
+// allowed (and did not get to forward) comes back, and must be answered a
+// duplicate by Redis, not capped from what this worker remembered earlier.
+func (w *Worker) forgetIfRebalanced() {
+	r, ok := w.o.Reader.(rebalanceCounter)
+	f, ok2 := w.o.Decider.(refusalForgetter)
+	if ok && ok2 && r.Stats().Rebalances > 0 {
+		f.ForgetRefusals()
+	}
 }
