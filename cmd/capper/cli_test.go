@@ -23,7 +23,7 @@ func TestCompletion(t *testing.T) {
 		if code != 0 || strings.TrimSpace(out) == "" {
 			t.Fatalf("completion %s: exit %d, %d bytes\n%s", shell, code, len(out), errOut)
 		}
-		for _, cmd := range []string{"run", "check-config", "inspect", "version", "completion", "config"} {
+		for _, cmd := range []string{"run", "check-config", "inspect", "migrate", "version", "completion", "config"} {
 			if !strings.Contains(out, cmd) {
 				t.Errorf("%s completion does not mention %q:\n%s", shell, cmd, out)
 			}
@@ -63,7 +63,7 @@ func TestCompletion(t *testing.T) {
 			continue
 		}
 		cases := map[string][]string{
-			"capper ":                  {"run", "check-config", "inspect", "version", "completion"},
+			"capper ":                  {"run", "check-config", "inspect", "migrate", "version", "completion"},
 			"capper inspect --output ": {"table", "json"},
 		}
 		if shell == "bash" { // king's fish script completes no positional arguments

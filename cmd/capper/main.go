@@ -31,6 +31,7 @@ type commands struct {
 	Run         runCmd            `cmd:"" help:"Run the worker (consume, decide, forward)."`
 	CheckConfig checkConfigCmd    `cmd:"" name:"check-config" help:"Validate a config file and print the effective config, secrets masked."`
 	Inspect     inspectCmd        `cmd:"" help:"Show a user's segment and caps (read-only)."`
+	Migrate     migrateCmd        `cmd:"" help:"Convert the first version's Redis keys (sorted sets) into records; the workers must be stopped."`
 	Version     cli.VersionCmd    `cmd:"" help:"Print the version, VCS revision and Go version."`
 	Completion  cli.CompletionCmd `cmd:"" help:"Print a shell completion script (bash, zsh or fish)."`
 }
@@ -118,6 +119,29 @@ func (c *inspectCmd) Run(e *env) error {
 		return in.WriteJSON(e.stdout)
 	}
 	return in.WriteTable(e.stdout)
+}
+
+type migrateCmd struct {
+	Config     string `required:"" type:"existingfile" help:"Config file (Redis, and the policy the records are built for)." completion:"<file>"`
+	FromPrefix string `name:"from-prefix" help:"The first version's capping.key_prefix; default the config's."`
+	DryRun     bool   `name:"dry-run" help:"Read and report; write nothing."`
+}
+
+func (c *migrateCmd) Run(e *env) error {
+	cfg, err := config.Load(c.Config)
+	if err != nil {
+		return err
+	}
+	log, err := cli.NewLogger(e.stderr, "warn", cli.LogText)
+	if err != nil {
+		return err
+	}
+	rep, err := app.Migrate(e.ctx, cfg, app.MigrateOptions{FromPrefix: c.FromPrefix, DryRun: c.DryRun, Progress: e.stderr}, log)
+	if err != nil {
+		return err
+	}
+	app.WriteMigrateReport(e.stdout, rep, c.DryRun)
+	return nil
 }
 
 func main() {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/audit"
@@ -587,5 +588,46 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 	}
 	if _, errOut, code := capper(t, nil, "inspect", "--config", s.path, "--user", "42", "-o", "yaml"); code != 2 {
 		t.Errorf("inspect -o yaml: exit %d, want 2: %s", code, errOut)
+	}
+}
+
+// TestMigrate: `capper migrate` turns the first version's sorted sets into
+// records (the engine's tests check every decision afterwards): a dry run
+// reports and writes nothing, the run writes what it reported, and `capper
+// inspect` then counts the old sends.
+func TestMigrate(t *testing.T) {
+	s := newStack(t)
+	ctx := context.Background()
+	rdb := s.redis.Client()
+	now := time.Now()
+	// User 42's first-version log: two sends this morning (8-byte member,
+	// score in ms), one of them an sms, also in the sms log.
+	for i, ago := range []time.Duration{3 * time.Hour, time.Hour} {
+		z := redis.Z{Score: float64(now.Add(-ago).UnixMilli()), Member: fmt.Sprintf("digest-%d", i)}
+		if err := rdb.ZAdd(ctx, "old:{42}", z).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			if err := rdb.ZAdd(ctx, "old:{42}:sms", z).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	out, errOut, code := capper(t, nil, "migrate", "--config", s.path, "--from-prefix", "old", "--dry-run")
+	if code != 0 || !strings.Contains(out, "users of the first version found: 1") || !strings.Contains(out, "records that would be written (dry run): 1") {
+		t.Fatalf("migrate --dry-run: exit %d\n%s%s", code, out, errOut)
+	}
+	if n, _ := rdb.Keys(ctx, s.cfg.Capping.KeyPrefix+":*").Result(); len(n) != 0 {
+		t.Fatalf("a dry run wrote %v", n)
+	}
+	out, errOut, code = capper(t, nil, "migrate", "--config", s.path, "--from-prefix", "old")
+	if code != 0 || !strings.Contains(out, "records written: 1") || !strings.Contains(out, "scopes filled from channel logs: channels sms") {
+		t.Fatalf("migrate: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Logf("migrate:\n%s", out)
+	out, errOut, code = capper(t, nil, "inspect", "--config", s.path, "--user", "42")
+	if code != 0 || !regexp.MustCompile(`(?m)^weekly\s+every intent\s+.*\s2\s+\d+\s`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^sms-weekly\s+channels sms\s+.*\s1\s+1\s`).MatchString(out) {
+		t.Fatalf("inspect after the migration: exit %d\n%s%s", code, out, errOut)
 	}
 }

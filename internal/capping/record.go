@@ -40,7 +40,6 @@ type (
 	}
 )
 
-const maxVarint = 1<<15 - 1
 
 func appendVarint(b []byte, n int) []byte {
 	if n < 128 {
