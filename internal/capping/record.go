@@ -40,7 +40,6 @@ type (
 	}
 )
 
-
 func appendVarint(b []byte, n int) []byte {
 	if n < 128 {
 		return append(b, byte(n))
