@@ -324,6 +324,12 @@ func (s *stack) audit(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v := audit.Check(s.cfg.Rules(), sends); len(v) > 0 {
+		// What the first violator received, to read the failure.
+		for _, r := range del {
+			if regexp.MustCompile(fmt.Sprintf(`"user_id":\s*"?%d\b`, v[0].User)).Match(r.Value) {
+				t.Logf("delivery %d/%d: %s %s", r.Partition, r.Offset, r.Value, r.Headers)
+			}
+		}
 		t.Fatalf("audit: %d violations, first %s", len(v), v[0])
 	}
 }

@@ -114,7 +114,9 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		if err == nil {
 			out[c.i], err = set.decision(res, &reqs[c.i], c.plan)
 			out[c.i].OverrideRefused = refused
-			if c.bypass && out[c.i].Outcome == Allowed {
+			// A redelivered bypass is marked too: it is the same message,
+			// and a reader counting sends must not check it against the caps.
+			if c.bypass && (out[c.i].Outcome == Allowed || out[c.i].Outcome == Duplicate) {
 				out[c.i].Override = Bypass
 			}
 		}

@@ -243,7 +243,7 @@ func TestOverrides(t *testing.T) {
 		req("c", "c1", Bypass),             // not listed: refused, capped
 		req("d", "alert", Bypass),          // honoured: allowed past the cap, counted
 		req("e", "alert", BypassUncounted), // honoured: delivered, not counted
-		req("d", "alert", Bypass),          // a duplicate of d, not a second bypass
+		req("d", "alert", Bypass),          // a duplicate of d, not a second bypass, marked like d
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +253,7 @@ func TestOverrides(t *testing.T) {
 		override Override
 		refused  bool
 	}{{Allowed, NoOverride, false}, {Capped, NoOverride, false}, {Capped, NoOverride, true},
-		{Allowed, Bypass, false}, {Exempt, BypassUncounted, false}, {Duplicate, NoOverride, false}}
+		{Allowed, Bypass, false}, {Exempt, BypassUncounted, false}, {Duplicate, Bypass, false}}
 	for i, w := range want {
 		if d[i].Err != nil || d[i].Outcome != w.o || d[i].Override != w.override || d[i].OverrideRefused != w.refused {
 			t.Errorf("request %d: %+v, want %+v", i, d[i], w)
