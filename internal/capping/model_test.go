@@ -164,7 +164,11 @@ func (m *refModel) decide(r Request) Decision {
 	u := m.user(r.UserID)
 	for _, w := range u.writes {
 		if w.r.IntentID == r.IntentID && w.at >= now-m.idem {
-			return Decision{Outcome: Duplicate, At: time.Unix(w.at, 0), OverrideRefused: refused}
+			d := Decision{Outcome: Duplicate, At: time.Unix(w.at, 0), OverrideRefused: refused}
+			if bypass {
+				d.Override = Bypass // the redelivery of a bypass is marked as one
+			}
+			return d
 		}
 	}
 	d := Decision{Outcome: Allowed, At: r.At, OverrideRefused: refused}
