@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -37,6 +39,10 @@ func BenchmarkEndToEnd(b *testing.B) {
 	msgs := benchIntents(n, 200000)
 	engineRate := engineAlone(b, s, n)
 
+	// CAPPER_BENCH_PROFILE=file saves a CPU profile of the worker while it
+	// drains (go tool pprof file): where a worker's CPU goes.
+	profile := os.Getenv("CAPPER_BENCH_PROFILE")
+	s.cfg.HTTP.Pprof = profile != ""
 	var rate, cpuPerIntent float64
 	for i := 0; b.Loop(); i++ {
 		s.cfg.Kafka.GroupID = fmt.Sprintf("bench-%d", i)
@@ -50,7 +56,17 @@ func BenchmarkEndToEnd(b *testing.B) {
 		// are not charged to the intents.
 		cpu0 := procCPU(b, p.cmd.Process.Pid)
 		start := time.Now()
+		var saved chan error
+		if profile != "" {
+			saved = make(chan error, 1)
+			go func() { saved <- saveProfile("http://"+s.cfg.HTTP.Address+"/debug/pprof/profile?seconds=8", profile) }()
+		}
 		s.waitCommitted(b, s.cfg.Kafka.Topics.Input, n, p)
+		if saved != nil {
+			if err := <-saved; err != nil {
+				b.Fatal(err)
+			}
+		}
 		elapsed := time.Since(start)
 		cpu := procCPU(b, p.cmd.Process.Pid) - cpu0
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -68,6 +84,19 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.ReportMetric(rate/engineRate/targetShareOfAlone, "x-of-0.8-share-target")
 	b.ReportMetric(cpuPerIntent, "worker-cpu-us/intent")
 	b.ReportMetric(cpuPerIntent/float64(targetCPUPerIntent.Microseconds()), "x-of-6us-cpu-target")
+}
+
+func saveProfile(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile: %s %v", resp.Status, err)
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 // procCPU is the user+system CPU time of process pid so far.

@@ -75,7 +75,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		c := call{i: i, plan: set.plan(r), bypass: bypass}
 		// Not for a user with an earlier call in this batch: it may be
 		// allowed, and move the remembered retry-after.
-		if e.refusals != nil && !bypass && !pending[r.UserID] {
+		if e.refusals != nil && !bypass && !r.Redelivered && !pending[r.UserID] {
 			if d, ok := e.refusals.lookup(set, r, c.plan); ok {
 				out[i] = d
 				out[i].OverrideRefused = r.Override != NoOverride

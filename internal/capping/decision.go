@@ -28,7 +28,12 @@ type Request struct {
 	// Override is what the intent asks of capping; it is honoured only for
 	// the campaigns and categories of Rules.Overrides.
 	Override Override
-	At       time.Time // decision time from the caller's clock
+	// Redelivered: the intent may have been decided before by another
+	// worker (a record that existed when this worker took its partition
+	// over). The refusal cache does not answer it: only Redis knows whether
+	// that worker allowed it, and then it is a duplicate, not capped.
+	Redelivered bool
+	At          time.Time // decision time from the caller's clock
 }
 
 // RetryAfter says when a capped intent could be allowed. Never is a field of

@@ -13,8 +13,10 @@ package capping
 // not know the ids Redis allowed, so it keeps the ids this worker saw
 // allowed and never answers those (a producer's retry stays a duplicate); an
 // id another worker allowed before a rebalance would be answered capped
-// instead of duplicate, which is why the worker empties the cache when its
-// partitions change (ForgetRefusals).
+// instead of duplicate, which is why the cache never answers a request
+// marked Redelivered (dispatch marks the records that existed when it took
+// their partition over) and the worker empties it when its partitions
+// change (ForgetRefusals).
 
 import (
 	"time"

@@ -134,3 +134,42 @@ func TestRefusalCacheRules(t *testing.T) {
 		t.Fatalf("cache holds %d entries, bound 2x100", l)
 	}
 }
+
+// TestRefusalCacheRedelivered: an intent another worker allowed comes back
+// to a worker that remembers its user's limit full (a rebalance moved the
+// partition). Marked Redelivered it goes to Redis and is a duplicate; not
+// marked, the cache would cap it, which is why dispatch marks the records
+// that existed when it took the partition over.
+func TestRefusalCacheRedelivered(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	rules := testOptions(Options{}).Rules
+	rules.Segments, rules.Default = nil, Policy{Limits: []Limit{{Name: "daily", Window: day, Max: 2}}}
+	a := newEngine(t, r.Client(), Options{Rules: rules})
+	b := newEngine(t, r.Client(), Options{Rules: rules, RefusalCacheSize: 100, RefusalCacheTTL: time.Minute})
+	ctx := context.Background()
+	decide := func(e *Engine, id string, at time.Time, redelivered bool) Decision {
+		t.Helper()
+		d, err := e.Decide(ctx, []Request{{UserID: 1, IntentID: id, Channel: "push", Category: "marketing", At: at, Redelivered: redelivered}})
+		if err != nil || d[0].Err != nil {
+			t.Fatal(err, d[0].Err)
+		}
+		return d[0]
+	}
+	for i, id := range []string{"x1", "x2"} {
+		if d := decide(a, id, T0.Add(time.Duration(i)*time.Second), false); d.Outcome != Allowed {
+			t.Fatalf("%s on worker a: %+v", id, d)
+		}
+	}
+	if d := decide(b, "x3", T0.Add(2*time.Second), true); d.Outcome != Capped {
+		t.Fatalf("x3 on worker b: %+v", d)
+	}
+	if d := decide(b, "x2", T0.Add(3*time.Second), true); d.Outcome != Duplicate || !d.At.Equal(T0.Add(time.Second)) {
+		t.Fatalf("x2 redelivered to worker b: %+v, want the duplicate of a's send", d)
+	}
+	if d := decide(b, "x2", T0.Add(4*time.Second), false); d.Outcome != Duplicate {
+		t.Fatalf("x2 again: %+v (b saw it a duplicate: it knows the id now)", d)
+	}
+	if d := decide(b, "x1", T0.Add(5*time.Second), false); d.Outcome != Capped {
+		t.Fatalf("x1 not marked redelivered: %+v, want capped from the cache (the hazard the mark avoids)", d)
+	}
+}

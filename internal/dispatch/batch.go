@@ -36,7 +36,7 @@ type record struct {
 // decideBatch decodes the messages, resolves segments from one snapshot and
 // decides them.
 func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch, error) {
-	w.forgetIfRebalanced()
+	w.noteRebalance()
 	b := &batch{msgs: msgs, records: make([]record, len(msgs)), start: time.Now()}
 	snap := w.o.Snapshots.Load()
 	b.snap = snap.Version()
@@ -56,6 +56,7 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 			UserID: in.UserID, Segment: rec.segment, IntentID: in.ID,
 			Campaign: in.CampaignID, Channel: in.Channel, Category: in.Category,
 			Tags: in.Tags, Priority: in.Priority, TimeZone: in.TimeZone, Override: in.Override,
+			Redelivered: w.redelivered(&msgs[i]),
 		})
 	}
 	decisions, err := w.decide(ctx, reqs)
@@ -84,14 +85,30 @@ type rebalanceCounter interface{ Stats() kafka.ReaderStats }
 // refusalForgetter is a Decider that remembers refusals (*capping.Engine).
 type refusalForgetter interface{ ForgetRefusals() }
 
-// forgetIfRebalanced empties the Decider's refusal cache when the worker's
-// partitions may have changed since the last batch: an intent another worker
-// allowed (and did not get to forward) comes back, and must be answered a
-// duplicate by Redis, not capped from what this worker remembered earlier.
-func (w *Worker) forgetIfRebalanced() {
+// noteRebalance starts the takeover bookkeeping over, and empties the
+// Decider's refusal cache, when the worker's partitions may have changed
+// since the last batch (the group's first join counts).
+func (w *Worker) noteRebalance() {
 	r, ok := w.o.Reader.(rebalanceCounter)
-	f, ok2 := w.o.Decider.(refusalForgetter)
-	if ok && ok2 && r.Stats().Rebalances > 0 {
+	if !ok || r.Stats().Rebalances == 0 {
+		return
+	}
+	clear(w.takeover)
+	if f, ok := w.o.Decider.(refusalForgetter); ok {
 		f.ForgetRefusals()
 	}
+}
+
+// redelivered reports whether m may have been decided by the partition's
+// previous owner: it existed when this worker took the partition over
+// (below the high-water mark of the first fetch since). Such an intent
+// that worker allowed must be answered a duplicate, which only Redis knows,
+// so the refusal cache may not answer it (capping.Request.Redelivered).
+func (w *Worker) redelivered(m *kafka.Message) bool {
+	h, ok := w.takeover[m.Partition]
+	if !ok {
+		h = m.HighWaterMark
+		w.takeover[m.Partition] = h
+	}
+	return m.Offset < h
 }

@@ -127,6 +127,9 @@ type Worker struct {
 	o                                  Options
 	m                                  *metrics
 	deliveries, suppressed, deadLetter output
+	// takeover: per partition, the first offset produced after this worker
+	// took it over (see redelivered); only the decide stage touches it.
+	takeover map[int]int64
 
 	mu       sync.Mutex
 	notReady map[string]error // by what fails: "redis", "kafka <topic>"
@@ -143,7 +146,7 @@ func New(o Options) (*Worker, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	w := &Worker{o: o, notReady: map[string]error{},
+	w := &Worker{o: o, notReady: map[string]error{}, takeover: map[int]int64{},
 		deliveries: output{o.Deliveries.Topic, o.Deliveries.Writer},
 		suppressed: output{o.Suppressed.Topic, o.Suppressed.Writer},
 		deadLetter: output{o.DeadLetter.Topic, o.DeadLetter.Writer},
