@@ -18,6 +18,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/config"
 )
 
 // Targets of the worker: its own CPU per intent (broker and Redis excluded),
@@ -36,6 +37,9 @@ const (
 func BenchmarkEndToEnd(b *testing.B) {
 	const n = 100000
 	s := newStack(b)
+	// The production batch size (the test stack's is small, to exercise
+	// many batches).
+	s.cfg.Worker.BatchSize = config.Default().Worker.BatchSize
 	msgs := benchIntents(n, 200000)
 	engineRate := engineAlone(b, s, n)
 
@@ -59,16 +63,16 @@ func BenchmarkEndToEnd(b *testing.B) {
 		var saved chan error
 		if profile != "" {
 			saved = make(chan error, 1)
-			go func() { saved <- saveProfile("http://"+s.cfg.HTTP.Address+"/debug/pprof/profile?seconds=8", profile) }()
+			go func() { saved <- saveProfile("http://"+s.cfg.HTTP.Address+"/debug/pprof/profile?seconds=3", profile) }()
 		}
 		s.waitCommitted(b, s.cfg.Kafka.Topics.Input, n, p)
+		elapsed := time.Since(start)
+		cpu := procCPU(b, p.cmd.Process.Pid) - cpu0
 		if saved != nil {
 			if err := <-saved; err != nil {
 				b.Fatal(err)
 			}
 		}
-		elapsed := time.Since(start)
-		cpu := procCPU(b, p.cmd.Process.Pid) - cpu0
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			b.Fatal(err)
 		}

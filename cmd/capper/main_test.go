@@ -435,7 +435,7 @@ func httpGet(url string) (int, error) {
 	return resp.StatusCode, nil
 }
 
-func httpBody(t *testing.T, url string) (int, string) {
+func httpBody(t testing.TB, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {

@@ -84,7 +84,7 @@ func rawLimit(b *testing.B, e *Engine, c redis.UniversalClient) float64 {
 	reqs := benchRequests(n, 99)
 	calls := make([]call, n)
 	for i := range calls {
-		calls[i] = call{i: i, plan: e.set.plan(&reqs[i])}
+		calls[i] = call{i: i, plan: e.set.plan(&reqs[i], nil)}
 	}
 	e.prepare(reqs, calls)
 	cmds := make([][]any, n)

@@ -31,6 +31,38 @@ func period(c Calendar, t time.Time, loc *time.Location, weekStart time.Weekday)
 	return start, end
 }
 
+// periods remembers the periods a batch computed: a batch's requests share
+// a few time zones and one decision time, and time.Date with a zone is slow
+// enough to matter per intent. Not safe for concurrent use; nil computes.
+type periods struct {
+	list []knownPeriod
+}
+
+type knownPeriod struct {
+	c          Calendar
+	loc        *time.Location
+	start, end time.Time
+}
+
+// of is period(c, t, loc, weekStart), from memory when t falls in a period
+// computed before.
+func (p *periods) of(c Calendar, t time.Time, loc *time.Location, weekStart time.Weekday) (start, end time.Time) {
+	if p == nil {
+		return period(c, t, loc, weekStart)
+	}
+	for i := range p.list {
+		k := &p.list[i]
+		if k.c == c && k.loc == loc && !t.Before(k.start) && t.Before(k.end) {
+			return k.start, k.end
+		}
+	}
+	start, end = period(c, t, loc, weekStart)
+	if len(p.list) < 64 { // a batch's zones, times its calendars
+		p.list = append(p.list, knownPeriod{c, loc, start, end})
+	}
+	return start, end
+}
+
 // midnight is the first instant of a local date (normalized: day 0 is the
 // last of the previous month). Where a DST change skips midnight, the day
 // starts at the first local time that exists.

@@ -270,14 +270,25 @@ type callPlan struct {
 	pol     int
 	applies uint32 // bit i: limit i of the policy applies
 	records uint32 // bit i: scope i
+	// cal[c-1]: the calendar period of kind c holding the decision time,
+	// in the request's time zone (unix s), for the kinds the set uses.
+	cal [3]struct{ start, end int64 }
 }
 
-func (ps *policySet) plan(r *Request) callPlan {
+// plan is what the set needs of a request; known remembers the batch's
+// calendar periods (nil: compute each).
+func (ps *policySet) plan(r *Request, known *periods) callPlan {
 	a := attrs{channel: r.Channel, category: r.Category, campaign: r.Campaign, tags: r.Tags}
 	var c callPlan
 	for i, s := range ps.scopes {
 		if s.where.matches(a) {
 			c.records |= 1 << i
+		}
+	}
+	for i, pos := range []int{ps.args.Day, ps.args.Week, ps.args.Month} {
+		if pos > 0 {
+			start, end := known.of(Calendar(i+1), r.At, ps.location(r), ps.rules.WeekStart)
+			c.cal[i].start, c.cal[i].end = start.Unix(), end.Unix()
 		}
 	}
 	c.pol = ps.policyIndex(r.Segment)
@@ -300,13 +311,9 @@ func (ps *policySet) appendArgs(args []any, r *Request, c callPlan, bypass bool)
 	if ps.args.Prio > 0 {
 		args = append(args, int64(r.Priority))
 	}
-	for _, cal := range []struct {
-		pos int
-		c   Calendar
-	}{{ps.args.Day, Day}, {ps.args.Week, Week}, {ps.args.Month, Month}} {
-		if cal.pos > 0 {
-			start, _ := period(cal.c, r.At, ps.location(r), ps.rules.WeekStart)
-			args = append(args, start.Unix())
+	for i, pos := range []int{ps.args.Day, ps.args.Week, ps.args.Month} {
+		if pos > 0 {
+			args = append(args, c.cal[i].start)
 		}
 	}
 	if ps.args.Mode > 0 {
@@ -348,8 +355,7 @@ func (ps *policySet) decision(res int64, r *Request, c callPlan) (Decision, erro
 		case l.Max == 0:
 			d.RetryAfter.Never = true
 		case l.Calendar != None:
-			_, end := period(l.Calendar, r.At, ps.location(r), ps.rules.WeekStart)
-			d.RetryAfter.In = end.Sub(r.At)
+			d.RetryAfter.In = time.Unix(c.cal[l.Calendar-1].end, 0).Sub(r.At)
 		default:
 			// The send at t (s) counts while now_s - window <= t.
 			free := time.Unix(t+l.window+1, 0)

@@ -56,6 +56,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 	calls := make([]call, 0, len(reqs))
 	set := e.set
 	asked := 0 // valid requests, exempt ones included
+	var known periods
 	var pending map[uint64]bool
 	if e.refusals != nil {
 		pending = make(map[uint64]bool, len(reqs))
@@ -72,7 +73,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 			out[i] = *d
 			continue
 		}
-		c := call{i: i, plan: set.plan(r), bypass: bypass}
+		c := call{i: i, plan: set.plan(r, &known), bypass: bypass}
 		// Not for a user with an earlier call in this batch: it may be
 		// allowed, and move the remembered retry-after.
 		if e.refusals != nil && !bypass && !r.Redelivered && !pending[r.UserID] {

@@ -19,17 +19,20 @@ package capping
 // change (ForgetRefusals).
 
 import (
+	"math/bits"
+	"slices"
+	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
-// refusalKey names one full limit of one user: a limit of a compiled policy
+// refusalKey names one full limit of a user: a limit of a compiled policy
 // (by index), the campaign for a per-campaign limit, and for a limit with
 // reserved slots whether the priority is below the reserve's (the two see
 // different maxima, so different free times).
 type refusalKey struct {
-	user     uint64
 	pol      int32
 	limit    int32
 	campaign [3]byte
@@ -39,6 +42,7 @@ type refusalKey struct {
 // refusal is what a refusal showed: the limit is full until free (decision
 // time), or never frees; the entry is believed until expires.
 type refusal struct {
+	key           refusalKey
 	free, expires time.Time
 	never         bool
 	// zone: a calendar limit's period is in this time zone; a request in
@@ -46,33 +50,66 @@ type refusal struct {
 	zone *time.Location
 }
 
-type allowedKey struct {
-	user   uint64
-	digest [8]byte
-}
-
-// refusals is a bounded LRU of refusals and one of the ids allowed.
+// refusals is a bounded LRU of users, each with the limits found full for
+// them (a user has few; one lookup per intent), and a table of the ids
+// allowed.
 type refusals struct {
-	full    *lru.Cache[refusalKey, refusal]
-	allowed *lru.Cache[allowedKey, struct{}]
+	// full: a user's slice is never changed in place (copy on write):
+	// concurrent batches may read it. Two batches updating one user at once
+	// may lose an update: a lost refusal costs a Redis call, a lost drop
+	// keeps a retry-after a little early; dispatch decides one batch at a
+	// time.
+	full    *lru.Cache[uint64, []refusal]
+	allowed allowedIDs
 	ttl     time.Duration
 }
 
 func newRefusals(size int, ttl time.Duration) (*refusals, error) {
-	full, err := lru.New[refusalKey, refusal](size)
+	full, err := lru.New[uint64, []refusal](size)
 	if err != nil {
 		return nil, err
 	}
-	allowed, err := lru.New[allowedKey, struct{}](size)
-	if err != nil {
-		return nil, err
+	return &refusals{full: full, allowed: newAllowedIDs(size), ttl: ttl}, nil
+}
+
+// allowedIDs remembers (user, intent id) pairs seen allowed: a direct-mapped
+// table of 64-bit fingerprints, lock free. A newer pair evicts an older one
+// in its slot, as an LRU would evict it; a false "seen" (two pairs with the
+// same fingerprint) only sends a request to Redis.
+type allowedIDs struct {
+	slots []atomic.Uint64
+	mask  uint64
+}
+
+func newAllowedIDs(size int) allowedIDs {
+	n := uint64(1) << bits.Len64(uint64(max(size, 2)-1)) // a power of 2 >= size
+	return allowedIDs{slots: make([]atomic.Uint64, n), mask: n - 1}
+}
+
+func fingerprint(user uint64, id string) uint64 {
+	f := xxhash.Sum64String(id) ^ user*0x9E3779B97F4A7C15
+	return f | 1 // 0 marks an empty slot
+}
+
+func (a *allowedIDs) add(user uint64, id string) {
+	f := fingerprint(user, id)
+	a.slots[(f>>32)&a.mask].Store(f)
+}
+
+func (a *allowedIDs) contains(user uint64, id string) bool {
+	f := fingerprint(user, id)
+	return a.slots[(f>>32)&a.mask].Load() == f
+}
+
+func (a *allowedIDs) clear() {
+	for i := range a.slots {
+		a.slots[i].Store(0)
 	}
-	return &refusals{full: full, allowed: allowed, ttl: ttl}, nil
 }
 
 func (rc *refusals) key(set *policySet, r *Request, pol, limit int) refusalKey {
 	l := &set.pols[pol].limits[limit]
-	k := refusalKey{user: r.UserID, pol: int32(pol), limit: int32(limit)}
+	k := refusalKey{pol: int32(pol), limit: int32(limit)}
 	if set.scopes[l.scope].per == PerCampaign {
 		k.campaign = campaignHash(r.Campaign)
 	}
@@ -83,15 +120,21 @@ func (rc *refusals) key(set *policySet, r *Request, pol, limit int) refusalKey {
 // lookup answers a request from a remembered refusal: the first limit (in
 // policy order) that applies to it and is known full.
 func (rc *refusals) lookup(set *policySet, r *Request, c callPlan) (Decision, bool) {
-	if rc.full.Len() == 0 || rc.allowed.Contains(allowedKey{r.UserID, digest(r.IntentID)}) {
+	known, ok := rc.full.Get(r.UserID)
+	if !ok || rc.allowed.contains(r.UserID, r.IntentID) {
 		return Decision{}, false
 	}
 	for i, l := range set.pols[c.pol].limits {
 		if c.applies&(1<<i) == 0 {
 			continue
 		}
-		f, ok := rc.full.Get(rc.key(set, r, c.pol, i))
-		if !ok || !r.At.Before(f.expires) || (l.Calendar != None && f.zone.String() != set.location(r).String()) {
+		k := rc.key(set, r, c.pol, i)
+		j := slices.IndexFunc(known, func(f refusal) bool { return f.key == k })
+		if j < 0 {
+			continue
+		}
+		f := &known[j]
+		if !r.At.Before(f.expires) || (l.Calendar != None && f.zone.String() != set.location(r).String()) {
 			continue
 		}
 		d := Decision{Outcome: Capped, Limit: l.Name, At: r.At, RetryAfter: RetryAfter{Never: f.never}}
@@ -110,20 +153,21 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision)
 		// A send the limits of its scopes count, in every policy: what was
 		// remembered about them is stale (a higher priority, or a bypass,
 		// used a slot).
-		for si, s := range set.scopes {
-			if c.records&(1<<si) != 0 {
-				for _, pl := range s.limits {
-					k := rc.key(set, r, pl.pol, pl.limit)
-					k.reserved = false
-					rc.full.Remove(k)
-					k.reserved = true
-					rc.full.Remove(k)
-				}
+		if known, ok := rc.full.Peek(r.UserID); ok {
+			camp := campaignHash(r.Campaign)
+			keep := slices.DeleteFunc(slices.Clone(known), func(f refusal) bool {
+				s := set.pols[f.key.pol].limits[f.key.limit].scope
+				return c.records&(1<<s) != 0 && (set.scopes[s].per != PerCampaign || f.key.campaign == camp)
+			})
+			if len(keep) == 0 {
+				rc.full.Remove(r.UserID)
+			} else if len(keep) < len(known) {
+				rc.full.Add(r.UserID, keep)
 			}
 		}
 		fallthrough
 	case Duplicate:
-		rc.allowed.Add(allowedKey{r.UserID, digest(r.IntentID)}, struct{}{})
+		rc.allowed.add(r.UserID, r.IntentID)
 		return
 	case Capped:
 	default:
@@ -139,16 +183,23 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision)
 	if limit < 0 {
 		return
 	}
-	k := rc.key(set, r, c.pol, limit)
-	f := refusal{free: r.At.Add(d.RetryAfter.In), expires: r.At.Add(rc.ttl), never: d.RetryAfter.Never, zone: set.location(r)}
+	f := refusal{key: rc.key(set, r, c.pol, limit), free: r.At.Add(d.RetryAfter.In), expires: r.At.Add(rc.ttl),
+		never: d.RetryAfter.Never, zone: set.location(r)}
 	if !f.never && f.free.Before(f.expires) {
 		f.expires = f.free
 	}
-	rc.full.Add(k, f)
+	known, _ := rc.full.Peek(r.UserID)
+	next := make([]refusal, 0, len(known)+1)
+	for _, o := range known {
+		if o.key != f.key && r.At.Before(o.expires) { // drop the replaced and the expired
+			next = append(next, o)
+		}
+	}
+	rc.full.Add(r.UserID, append(next, f))
 }
 
 // forget drops everything remembered.
 func (rc *refusals) forget() {
 	rc.full.Purge()
-	rc.allowed.Purge()
+	rc.allowed.clear()
 }

@@ -130,8 +130,8 @@ func TestRefusalCacheRules(t *testing.T) {
 			}
 		}
 	}
-	if l := e.refusals.full.Len() + e.refusals.allowed.Len(); l > 200 {
-		t.Fatalf("cache holds %d entries, bound 2x100", l)
+	if l := e.refusals.full.Len(); l > 100 {
+		t.Fatalf("cache holds %d users, bound 100", l)
 	}
 }
 
