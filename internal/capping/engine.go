@@ -35,8 +35,8 @@ type Options struct {
 	// later). See durable.go.
 	WaitReplicas int
 	WaitTimeout  time.Duration
-	// RefusalCacheSize > 0 remembers that many (user, limit) refusals and
-	// answers repeats without Redis until the limit frees a slot, for at
+	// RefusalCacheSize > 0 remembers the full limits of that many users
+	// (and that many ids allowed) and answers repeats without Redis until the limit frees a slot, for at
 	// most RefusalCacheTTL (see refusals.go).
 	RefusalCacheSize int
 	RefusalCacheTTL  time.Duration

@@ -119,7 +119,7 @@ type Capping struct {
 // RefusalCache is the worker's memory of full limits: repeats are capped
 // without a Redis call until the limit frees a slot, for at most TTL.
 type RefusalCache struct {
-	Size int      `yaml:"size"` // entries; 0 turns it off
+	Size int      `yaml:"size"` // users remembered; 0 turns it off
 	TTL  Duration `yaml:"ttl"`
 }
 
