@@ -88,6 +88,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.ReportMetric(rate/engineRate/targetShareOfAlone, "x-of-0.8-share-target")
 	b.ReportMetric(cpuPerIntent, "worker-cpu-us/intent")
 	b.ReportMetric(cpuPerIntent/float64(targetCPUPerIntent.Microseconds()), "x-of-6us-cpu-target")
+	// Sizing: worker CPU to clear a 10M-intent blast in 60 s.
+	b.ReportMetric(10_000_000/60.0*cpuPerIntent/1e6, "worker-cores-for-10M-in-60s")
 }
 
 func saveProfile(url, path string) error {

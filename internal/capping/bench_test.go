@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -457,6 +458,7 @@ func BenchmarkRedisCost(b *testing.B) {
 	}
 	_ = tw.Flush()
 	b.Logf("Redis cost per decision and per user (%s):\n%s", "same intents, each design on its own redis-server, taking turns", out.String())
+	b.Logf("Sizing from these figures (v2, today's policy):\n%s", sizing(rows[2].usec, rows[2].bytes))
 	for k, d := range ds {
 		name := strings.NewReplacer(" ", "-", ",", "", "'", "").Replace(d.name)
 		b.ReportMetric(rows[k].usec[0]/v1.usec[0], name+"-cpu-allowed-x-v1")
@@ -464,6 +466,35 @@ func BenchmarkRedisCost(b *testing.B) {
 		b.ReportMetric(rows[k].usec[2]/v1.usec[2], name+"-cpu-dense-x-v1")
 		b.ReportMetric(rows[k].bytes[1], name+"-bytes/user@5")
 	}
+}
+
+// Sizing assumptions: a master's main thread kept at most half busy with
+// scripts (the rest is network I/O, replication, headroom for a failover),
+// at most 16 GiB of data per master, a blast of 10M users in 60 s.
+const (
+	masterBusy   = 0.5
+	masterMemory = 16 << 30
+	blastRate    = 10_000_000 / 60.0
+)
+
+// sizing turns measured Redis CPU per decision (allowed sparse, refused,
+// allowed dense) and bytes per user (1, 5, 10 sends a week) into memory and
+// masters for 10M, 100M and 270M tracked users, and masters for the blast
+// rate (all intents allowed to cold users: the costliest case).
+func sizing(usec [3]float64, bytes [3]float64) string {
+	var out strings.Builder
+	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "tracked users\tmemory at 5 sends/week\tat 10\tmasters for memory\t")
+	for _, n := range []float64{10e6, 100e6, 270e6} {
+		m5, m10 := n*bytes[1], n*bytes[2]
+		fmt.Fprintf(tw, "%.0fM\t%.1f GiB\t%.1f GiB\t%d\t\n", n/1e6, m5/(1<<30), m10/(1<<30), int(math.Ceil(m10/masterMemory)))
+	}
+	_ = tw.Flush()
+	worst := max(usec[0], usec[1], usec[2])
+	cores := blastRate * worst / 1e6
+	fmt.Fprintf(&out, "blast of %.0fk decisions/s at %.2f us each (the worst measured): %.2f Redis main threads, %d masters at <= %.0f%% busy\n",
+		blastRate/1e3, worst, cores, int(math.Ceil(cores/masterBusy)), masterBusy*100)
+	return out.String()
 }
 
 // BenchmarkDecideWait measures what redis.wait_replicas costs: the same

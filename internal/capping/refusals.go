@@ -4,19 +4,21 @@ package capping
 // they free a slot, and answers repeats without asking Redis. During a blast
 // most intents go to users already at their cap; those are the calls it saves.
 //
-// What it changes, and why that is safe: a remembered limit is full (only
-// time frees a slot, or a refund or a policy change, hence the TTL; a send
-// this worker records, of a higher priority or a bypass, drops what it
-// remembered about the limits that count it), so an
-// intent it applies to is capped; the answer may name that limit where
-// Redis would have named an earlier one that is full too. The cache does
-// not know the ids Redis allowed, so it keeps the ids this worker saw
-// allowed and never answers those (a producer's retry stays a duplicate); an
-// id another worker allowed before a rebalance would be answered capped
-// instead of duplicate, which is why the cache never answers a request
-// marked Redelivered (dispatch marks the records that existed when it took
-// their partition over) and the worker empties it when its partitions
-// change (ForgetRefusals).
+// It answers exactly as Redis would, or not at all. A remembered limit is
+// full until its retry-after (only time frees a slot, or a refund or a policy
+// change, hence the TTL). The limits ahead of it in policy order that applied
+// to the refused intent were not full (Redis names the first full one), and
+// only a send can fill a limit: a send this worker records drops what it
+// remembered about the limits counting its scopes, full or not. So the
+// cache answers an intent only when its first applicable limit known full has
+// every applicable limit ahead of it known not full. The cache does not know
+// the ids Redis allowed, so it keeps the ids this worker saw allowed and
+// never answers those (a producer's retry stays a duplicate); an id another
+// worker allowed before a rebalance would be answered capped instead of
+// duplicate, which is why the cache never answers a request marked
+// Redelivered (dispatch marks the records that existed when it took their
+// partition over) and the worker empties it when its partitions change
+// (ForgetRefusals).
 
 import (
 	"math/bits"
@@ -48,6 +50,14 @@ type refusal struct {
 	// zone: a calendar limit's period is in this time zone; a request in
 	// another one has other boundaries.
 	zone *time.Location
+	// before: the limits of the policy ahead of this one that applied to
+	// the refused request; Redis found them not full (it names the first
+	// full one), and only a send can fill them. campaign and priority are
+	// the refused request's, for those of them that count per campaign or
+	// keep reserved slots.
+	before   uint32
+	campaign [3]byte
+	priority Priority
 }
 
 // refusals is a bounded LRU of users, each with the limits found full for
@@ -117,14 +127,18 @@ func (rc *refusals) key(set *policySet, r *Request, pol, limit int) refusalKey {
 	return k
 }
 
-// lookup answers a request from a remembered refusal: the first limit (in
-// policy order) that applies to it and is known full.
+// lookup answers a request from a remembered refusal, exactly as Redis
+// would: the first limit (in policy order) that applies to it is known full,
+// and every applicable limit ahead of it is known not full (it applied to
+// the remembered refusal, for the same campaign, side of the reserve and
+// time zone where those matter).
 func (rc *refusals) lookup(set *policySet, r *Request, c callPlan) (Decision, bool) {
 	known, ok := rc.full.Get(r.UserID)
 	if !ok || rc.allowed.contains(r.UserID, r.IntentID) {
 		return Decision{}, false
 	}
-	for i, l := range set.pols[c.pol].limits {
+	limits := set.pols[c.pol].limits
+	for i, l := range limits {
 		if c.applies&(1<<i) == 0 {
 			continue
 		}
@@ -134,8 +148,24 @@ func (rc *refusals) lookup(set *policySet, r *Request, c callPlan) (Decision, bo
 			continue
 		}
 		f := &known[j]
-		if !r.At.Before(f.expires) || (l.Calendar != None && f.zone.String() != set.location(r).String()) {
+		if !r.At.Before(f.expires) || (l.Calendar != None && f.zone != set.location(r)) {
 			continue
+		}
+		ahead := c.applies & (1<<i - 1)
+		if ahead&^f.before != 0 {
+			return Decision{}, false // an earlier limit may be full: Redis names it
+		}
+		for a := range i {
+			if ahead&(1<<a) == 0 {
+				continue
+			}
+			e := &limits[a]
+			switch {
+			case set.scopes[e.scope].per == PerCampaign && campaignHash(r.Campaign) != f.campaign,
+				e.Reserve.Slots > 0 && (r.Priority < e.Reserve.Below) != (f.priority < e.Reserve.Below),
+				e.Calendar != None && set.location(r) != f.zone:
+				return Decision{}, false
+			}
 		}
 		d := Decision{Outcome: Capped, Limit: l.Name, At: r.At, RetryAfter: RetryAfter{Never: f.never}}
 		if !f.never {
@@ -154,10 +184,18 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision)
 		// remembered about them is stale (a higher priority, or a bypass,
 		// used a slot).
 		if known, ok := rc.full.Peek(r.UserID); ok {
-			camp := campaignHash(r.Campaign)
+			// Also what was known not full: the send may fill it.
 			keep := slices.DeleteFunc(slices.Clone(known), func(f refusal) bool {
-				s := set.pols[f.key.pol].limits[f.key.limit].scope
-				return c.records&(1<<s) != 0 && (set.scopes[s].per != PerCampaign || f.key.campaign == camp)
+				limits := set.pols[f.key.pol].limits
+				if c.records&(1<<limits[f.key.limit].scope) != 0 {
+					return true
+				}
+				for a := range f.key.limit {
+					if f.before&(1<<a) != 0 && c.records&(1<<limits[a].scope) != 0 {
+						return true
+					}
+				}
+				return false
 			})
 			if len(keep) == 0 {
 				rc.full.Remove(r.UserID)
@@ -184,7 +222,8 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision)
 		return
 	}
 	f := refusal{key: rc.key(set, r, c.pol, limit), free: r.At.Add(d.RetryAfter.In), expires: r.At.Add(rc.ttl),
-		never: d.RetryAfter.Never, zone: set.location(r)}
+		never: d.RetryAfter.Never, zone: set.location(r),
+		before: c.applies & (1<<limit - 1), campaign: campaignHash(r.Campaign), priority: r.Priority}
 	if !f.never && f.free.Before(f.expires) {
 		f.expires = f.free
 	}

@@ -12,11 +12,10 @@ import (
 )
 
 // TestRefusalCacheModel runs random traffic through an engine with the
-// refusal cache and compares with the model: every outcome is the model's;
-// a capped answer names a limit the model finds full for that intent, with
-// that limit's retry-after (Redis would name the first full one in policy
-// order, the cache the first it remembers); the stored records are the
-// model's; and the cache saved Redis calls.
+// refusal cache and compares with the model: every answer is the model's,
+// limit and retry-after included (the cache answers only when it knows the
+// first full limit in policy order); the stored records are the model's;
+// and the cache saved Redis calls.
 func TestRefusalCacheModel(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	c := r.Client()
@@ -34,23 +33,7 @@ func TestRefusalCacheModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, r := range reqs {
-			u := m.user(r.UserID)
-			pol := m.rules.PolicyOf(r.Segment)
 			want := m.decide(r)
-			if got[i].Outcome == Capped && want.Outcome == Capped && got[i].Limit != want.Limit {
-				// Answered from the cache: a limit full for this intent.
-				ok := false
-				for _, l := range pol.Limits {
-					if full, retry := m.limitState(u, r, l); full && l.Name == got[i].Limit && retry == got[i].RetryAfter {
-						ok = true
-					}
-				}
-				if !ok {
-					t.Fatalf("batch %d request %d %+v: capped by %s retry %+v, which the model does not find full (it says %s)",
-						b, i, r, got[i].Limit, got[i].RetryAfter, want.Limit)
-				}
-				continue
-			}
 			if err := compare(got[i], want, compareOpts{}); err != nil {
 				t.Fatalf("batch %d request %d %+v: %v", b, i, r, err)
 			}

@@ -109,10 +109,6 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	msgs := Blast(BlastOptions{Users: o.Users, Intents: o.Intents, Seed: uint64(o.Seed)})
-	if err := produce(ctx, broker.ListenAddrs(), msgs); err != nil {
-		return err
-	}
-	step("produced %d send-intents (%d campaigns; tags, priorities and users' time zones; repeats, malformed, transactional and override-asking ones)", len(msgs), 6)
 
 	reg := prometheus.NewRegistry()
 	runCtx, stop := context.WithCancel(ctx)
@@ -130,6 +126,13 @@ func Run(ctx context.Context, o Options) error {
 	case err := <-done:
 		return fmt.Errorf("demo: worker did not start: %w", err)
 	}
+	// The blast arrives while the worker runs, as a campaign's would (a
+	// backlog that was there when a worker took its partitions over is
+	// decided by Redis alone: see the README's refusal cache).
+	if err := produce(ctx, broker.ListenAddrs(), msgs); err != nil {
+		return err
+	}
+	step("produced %d send-intents (%d campaigns; tags, priorities and users' time zones; repeats, malformed, transactional and override-asking ones)", len(msgs), 6)
 	if err := waitDrained(ctx, reg, len(msgs), o.Progress, done); err != nil {
 		return err
 	}
@@ -187,12 +190,15 @@ func produce(ctx context.Context, brokers []string, msgs []kafka.Message) error 
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topicIn, RequiredAcks: kafka.RequireAll,
 		Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, BatchSize: 1000}
 	defer w.Close()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		var werrs kafka.WriteErrors
-		if errors.As(err, &werrs) {
-			return fmt.Errorf("demo: produce send-intents: %d of %d records failed", werrs.Count(), len(werrs))
+	for lo := 0; lo < len(msgs); lo += 1000 { // a stream, not one lump
+		chunk := msgs[lo:min(lo+1000, len(msgs))]
+		if err := w.WriteMessages(ctx, chunk...); err != nil {
+			var werrs kafka.WriteErrors
+			if errors.As(err, &werrs) {
+				return fmt.Errorf("demo: produce send-intents: %d of %d records failed", werrs.Count(), len(werrs))
+			}
+			return fmt.Errorf("demo: produce send-intents: %w", err)
 		}
-		return fmt.Errorf("demo: produce send-intents: %w", err)
 	}
 	return nil
 }
