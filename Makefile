@@ -51,9 +51,10 @@ unit:
 	$(GO) test -race -timeout 45m $(PKGS)
 
 # Every benchmark of the project, with the figures and their ratios to the
-# targets or peers measured in the same run.
+# targets or peers measured in the same run (-v: the tables some print are
+# longer than the 10 lines go test keeps otherwise).
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -timeout 90m $(PKGS)
+	$(GO) test -v -run '^$$' -bench . -benchmem -timeout 90m $(PKGS)
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.revision=$(REVISION)" -o $(BIN)/ ./cmd/...
