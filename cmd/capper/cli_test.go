@@ -214,3 +214,41 @@ func TestRunFailsInJSON(t *testing.T) {
 		}
 	})
 }
+
+// TestPolicyCheckAndDiff: `capper policy check` prints every problem of a
+// document with its field path and exits 1, ok documents (and worker
+// configs) exit 0; `capper policy diff` says what changes in words.
+func TestPolicyCheckAndDiff(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte(`time_zone: Mars/Olympus
+default_policy:
+  limits:
+    - {name: daily, window: 24h, calendar: day, max: 1}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := capper(t, nil, "policy", "check", "../../configs/capper.yaml", bad)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"configs/capper.yaml: ok", bad + ": time_zone", "Mars/Olympus", bad + ": default_policy.limits[0]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	old, cand := "../../internal/policy/testdata/diff-old.yaml", "../../internal/policy/testdata/diff-new.yaml"
+	if out, errOut, code := capper(t, nil, "policy", "check", old, cand); code != 0 {
+		t.Fatalf("check of good documents: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = capper(t, nil, "policy", "diff", old, cand)
+	if code != 0 || !strings.Contains(out, `segment "active": limit "daily": max 3 -> 2`) || !strings.Contains(out, `renamed to "first-day" (counts kept)`) {
+		t.Fatalf("diff: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, _, code := capper(t, nil, "policy", "diff", cand, cand); code != 0 || !strings.Contains(out, "no change") {
+		t.Fatalf("diff of a document with itself: exit %d\n%s", code, out)
+	}
+	if _, errOut, code := capper(t, nil, "policy", "diff", old, bad); code != 1 || !strings.Contains(errOut, "Mars/Olympus") {
+		t.Fatalf("diff against a bad document: exit %d\n%s", code, errOut)
+	}
+}

@@ -31,6 +31,7 @@ type commands struct {
 	Run         runCmd            `cmd:"" help:"Run the worker (consume, decide, forward)."`
 	CheckConfig checkConfigCmd    `cmd:"" name:"check-config" help:"Validate a config file and print the effective config, secrets masked."`
 	Inspect     inspectCmd        `cmd:"" help:"Show a user's segment and caps (read-only)."`
+	Policy      policyCmd         `cmd:"" help:"Check cap policies and compare two of them."`
 	Migrate     migrateCmd        `cmd:"" help:"Convert the first version's Redis keys (sorted sets) into records; the workers must be stopped."`
 	Version     cli.VersionCmd    `cmd:"" help:"Print the version, VCS revision and Go version."`
 	Completion  cli.CompletionCmd `cmd:"" help:"Print a shell completion script (bash, zsh or fish)."`
@@ -66,6 +67,29 @@ func (c *runCmd) Run(e *env) error {
 	}
 	return nil
 }
+
+type policyCmd struct {
+	Check policyCheckCmd `cmd:"" help:"Check policy documents (or worker configs): every problem, with its field path. Exit 1 on any."`
+	Diff  policyDiffCmd  `cmd:"" help:"Say what changes from one policy to another, per segment and limit."`
+}
+
+type policyCheckCmd struct {
+	Files []string `arg:"" type:"existingfile" help:"Policy documents or worker configs." completion:"<file>"`
+}
+
+func (c *policyCheckCmd) Run(e *env) error {
+	if err := app.CheckPolicies(e.stdout, c.Files); err != nil {
+		return cli.Reported(err)
+	}
+	return nil
+}
+
+type policyDiffCmd struct {
+	Old string `arg:"" type:"existingfile" help:"The policy in use (document or worker config)." completion:"<file>"`
+	New string `arg:"" type:"existingfile" help:"The candidate." completion:"<file>"`
+}
+
+func (c *policyDiffCmd) Run(e *env) error { return app.DiffPolicies(e.stdout, c.Old, c.New) }
 
 type checkConfigCmd struct {
 	Config string `required:"" type:"existingfile" help:"Config file to check." completion:"<file>"`
