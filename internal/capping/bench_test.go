@@ -85,13 +85,13 @@ func rawLimit(b *testing.B, e *Engine, c redis.UniversalClient) float64 {
 	reqs := benchRequests(n, 99)
 	calls := make([]call, n)
 	for i := range calls {
-		calls[i] = call{i: i, plan: e.set.plan(&reqs[i], nil)}
+		calls[i] = call{i: i, plan: e.set.Load().plan(&reqs[i], nil)}
 	}
 	e.prepare(reqs, calls)
 	cmds := make([][]any, n)
 	for i, c := range calls {
-		args := []any{"evalsha", e.set.script.sha, 1, c.key, c.field, packTime(reqs[i].At.Unix()), c.digest}
-		cmds[i] = e.set.appendArgs(args, &reqs[i], c.plan, false)
+		args := []any{"evalsha", e.set.Load().script.sha, 1, c.key, c.field, packTime(reqs[i].At.Unix()), c.digest}
+		cmds[i] = e.set.Load().appendArgs(args, &reqs[i], c.plan, false)
 	}
 	if err := flushAll(c); err != nil {
 		b.Fatal(err)

@@ -43,6 +43,7 @@ const MaxScopes = 30
 
 // policySet is a set of rules compiled.
 type policySet struct {
+	name    string // the policy's version, named in every Decision
 	rules   Rules
 	scopes  []*scope         // bit i is scope i
 	byName  map[string]int   // segment name -> index in pols

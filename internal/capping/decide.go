@@ -54,7 +54,8 @@ type call struct {
 func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error) {
 	out := make([]Decision, len(reqs))
 	calls := make([]call, 0, len(reqs))
-	set := e.set
+	set := e.set.Load()
+	defer named(out, set) // out's elements, whatever the return
 	asked := 0 // valid requests, exempt ones included
 	var known periods
 	var pending map[uint64]bool
@@ -63,7 +64,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		d, bypass, err := e.check(r)
+		d, bypass, err := set.check(r)
 		if err != nil {
 			out[i].Err = err
 			continue
@@ -136,6 +137,13 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		return out, err
 	}
 	return out, nil
+}
+
+// named sets the policy version on every decision.
+func named(out []Decision, set *policySet) {
+	for i := range out {
+		out[i].Policy = set.name
+	}
 }
 
 // Re-sends of calls refused without running, after the pipeline: a few

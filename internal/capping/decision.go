@@ -49,6 +49,9 @@ type RetryAfter struct {
 // Decision is the engine's answer for one request.
 type Decision struct {
 	Outcome Outcome // Allowed, Capped, Duplicate or Exempt
+	// Policy is the version of the policy that decided (Options.PolicyVersion
+	// or SetPolicy's); every decision of a batch has the same.
+	Policy string
 	// Limit is the name of the first limit (policy order) that capped.
 	Limit string
 	// RetryAfter (Capped): when a slot frees.

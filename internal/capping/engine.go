@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,8 @@ import (
 type Options struct {
 	Client            redis.UniversalClient // *redis.Client, *redis.ClusterClient or a failover client
 	Rules             Rules
+	// PolicyVersion names Rules in every Decision (Decision.Policy).
+	PolicyVersion     string
 	KeyPrefix         string        // no braces or spaces
 	IdempotencyWindow time.Duration // duplicates are recognised this long
 	SkewWarn          time.Duration // warn above this Redis clock skew
@@ -51,7 +54,7 @@ const defaultSkewInterval = 30 * time.Second
 // concurrent use.
 type Engine struct {
 	client       redis.UniversalClient
-	set          *policySet
+	set          atomic.Pointer[policySet] // the policy in use; SetPolicy swaps it
 	keys         keys
 	skewWarn     time.Duration
 	skewEvery    time.Duration
@@ -72,9 +75,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("capping: rules: %w", err)
 	}
+	set.name = opts.PolicyVersion
 	e := &Engine{
 		client:       opts.Client,
-		set:          set,
 		keys:         keys{prefix: opts.KeyPrefix},
 		skewWarn:     opts.SkewWarn,
 		skewEvery:    opts.SkewInterval,
@@ -84,6 +87,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		log:          opts.Logger,
 		now:          opts.Now,
 	}
+	e.set.Store(set)
 	if opts.RefusalCacheSize > 0 {
 		if e.refusals, err = newRefusals(opts.RefusalCacheSize, opts.RefusalCacheTTL); err != nil {
 			return nil, fmt.Errorf("capping: refusal cache: %w", err)
@@ -104,6 +108,33 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	e.checkListpack(ctx)
 	return e, nil
 }
+
+// SetPolicy compiles rules and, when they are valid, makes them the policy
+// every later batch is decided by (a batch in flight finishes with the
+// policy it started with). Scopes are identified by their where and per, so
+// a scope the new policy keeps keeps its counts; sends in scopes it drops
+// are kept in the records (unknownRetention) for a policy that counts them
+// again. The script is loaded on every node; a node that cannot be reached
+// is not an error here (a call that meets NOSCRIPT is re-sent as EVAL).
+// Invalid rules return the error and change nothing.
+func (e *Engine) SetPolicy(ctx context.Context, rules Rules, version string) error {
+	set, err := compileRules(rules, time.Duration(e.set.Load().idem)*time.Second)
+	if err != nil {
+		return fmt.Errorf("capping: policy %s: %w", version, err)
+	}
+	set.name = version
+	if err := e.load(ctx, set); err != nil {
+		e.log.Warn("policy script not loaded in advance; calls load it as they go", "policy", version, "err", err)
+	}
+	e.set.Store(set)
+	// The cache's entries name the old policy's limits; lookups ignore
+	// them anyway (refusal.set), this frees the memory.
+	e.ForgetRefusals()
+	return nil
+}
+
+// PolicyVersion names the policy in use.
+func (e *Engine) PolicyVersion() string { return e.set.Load().name }
 
 // ForgetRefusals empties the refusal cache: a slot may have freed early.
 func (e *Engine) ForgetRefusals() {
@@ -169,8 +200,10 @@ func (o Options) validate() error {
 // Reload loads the script again on every node (SCRIPT LOAD; a ClusterClient
 // loads it on every shard). Decide does not need it: it re-sends a call that
 // meets NOSCRIPT with EVAL, which also caches the script on that node.
-func (e *Engine) Reload(ctx context.Context) error {
-	s := e.set.script
+func (e *Engine) Reload(ctx context.Context) error { return e.load(ctx, e.set.Load()) }
+
+func (e *Engine) load(ctx context.Context, set *policySet) error {
+	s := set.script
 	sha, err := e.client.ScriptLoad(ctx, s.src).Result()
 	if err != nil {
 		return fmt.Errorf("capping: load the policy script: %w", err)
@@ -184,8 +217,8 @@ func (e *Engine) Reload(ctx context.Context) error {
 // check validates a request. It returns the decision when Redis is not
 // asked (exempt, or an honoured bypass that is not counted); bypass reports
 // an honoured bypass that is counted.
-func (e *Engine) check(r *Request) (d *Decision, bypass bool, err error) {
-	rules := &e.set.rules
+func (set *policySet) check(r *Request) (d *Decision, bypass bool, err error) {
+	rules := &set.rules
 	switch {
 	case len(r.IntentID) == 0 || len(r.IntentID) > MaxIntentID:
 		return nil, false, fmt.Errorf("%w: intent id of %d bytes (want 1-%d)", ErrInvalidRequest, len(r.IntentID), MaxIntentID)

@@ -154,7 +154,7 @@ func TestNewOptions(t *testing.T) {
 	}
 	// New loads the script: EVALSHA works at once.
 	e := newEngine(t, r.Client(), Options{})
-	if ok, err := r.Client().ScriptExists(ctx, e.set.script.sha).Result(); err != nil || !ok[0] {
+	if ok, err := r.Client().ScriptExists(ctx, e.set.Load().script.sha).Result(); err != nil || !ok[0] {
 		t.Fatalf("script not loaded: %v %v", ok, err)
 	}
 }
@@ -395,9 +395,9 @@ func TestInspect(t *testing.T) {
 
 // keepOf is the most sends the scope of a segment's limit keeps.
 func keepOf(e *Engine, segment, limit string) int {
-	for _, l := range e.set.pols[e.set.policyIndex(segment)].limits {
+	for _, l := range e.set.Load().pols[e.set.Load().policyIndex(segment)].limits {
 		if l.Name == limit {
-			return e.set.scopes[l.scope].keep
+			return e.set.Load().scopes[l.scope].keep
 		}
 	}
 	return -1

@@ -143,7 +143,7 @@ func TestReadTimeoutResend(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 1500 * time.Millisecond, MaxRetries: 3})
 		t.Cleanup(func() { _ = c.Close() })
 		e := newEngine(t, c, Options{})
-		m := newRefModel(e.set.rules, time.Duration(e.set.idem)*time.Second)
+		m := newRefModel(e.set.Load().rules, time.Duration(e.set.Load().idem)*time.Second)
 		g := newGen(t, *modelSeed+5, 150, T0)
 		for b := range 6 {
 			g.step(m.rules)
@@ -195,7 +195,7 @@ func TestReadTimeoutResend(t *testing.T) {
 		})
 		t.Cleanup(func() { _ = c.Close() })
 		e := newEngine(t, c, Options{})
-		m := newRefModel(e.set.rules, time.Duration(e.set.idem)*time.Second)
+		m := newRefModel(e.set.Load().rules, time.Duration(e.set.Load().idem)*time.Second)
 		g := newGen(t, *modelSeed+6, 150, T0)
 		g.step(m.rules)
 		reqs := g.batch(400)
@@ -252,7 +252,7 @@ func TestNodeDown(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	reg := prometheus.NewRegistry()
 	e := newEngine(t, c, Options{Registerer: reg})
-	m := newRefModel(e.set.rules, time.Duration(e.set.idem)*time.Second)
+	m := newRefModel(e.set.Load().rules, time.Duration(e.set.Load().idem)*time.Second)
 	g := newGen(t, *modelSeed+8, 150, T0)
 	g.step(m.rules)
 	reqs := g.batch(300)
@@ -327,7 +327,7 @@ func TestSlotMigration(t *testing.T) {
 		}
 	}
 	moved := 0
-	m := newRefModel(e.set.rules, time.Duration(e.set.idem)*time.Second)
+	m := newRefModel(e.set.Load().rules, time.Duration(e.set.Load().idem)*time.Second)
 	outcomes := map[Outcome]int{}
 	for b := range 40 {
 		switch {

@@ -50,7 +50,7 @@ func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, o I
 	if at.IsZero() {
 		return nil, errors.New("inspect: no time")
 	}
-	set := e.set
+	set := e.set.Load()
 	raw, err := e.client.HGet(ctx, e.keys.bucket(userID), field(userID)).Bytes()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("inspect: %w", err)

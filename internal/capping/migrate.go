@@ -66,7 +66,7 @@ func (e *Engine) MigrateV1(ctx context.Context, o MigrateOptions) (MigrateReport
 	if o.At.IsZero() {
 		return rep, errors.New("migrate: no time")
 	}
-	set := e.set
+	set := e.set.Load()
 	var sources []v1Source
 	for i, s := range set.scopes {
 		w := s.where
@@ -148,7 +148,7 @@ func (e *Engine) migrateUsers(ctx context.Context, o MigrateOptions, sources []v
 	if len(users) == 0 {
 		return rep, nil
 	}
-	set := e.set
+	set := e.set.Load()
 	now := o.At.Unix()
 	v1 := func(uid uint64, channel string) string {
 		k := o.FromPrefix + ":{" + strconv.FormatUint(uid, 10) + "}"

@@ -91,7 +91,7 @@ func TestMigrateV1(t *testing.T) {
 			ctx := context.Background()
 			v1 := newV1Driver(t, c)
 			e := newEngine(t, c, Options{Rules: v2Rules(), KeyPrefix: "v2", IdempotencyWindow: 6 * time.Hour})
-			m := newRefModel(e.set.rules, 6*time.Hour)
+			m := newRefModel(e.set.Load().rules, 6*time.Hour)
 			rng := rand.New(rand.NewPCG(7, 8))
 			at := T0
 			users := 150

@@ -444,7 +444,7 @@ func compare(got, want Decision, o compareOpts) error {
 func runModel(t *testing.T, e *Engine, seed uint64, start time.Time, intents int, o compareOpts, hook func(batch int)) (*refModel, *gen) {
 	t.Helper()
 	ctx := context.Background()
-	m := newRefModel(e.set.rules, time.Duration(e.set.idem)*time.Second)
+	m := newRefModel(e.set.Load().rules, time.Duration(e.set.Load().idem)*time.Second)
 	g := newGen(t, seed, 300, start)
 	g.invalid = true
 	outcomes := map[string]int{}
@@ -515,7 +515,7 @@ func runModel(t *testing.T, e *Engine, seed uint64, start time.Time, intents int
 func checkStored(t *testing.T, c redis.UniversalClient, e *Engine, m *refModel) {
 	t.Helper()
 	ctx := context.Background()
-	set := e.set
+	set := e.set.Load()
 	// A limit of each scope: its where is the scope's.
 	scopeLimit := make([]Limit, len(set.scopes))
 	for _, p := range set.pols {

@@ -142,7 +142,7 @@ func TestStaleUsersLeaveNothing(t *testing.T) {
 	c := r.Client()
 	ctx := context.Background()
 	e := newEngine(t, c, Options{IdempotencyWindow: time.Hour})
-	life := time.Duration(e.set.keyLife) * time.Second
+	life := time.Duration(e.set.Load().keyLife) * time.Second
 	decide := func(uid uint64, id string, at time.Time) {
 		t.Helper()
 		d, err := e.Decide(ctx, []Request{{UserID: uid, Segment: "new", IntentID: id, Channel: "push", Category: "marketing", At: at}})

@@ -44,6 +44,9 @@ type refusalKey struct {
 // refusal is what a refusal showed: the limit is full until free (decision
 // time), or never frees; the entry is believed until expires.
 type refusal struct {
+	// set is the compiled policy the limit belongs to: after a policy
+	// change the indexes of the key mean other limits.
+	set           *policySet
 	key           refusalKey
 	free, expires time.Time
 	never         bool
@@ -143,7 +146,7 @@ func (rc *refusals) lookup(set *policySet, r *Request, c callPlan) (Decision, bo
 			continue
 		}
 		k := rc.key(set, r, c.pol, i)
-		j := slices.IndexFunc(known, func(f refusal) bool { return f.key == k })
+		j := slices.IndexFunc(known, func(f refusal) bool { return f.set == set && f.key == k })
 		if j < 0 {
 			continue
 		}
@@ -186,6 +189,9 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision)
 		if known, ok := rc.full.Peek(r.UserID); ok {
 			// Also what was known not full: the send may fill it.
 			keep := slices.DeleteFunc(slices.Clone(known), func(f refusal) bool {
+				if f.set != set {
+					return true // another policy's: its indexes are not ours
+				}
 				limits := set.pols[f.key.pol].limits
 				if c.records&(1<<limits[f.key.limit].scope) != 0 {
 					return true
@@ -221,7 +227,7 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision)
 	if limit < 0 {
 		return
 	}
-	f := refusal{key: rc.key(set, r, c.pol, limit), free: r.At.Add(d.RetryAfter.In), expires: r.At.Add(rc.ttl),
+	f := refusal{set: set, key: rc.key(set, r, c.pol, limit), free: r.At.Add(d.RetryAfter.In), expires: r.At.Add(rc.ttl),
 		never: d.RetryAfter.Never, zone: set.location(r),
 		before: c.applies & (1<<limit - 1), campaign: campaignHash(r.Campaign), priority: r.Priority}
 	if !f.never && f.free.Before(f.expires) {
@@ -230,7 +236,7 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision)
 	known, _ := rc.full.Peek(r.UserID)
 	next := make([]refusal, 0, len(known)+1)
 	for _, o := range known {
-		if o.key != f.key && r.At.Before(o.expires) { // drop the replaced and the expired
+		if o.set == set && o.key != f.key && r.At.Before(o.expires) { // drop the replaced, the expired and another policy's
 			next = append(next, o)
 		}
 	}

@@ -21,7 +21,7 @@ func TestRefusalCacheModel(t *testing.T) {
 	c := r.Client()
 	reg := prometheus.NewRegistry()
 	e := newEngine(t, c, Options{IdempotencyWindow: 2 * time.Hour, RefusalCacheSize: 10_000, RefusalCacheTTL: time.Hour, Registerer: reg})
-	m := newRefModel(e.set.rules, 2*time.Hour)
+	m := newRefModel(e.set.Load().rules, 2*time.Hour)
 	g := newGen(t, *modelSeed+20, 300, autumn)
 	ctx := context.Background()
 	hits := 0
