@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/policy"
 )
 
 const configPath = "/etc/capper/capper.yaml"
@@ -43,11 +44,11 @@ func TestHelmLint(t *testing.T) {
 }
 
 // TestChartDefaults renders the default values: the worker Deployment, its
-// ConfigMap, metrics Service, ServiceAccount and PodDisruptionBudget, the
+// ConfigMap and its policy's, metrics Service, ServiceAccount and PodDisruptionBudget, the
 // segment-builder CronJob and the test hook, and nothing optional.
 func TestChartDefaults(t *testing.T) {
 	m := mustRender(t, nil)
-	want := map[string]int{"ConfigMap": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1,
+	want := map[string]int{"ConfigMap": 2, "Deployment": 1, "Service": 1, "ServiceAccount": 1,
 		"PodDisruptionBudget": 1, "CronJob": 1, "Pod": 1}
 	if got := m.kinds(); !reflect.DeepEqual(got, want) {
 		t.Errorf("kinds = %v, want %v", got, want)
@@ -726,4 +727,73 @@ func derefInt64(i *int64) int64 {
 		return 30 // Kubernetes' default
 	}
 	return *i
+}
+
+// TestChartPolicyConfigMap: the policy value is its own ConfigMap, mounted
+// as a directory (so the kubelet updates it) where config.policy.source
+// points; a policy change leaves the config's checksum, so no pod restarts;
+// helm test checks it with capper policy check. With a store as the source,
+// neither the ConfigMap nor the mount nor the check exist.
+func TestChartPolicyConfigMap(t *testing.T) {
+	m := mustRender(t, nil)
+	var pcm *corev1.ConfigMap
+	for _, o := range m.ofKind("ConfigMap") {
+		if strings.HasSuffix(o.meta.Name, "-policy") {
+			pcm = o.value.(*corev1.ConfigMap)
+		}
+	}
+	if pcm == nil {
+		t.Fatal("no policy ConfigMap")
+	}
+	d, err := policy.Parse([]byte(pcm.Data["policy.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Problems().Err(); err != nil || !reflect.DeepEqual(d.SegmentNames(), []string{"new", "active", "dormant"}) {
+		t.Fatalf("policy.yaml: %v, segments %v", err, d.SegmentNames())
+	}
+	if cfg := workerConfig(t, m); cfg.Policy.Source != "file:///etc/capper-policy/policy.yaml" || len(cfg.Capping.InlinePolicy) > 0 {
+		t.Fatalf("policy.source %q, inline %v", cfg.Policy.Source, cfg.Capping.InlinePolicy)
+	}
+	dep := one[appsv1.Deployment](t, m, "Deployment")
+	mounted := false
+	for _, v := range dep.Spec.Template.Spec.Containers[0].VolumeMounts {
+		mounted = mounted || v.MountPath == "/etc/capper-policy" && v.SubPath == ""
+	}
+	if !mounted {
+		t.Fatalf("the worker does not mount the policy directory: %v", dep.Spec.Template.Spec.Containers[0].VolumeMounts)
+	}
+	pod := one[corev1.Pod](t, m, "Pod")
+	var checks []string
+	for _, c := range pod.Spec.Containers {
+		checks = append(checks, strings.Join(c.Args, " "))
+	}
+	if !slices.Contains(checks, "policy check /etc/capper/capper.yaml") {
+		t.Fatalf("helm test does not check the policy: %v", checks)
+	}
+
+	// A policy change only: same config checksum, so the pods stay.
+	stricter := mustRender(t, nil, "policy.default_policy.limits[0].name=daily",
+		"policy.default_policy.limits[0].window=24h", "policy.default_policy.limits[0].max=0")
+	sum := func(m *manifests) string {
+		return one[appsv1.Deployment](t, m, "Deployment").Spec.Template.Annotations["checksum/config"]
+	}
+	if sum(m) == "" || sum(m) != sum(stricter) {
+		t.Fatalf("checksum/config %q -> %q: a policy change would restart the pods", sum(m), sum(stricter))
+	}
+	if cfg := workerConfig(t, stricter); cfg.Policy.Source == "" {
+		t.Fatal("no policy source")
+	}
+
+	// A store as the source: no ConfigMap, no mount, no check.
+	st := mustRender(t, nil, "config.policy.source=s3://capper-policies/prod", "policy=null")
+	if k := st.kinds(); k["ConfigMap"] != 1 {
+		t.Fatalf("kinds with a policy store: %v", k)
+	}
+	if cfg := workerConfig(t, st); cfg.Policy.Source != "s3://capper-policies/prod" {
+		t.Fatalf("policy.source %q", cfg.Policy.Source)
+	}
+	if p := one[corev1.Pod](t, st, "Pod"); len(p.Spec.Containers) != 1 {
+		t.Fatalf("helm test with a policy store runs %d containers", len(p.Spec.Containers))
+	}
 }

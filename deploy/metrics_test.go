@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/capper-dev/capper/configs"
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
@@ -85,6 +87,11 @@ func workerRegistry(t *testing.T) registry {
 	cfg.Redis.Addrs = []string{rds.Addr()}
 	cfg.Segments.Source = dir
 	cfg.HTTP.Address = "127.0.0.1:0"
+	policyFile := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policyFile, configs.ExamplePolicy(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Policy.Source = "file://" + policyFile
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -147,7 +147,11 @@ func engineAlone(b *testing.B, s *stack, n int) float64 {
 		b.Fatal(err)
 	}
 	defer rdb.Close()
-	eng, err := app.NewEngine(context.Background(), &cfg, rdb, prometheus.NewRegistry(), nil)
+	pol, err := app.LoadPolicy(context.Background(), &cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng, err := app.NewEngine(context.Background(), &cfg, pol, rdb, prometheus.NewRegistry(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

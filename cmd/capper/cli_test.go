@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/testenv"
 )
 
@@ -228,11 +229,11 @@ default_policy:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code := capper(t, nil, "policy", "check", "../../configs/capper.yaml", bad)
+	out, errOut, code := capper(t, nil, "policy", "check", "../../configs/policy.yaml", bad)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1:\n%s%s", code, out, errOut)
 	}
-	for _, want := range []string{"configs/capper.yaml: ok", bad + ": time_zone", "Mars/Olympus", bad + ": default_policy.limits[0]"} {
+	for _, want := range []string{"configs/policy.yaml: ok", bad + ": time_zone", "Mars/Olympus", bad + ": default_policy.limits[0]"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("check output lacks %q:\n%s", want, out)
 		}
@@ -250,5 +251,72 @@ default_policy:
 	}
 	if _, errOut, code := capper(t, nil, "policy", "diff", old, bad); code != 1 || !strings.Contains(errOut, "Mars/Olympus") {
 		t.Fatalf("diff against a bad document: exit %d\n%s", code, errOut)
+	}
+}
+
+// TestPolicyPublishAndHistory: publish refuses a policy with problems and
+// writes nothing; a good one becomes a version LATEST names, with what it
+// changes; the same bytes again publish nothing; history lists the
+// versions with the one in use marked. Against a real S3 protocol
+// (gofakes3) and a directory.
+func TestPolicyPublishAndHistory(t *testing.T) {
+	s3 := testenv.StartS3(t, "policies")
+	env := append(testenv.NoAWSEnv(t), "AWS_ACCESS_KEY_ID="+s3.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3.SecretKey, "AWS_REGION="+s3.Region)
+	for _, store := range []struct {
+		name string
+		args []string
+	}{
+		{"s3", []string{"s3://policies/capper", "--s3-endpoint", s3.URL, "--s3-path-style"}},
+		{"dir", []string{t.TempDir()}},
+	} {
+		t.Run(store.name, func(t *testing.T) {
+			old, cand := "../../internal/policy/testdata/diff-old.yaml", "../../internal/policy/testdata/diff-new.yaml"
+			bad := filepath.Join(t.TempDir(), "bad.yaml")
+			if err := os.WriteFile(bad, []byte("default_policy:\n  limits:\n    - {name: d, window: 24h}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			publish := func(file string) (string, string, int) {
+				return capper(t, env, append([]string{"policy", "publish", file, "--to"}, store.args...)...)
+			}
+			history := func() string {
+				t.Helper()
+				args := append([]string{"policy", "history", "--from"}, store.args...)
+				out, errOut, code := capper(t, env, args...)
+				if code != 0 {
+					t.Fatalf("history: exit %d\n%s%s", code, out, errOut)
+				}
+				return out
+			}
+			if out := history(); !strings.Contains(out, "no policy published") {
+				t.Fatalf("history of an empty store:\n%s", out)
+			}
+			if out, errOut, code := publish(bad); code != 1 || !strings.Contains(out, `default_policy.limits[0] (limit "d").max: is required`) || !strings.Contains(out, "not published") {
+				t.Fatalf("publish of a bad policy: exit %d\n%s%s", code, out, errOut)
+			}
+			if out := history(); !strings.Contains(out, "no policy published") {
+				t.Fatalf("a refused policy was stored:\n%s", out)
+			}
+			out, errOut, code := publish(old)
+			if code != 0 || !strings.Contains(out, "published ") {
+				t.Fatalf("publish: exit %d\n%s%s", code, out, errOut)
+			}
+			first := strings.Fields(strings.SplitN(out, "published ", 2)[1])[0]
+			if err := policy.ValidateVersion(first); err != nil {
+				t.Fatal(err)
+			}
+			if out, _, code := publish(old); code != 0 || !strings.Contains(out, "unchanged, "+first+" is in use") {
+				t.Fatalf("publish of the same bytes: exit %d\n%s", code, out)
+			}
+			out, errOut, code = publish(cand)
+			if code != 0 || !strings.Contains(out, `segment "active": limit "daily": max 3 -> 2`) {
+				t.Fatalf("publish of the candidate: exit %d\n%s%s", code, out, errOut)
+			}
+			second := strings.Fields(strings.SplitN(out, "published ", 2)[1])[0]
+			h := history()
+			if !strings.Contains(h, "  "+first+"  published") || !strings.Contains(h, "* "+second+"  published") ||
+				!strings.Contains(h, `max 3 -> 2`) || strings.Index(h, first) > strings.Index(h, second) {
+				t.Fatalf("history:\n%s", h)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/objstore"
 )
 
 // version and revision are stamped at build time:
@@ -69,8 +71,44 @@ func (c *runCmd) Run(e *env) error {
 }
 
 type policyCmd struct {
-	Check policyCheckCmd `cmd:"" help:"Check policy documents (or worker configs): every problem, with its field path. Exit 1 on any."`
-	Diff  policyDiffCmd  `cmd:"" help:"Say what changes from one policy to another, per segment and limit."`
+	Check   policyCheckCmd   `cmd:"" help:"Check policy documents (or worker configs): every problem, with its field path. Exit 1 on any."`
+	Diff    policyDiffCmd    `cmd:"" help:"Say what changes from one policy to another, per segment and limit."`
+	Publish policyPublishCmd `cmd:"" help:"Check a policy and publish it to a policy store as a new version; workers switch at their next poll."`
+	History policyHistoryCmd `cmd:"" help:"List a policy store's versions, the one in use marked, with what each changed."`
+}
+
+// s3Flags reach an S3-compatible store (AWS needs none of them).
+type s3Flags struct {
+	S3Endpoint  string `name:"s3-endpoint" placeholder:"URL" help:"S3-compatible endpoint (MinIO, ...); default AWS."`
+	S3Region    string `name:"s3-region" help:"S3 region; default from the AWS environment."`
+	S3PathStyle bool   `name:"s3-path-style" help:"Address buckets as endpoint/bucket (most S3-compatible stores)."`
+}
+
+func (f s3Flags) options() objstore.S3Options {
+	return objstore.S3Options{Endpoint: f.S3Endpoint, Region: f.S3Region, UsePathStyle: f.S3PathStyle}
+}
+
+type policyPublishCmd struct {
+	File string `arg:"" type:"existingfile" help:"Policy document." completion:"<file>"`
+	To   string `required:"" placeholder:"STORE" help:"Policy store: a directory or s3://bucket/prefix (the workers' policy.source)."`
+	s3Flags
+}
+
+func (c *policyPublishCmd) Run(e *env) error {
+	err := app.PublishPolicy(e.ctx, e.stdout, c.File, app.PolicyStoreOptions{Store: c.To, S3: c.options()})
+	if errors.Is(err, app.ErrPolicyProblems) {
+		return cli.Reported(err)
+	}
+	return err
+}
+
+type policyHistoryCmd struct {
+	From string `required:"" placeholder:"STORE" help:"Policy store: a directory or s3://bucket/prefix."`
+	s3Flags
+}
+
+func (c *policyHistoryCmd) Run(e *env) error {
+	return app.PolicyHistory(e.ctx, e.stdout, app.PolicyStoreOptions{Store: c.From, S3: c.options()})
 }
 
 type policyCheckCmd struct {

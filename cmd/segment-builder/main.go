@@ -63,7 +63,7 @@ type commands struct {
 type flags struct {
 	Input      []string `name:"input" short:"i" sep:"none" placeholder:"PATH|URL" help:"Rows to read (repeatable): a CSV/TSV file of user_id,segment; a directory of <segment>.txt id lists; - for stdin; an s3://bucket/key object. .gz is read transparently."`
 	Out        string   `name:"out" short:"o" placeholder:"DIR|file://DIR|s3://BUCKET/PREFIX" help:"Where to publish the snapshot (default: segments.source from --config)."`
-	Config     string   `name:"config" placeholder:"FILE" help:"capper config: segment names must be its capping.segments, in its priority order."`
+	Config     string   `name:"config" placeholder:"FILE" help:"capper policy file, or worker config (its policy: the file policy.source names, or the inline one): segment names must be the policy's segments, in its priority order; a worker config also gives --out and S3 settings."`
 	OnConflict string   `name:"on-conflict" enum:"error,priority" default:"error" help:"A user in two segments: error fails the build; priority keeps the segment that comes first in the config."`
 	MaxErrors  int      `name:"max-errors" default:"0" placeholder:"N" help:"Malformed lines to tolerate (and list) before failing."`
 	DryRun     bool     `name:"dry-run" help:"Build and report, publish nothing."`
@@ -154,15 +154,20 @@ func (c flags) options() (options, error) {
 	}
 	o.policy, o.out = policy, c.Out
 	if c.Config != "" {
-		cfg, err := config.Load(c.Config)
+		d, problems, err := config.ReadPolicy(c.Config)
 		if err != nil {
 			return o, err
 		}
-		o.segments = cfg.SegmentNames()
-		if o.out == "" {
-			o.out = cfg.Segments.Source
+		if err := problems.Err(); err != nil {
+			return o, fmt.Errorf("policy %s:\n%w", c.Config, err)
 		}
-		o.s3 = objstore.S3Options{Region: cfg.Segments.S3.Region, Endpoint: cfg.Segments.S3.Endpoint, UsePathStyle: cfg.Segments.S3.UsePathStyle}
+		o.segments = d.SegmentNames()
+		if cfg, err := config.Load(c.Config); err == nil { // a worker config
+			if o.out == "" {
+				o.out = cfg.Segments.Source
+			}
+			o.s3 = objstore.S3Options{Region: cfg.Segments.S3.Region, Endpoint: cfg.Segments.S3.Endpoint, UsePathStyle: cfg.Segments.S3.UsePathStyle}
+		}
 	}
 	if policy == segbuild.ConflictPriority && c.Config == "" {
 		return o, errors.New("--on-conflict=priority needs --config for the segment order")

@@ -17,8 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/segments"
 )
 
@@ -89,20 +91,42 @@ func Run(ctx context.Context, o Options) (err error) {
 			err = fmt.Errorf("close redis: %w", cerr)
 		}
 	}()
-	engine, err := NewEngine(ctx, cfg, rdb, regr, log)
-	if err != nil {
-		return err
-	}
+	// The policy first: the engine is built with its first version, and
+	// later ones are swapped in between two batches.
+	var engine *capping.Engine
 	var current segments.Current
-	watcher, err := startSegments(ctx, cfg, &current, regr, log, now)
+	policies, err := newPolicyWatcher(ctx, cfg, func(ctx context.Context, l *policy.Loaded) error {
+		if engine == nil {
+			return nil // the first version: NewEngine takes it
+		}
+		if err := engine.SetPolicy(ctx, l.Rules, l.Version); err != nil {
+			return err
+		}
+		warnUnpoliced(log, current.Load(), l)
+		return nil
+	}, regr, log, now)
 	if err != nil {
 		return err
 	}
+	if err := policies.Poll(ctx); err != nil {
+		return fmt.Errorf("no usable cap policy from %s: %w", policies.Source(), err)
+	}
+	if engine, err = NewEngine(ctx, cfg, policies.Current(), rdb, regr, log); err != nil {
+		return err
+	}
+	watcher, err := startSegments(ctx, cfg, &current, policies, regr, log, now)
+	if err != nil {
+		return err
+	}
+	regr.MustRegister(unpolicedCollector{snap: &current, policy: policies})
 	cons, err := newConsumer(ctx, cfg, engine, &current, regr, log, now)
 	if err != nil {
 		return err
 	}
 	ops, err := newOpsServer(cfg.HTTP.Address, reg, cfg.HTTP.Pprof,
+		func() string {
+			return "policy " + engine.PolicyVersion() + "\nsnapshot " + current.Load().Version()
+		},
 		cons.worker.Ready,
 		func() error {
 			if cfg.Segments.Required && current.Load() == nil {
@@ -134,6 +158,10 @@ func Run(ctx context.Context, o Options) (err error) {
 		g.Add(func() error { return watcher.Run(wctx) }, func(error) { cancel() })
 	}
 	{
+		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		g.Add(func() error { return policies.Run(pctx) }, func(error) { cancel() })
+	}
+	{
 		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		g.Add(func() error { return cons.lag.Run(lctx) }, func(error) { cancel() })
 	}
@@ -153,7 +181,8 @@ func Run(ctx context.Context, o Options) (err error) {
 
 	log.Info("capper started", "version", o.Build.Version, "revision", o.Build.Revision, "http", ops.Addr(),
 		"input", cfg.Kafka.Topics.Input, "group", cfg.Kafka.GroupID,
-		"snapshot", current.Load().Version(), "enforce", cfg.Worker.Enforce)
+		"snapshot", current.Load().Version(), "policy", engine.PolicyVersion(), "policy_source", policies.Source(),
+		"enforce", cfg.Worker.Enforce)
 	if o.Started != nil {
 		o.Started(ops.Addr())
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/segments"
 )
 
@@ -47,12 +48,14 @@ func NewRedisClient(cfg *config.Config) (redis.UniversalClient, error) {
 	return c, nil
 }
 
-// NewEngine builds the capping engine (and loads its scripts into Redis).
-func NewEngine(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*capping.Engine, error) {
+// NewEngine builds the capping engine deciding by pol (and loads its
+// script into Redis).
+func NewEngine(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*capping.Engine, error) {
 	c := cfg.Capping
 	e, err := capping.New(ctx, capping.Options{
 		Client:            rdb,
-		Rules:             cfg.Rules(),
+		Rules:             pol.Rules,
+		PolicyVersion:     pol.Version,
 		KeyPrefix:         c.KeyPrefix,
 		IdempotencyWindow: c.IdempotencyWindow.D(),
 		SkewWarn:          c.ClockSkewWarn.D(),
@@ -82,33 +85,24 @@ func OpenSegmentStore(ctx context.Context, cfg *config.Config, log *slog.Logger)
 	return st, nil
 }
 
-// acceptSnapshot rejects a snapshot that names a segment the config has no
-// policy for: its users would silently get the default policy.
-func acceptSnapshot(cfg *config.Config) func(*segments.Snapshot) error {
-	known := map[string]bool{}
-	for _, n := range cfg.SegmentNames() {
-		known[n] = true
-	}
-	return func(s *segments.Snapshot) error {
-		for _, seg := range s.Segments() {
-			if !known[seg.Name] {
-				return fmt.Errorf("segment %q has no policy in capping.segments (known: %v)", seg.Name, cfg.SegmentNames())
-			}
-		}
-		return nil
-	}
-}
-
-func startSegments(ctx context.Context, cfg *config.Config, cur *segments.Current, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*segments.Watcher, error) {
+// startSegments loads the snapshot and returns its watcher; pol is the
+// policy in use, for the warning about segments it has no limits for.
+func startSegments(ctx context.Context, cfg *config.Config, cur *segments.Current, pol *policy.Watcher, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*segments.Watcher, error) {
 	st, err := OpenSegmentStore(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	w, err := segments.NewWatcher(segments.WatcherOptions{
-		Store:      st,
-		Current:    cur,
-		Interval:   cfg.Segments.PollInterval.D(),
-		Accept:     acceptSnapshot(cfg),
+		Store:    st,
+		Current:  cur,
+		Interval: cfg.Segments.PollInterval.D(),
+		// A segment without a policy is not a reason to refuse a
+		// snapshot (segments and policy change independently): it is
+		// reported, and its users get default_policy.
+		Accept: func(s *segments.Snapshot) error {
+			warnUnpoliced(log, s, pol.Current())
+			return nil
+		},
 		Logger:     log,
 		Registerer: reg,
 		Now:        now,

@@ -46,7 +46,11 @@ func Inspect(ctx context.Context, cfg *config.Config, userID uint64, o InspectOp
 	if err != nil {
 		return nil, err
 	}
-	snap, err := segments.Load(ctx, st, segments.LoadOptions{Accept: acceptSnapshot(cfg)})
+	pol, err := LoadPolicy(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := segments.Load(ctx, st, segments.LoadOptions{})
 	if err != nil {
 		if cfg.Segments.Required {
 			return nil, fmt.Errorf("load segment snapshot: %w", err)
@@ -58,7 +62,7 @@ func Inspect(ctx context.Context, cfg *config.Config, userID uint64, o InspectOp
 		return nil, err
 	}
 	defer rdb.Close()
-	engine, err := NewEngine(ctx, cfg, rdb, prometheus.NewRegistry(), log)
+	engine, err := NewEngine(ctx, cfg, pol, rdb, prometheus.NewRegistry(), log)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +70,7 @@ func Inspect(ctx context.Context, cfg *config.Config, userID uint64, o InspectOp
 		o.At = time.Now()
 	}
 	if o.TimeZone == nil {
-		o.TimeZone = cfg.Rules().TimeZone
+		o.TimeZone = pol.Rules.TimeZone
 	}
 	segment := snap.Lookup(userID)
 	states, err := engine.Inspect(ctx, userID, segment, capping.InspectOptions{At: o.At, TimeZone: o.TimeZone, Campaign: o.Campaign})

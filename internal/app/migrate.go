@@ -33,12 +33,16 @@ func Migrate(ctx context.Context, cfg *config.Config, o MigrateOptions, log *slo
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	pol, err := LoadPolicy(ctx, cfg, log)
+	if err != nil {
+		return capping.MigrateReport{}, err
+	}
 	rdb, err := NewRedisClient(cfg)
 	if err != nil {
 		return capping.MigrateReport{}, err
 	}
 	defer rdb.Close()
-	engine, err := NewEngine(ctx, cfg, rdb, prometheus.NewRegistry(), log)
+	engine, err := NewEngine(ctx, cfg, pol, rdb, prometheus.NewRegistry(), log)
 	if err != nil {
 		return capping.MigrateReport{}, err
 	}

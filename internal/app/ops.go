@@ -24,7 +24,8 @@ type opsServer struct {
 	ln  net.Listener
 }
 
-func newOpsServer(addr string, reg *prometheus.Registry, pprofOn bool, ready ...Check) (*opsServer, error) {
+// info's lines follow "ready" in /readyz's answer (what is in use).
+func newOpsServer(addr string, reg *prometheus.Registry, pprofOn bool, info func() string, ready ...Check) (*opsServer, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -42,6 +43,9 @@ func newOpsServer(addr string, reg *prometheus.Registry, pprofOn bool, ready ...
 			return
 		}
 		fmt.Fprintln(w, "ready")
+		if info != nil {
+			fmt.Fprintln(w, info())
+		}
 	})
 	if pprofOn {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

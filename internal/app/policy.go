@@ -5,47 +5,25 @@ package app
 // the top level) or a worker config (its capping section).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-
-	"go.yaml.in/yaml/v3"
+	"time"
 
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/policy"
 )
 
 // ErrPolicyProblems: a document has problems; they were printed.
 var ErrPolicyProblems = errors.New("policy problems")
 
-// readPolicy reads path as a policy document, or as a worker config when it
-// has a kafka or capping section. Problems of the policy are returned, not
-// an error: the caller prints them all.
+// readPolicy reads a policy document or a worker config's policy.
 func readPolicy(path string) (*policy.Document, policy.Problems, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read policy: %w", err)
-	}
-	var top map[string]any
-	if err := yaml.Unmarshal(data, &top); err != nil {
-		return nil, nil, fmt.Errorf("read policy %s: %w", path, err)
-	}
-	_, kafka := top["kafka"]
-	_, capping := top["capping"]
-	if kafka || capping {
-		cfg, err := config.Parse(data, os.Environ())
-		if err != nil {
-			return nil, nil, fmt.Errorf("worker config %s: %w", path, err)
-		}
-		d := cfg.Capping.Document
-		return &d, nil, nil
-	}
-	d, err := policy.Parse(data)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return d, d.Problems(), nil
+	return config.ReadPolicy(path)
 }
 
 // CheckPolicies checks each file and prints its verdict: "ok" with what it
@@ -101,6 +79,124 @@ func DiffPolicies(w io.Writer, oldPath, newPath string) error {
 	}
 	for _, c := range changes {
 		fmt.Fprintln(w, c)
+	}
+	return nil
+}
+
+// PolicyStoreOptions name a policy store and how to reach it.
+type PolicyStoreOptions struct {
+	Store string // a directory, file:///dir or s3://bucket/prefix
+	S3    objstore.S3Options
+	Now   func() time.Time // publication time; nil is time.Now
+}
+
+func openPolicyStore(ctx context.Context, o PolicyStoreOptions) (objstore.Store, error) {
+	st, err := objstore.Open(ctx, o.Store, objstore.Options{S3: o.S3})
+	if err != nil {
+		return nil, fmt.Errorf("policy store: %w", err)
+	}
+	return st, nil
+}
+
+// PublishPolicy checks a policy document and publishes it to the store as
+// a new version (LATEST last), printing the version and what changed from
+// the version in use. A policy with problems is printed, not published
+// (ErrPolicyProblems).
+func PublishPolicy(ctx context.Context, w io.Writer, file string, o PolicyStoreOptions) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("read policy: %w", err)
+	}
+	d, err := policy.Parse(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	if ps := d.Problems(); len(ps) > 0 {
+		for _, p := range ps {
+			fmt.Fprintf(w, "%s: %s\n", file, p.Error())
+		}
+		fmt.Fprintf(w, "%s: not published\n", file)
+		return ErrPolicyProblems
+	}
+	st, err := openPolicyStore(ctx, o)
+	if err != nil {
+		return err
+	}
+	var changes []string
+	if cur, err := policy.Latest(ctx, st); err == nil {
+		old, err := policy.ReadVersion(ctx, st, cur)
+		if err != nil {
+			return err
+		}
+		od, err := policy.Parse(old)
+		if err != nil {
+			return fmt.Errorf("policy %s in use: %w", cur, err)
+		}
+		changes = policy.Diff(od, d)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+	pub, err := policy.Publish(ctx, st, data, now())
+	if err != nil {
+		return err
+	}
+	if pub.Unchanged {
+		fmt.Fprintf(w, "%s: unchanged, %s is in use in %s\n", file, pub.Version, st)
+		return nil
+	}
+	fmt.Fprintf(w, "%s: published %s to %s (workers switch at their next poll)\n", file, pub.Version, st)
+	for _, c := range changes {
+		fmt.Fprintf(w, "  %s\n", c)
+	}
+	return nil
+}
+
+// PolicyHistory prints the store's versions, oldest first, the one in use
+// marked, each with what changed from the one before.
+func PolicyHistory(ctx context.Context, w io.Writer, o PolicyStoreOptions) error {
+	st, err := openPolicyStore(ctx, o)
+	if err != nil {
+		return err
+	}
+	versions, err := policy.History(ctx, st)
+	if err != nil {
+		return err
+	}
+	if len(versions) == 0 {
+		fmt.Fprintf(w, "no policy published in %s\n", st)
+		return nil
+	}
+	var prev *policy.Document
+	for _, v := range versions {
+		data, err := policy.ReadVersion(ctx, st, v.Name)
+		if err != nil {
+			return err
+		}
+		d, err := policy.Parse(data)
+		if err != nil {
+			return fmt.Errorf("policy %s: %w", v.Name, err)
+		}
+		mark := " "
+		if v.Current {
+			mark = "*"
+		}
+		fmt.Fprintf(w, "%s %s  published %s\n", mark, v.Name, v.Published.Format(time.RFC3339))
+		if prev == nil {
+			fmt.Fprintf(w, "    first version: %d segment policies and default_policy\n", len(d.Segments))
+		} else {
+			changes := policy.Diff(prev, d)
+			if len(changes) == 0 {
+				changes = []string{"no change in what it decides"}
+			}
+			for _, c := range changes {
+				fmt.Fprintf(w, "    %s\n", c)
+			}
+		}
+		prev = d
 	}
 	return nil
 }

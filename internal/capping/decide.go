@@ -56,7 +56,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 	calls := make([]call, 0, len(reqs))
 	set := e.set.Load()
 	defer named(out, set) // out's elements, whatever the return
-	asked := 0 // valid requests, exempt ones included
+	asked := 0            // valid requests, exempt ones included
 	var known periods
 	var pending map[uint64]bool
 	if e.refusals != nil {

@@ -24,8 +24,8 @@ import (
 // their defaults) are required; only the process plumbing (Registerer,
 // Logger, Now) and SkewInterval, which nothing configures, may stay zero.
 type Options struct {
-	Client            redis.UniversalClient // *redis.Client, *redis.ClusterClient or a failover client
-	Rules             Rules
+	Client redis.UniversalClient // *redis.Client, *redis.ClusterClient or a failover client
+	Rules  Rules
 	// PolicyVersion names Rules in every Decision (Decision.Policy).
 	PolicyVersion     string
 	KeyPrefix         string        // no braces or spaces

@@ -7,6 +7,7 @@
 package config
 
 import (
+	"strings"
 	"time"
 
 	"github.com/capper-dev/capper/internal/policy"
@@ -15,13 +16,14 @@ import (
 // Config is the whole capper configuration (configs/capper.yaml documents
 // every key).
 type Config struct {
-	Kafka    Kafka    `yaml:"kafka"`
-	Redis    Redis    `yaml:"redis"`
-	Capping  Capping  `yaml:"capping"`
-	Segments Segments `yaml:"segments"`
-	Worker   Worker   `yaml:"worker"`
-	HTTP     HTTP     `yaml:"http"`
-	Log      Log      `yaml:"log"`
+	Kafka    Kafka        `yaml:"kafka"`
+	Redis    Redis        `yaml:"redis"`
+	Capping  Capping      `yaml:"capping"`
+	Policy   PolicySource `yaml:"policy"`
+	Segments Segments     `yaml:"segments"`
+	Worker   Worker       `yaml:"worker"`
+	HTTP     HTTP         `yaml:"http"`
+	Log      Log          `yaml:"log"`
 
 	// IgnoredEnv lists CAPPER_* variables that match no key. They are not an
 	// error because Kubernetes injects CAPPER_SERVICE_HOST and friends for a
@@ -98,14 +100,19 @@ type Redis struct {
 	WaitTimeout      Duration `yaml:"wait_timeout"`
 }
 
-// Capping is the engine's settings and, inline, the cap policy (package
-// policy owns its keys, their defaults and their checks).
+// Capping is the engine's settings and, inline, the cap policy of workers
+// configured before policy.source existed (deprecated; package policy owns
+// its keys, their defaults and their checks).
 type Capping struct {
 	KeyPrefix         string       `yaml:"key_prefix"`
 	IdempotencyWindow Duration     `yaml:"idempotency_window"`
 	ClockSkewWarn     Duration     `yaml:"clock_skew_warn"`
 	RefusalCache      RefusalCache `yaml:"refusal_cache"`
 	policy.Document   `yaml:",inline"`
+
+	// InlinePolicy lists the policy keys the file set under capping (they
+	// are used only without policy.source).
+	InlinePolicy []string `yaml:"-"`
 
 	// Deprecated: the sliding_window algorithm was removed. sliding_log (or
 	// empty) is accepted and ignored with a deprecation; parsing leaves it
@@ -133,6 +140,22 @@ type (
 	// Limit is one cap.
 	Limit = policy.Limit
 )
+
+// PolicySource says where the cap policy comes from: a policy document's file
+// (file:///etc/capper/policy.yaml, watched) or a policy store (a directory
+// or s3://bucket/prefix holding policies/<version>/policy.yaml and
+// policies/LATEST, see capper policy publish). Empty: the policy under
+// capping (deprecated).
+type PolicySource struct {
+	Source       string   `yaml:"source"`
+	PollInterval Duration `yaml:"poll_interval"`
+}
+
+// IsFile reports whether Source names a policy file rather than a store:
+// a path ending in .yaml or .yml.
+func (p PolicySource) IsFile() bool {
+	return strings.HasSuffix(p.Source, ".yaml") || strings.HasSuffix(p.Source, ".yml")
+}
 
 // Segments says where the segment snapshot comes from.
 type Segments struct {
@@ -211,6 +234,7 @@ func Default() Config {
 			RefusalCache:      RefusalCache{Size: 100_000, TTL: Duration(30 * time.Second)},
 			Document:          policy.Default(),
 		},
+		Policy: PolicySource{PollInterval: Duration(10 * time.Second)},
 		Segments: Segments{
 			Source:       "file:///var/lib/capper/segments",
 			PollInterval: Duration(30 * time.Second),

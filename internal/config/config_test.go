@@ -32,6 +32,9 @@ var badFiles = map[string][]string{
 	"bad-source.bad.yaml":         {"segments.source", "gs://bucket/segments"},
 	"window-range.bad.yaml":       {`capping.segments[0] (segment "new").limits[0] (limit "burst").window: 30s out of range`},
 	"refusal-cache.bad.yaml":      {`capping.refusal_cache.ttl: 1h0m0s out of range [1s, 10m]`},
+	"policy-and-inline.bad.yaml":  {"capping.segments: the policy comes from policy.source (file:///etc/capper/policy.yaml); remove the policy from the worker config"},
+	"policy-source.bad.yaml": {"policy.poll_interval: must be above 0, got 0s",
+		`policy.source: "s3://bucket/policies/policy.yaml": an S3 source is a policy store (s3://bucket/prefix, see capper policy publish), not one file`},
 	"many-problems.bad.yaml": {
 		`capping.segments[0] (segment "new").limits[0] (limit "daily").max: is required (0 means never)`,
 		`capping.segments[0] (segment "new").limits[1] (limit "burst").window: 30s out of range`,
@@ -318,11 +321,22 @@ func TestDeprecations(t *testing.T) {
 		t.Errorf("algorithm \"\": %v, %q", err, cfg.Deprecations)
 	}
 
-	for _, f := range []string{"testdata/empty.good.yaml", "testdata/policy-v2.good.yaml", filepath.Join("..", "..", "configs", "capper.yaml")} {
+	for _, f := range []string{"testdata/empty.good.yaml", "testdata/policy-source.good.yaml", filepath.Join("..", "..", "configs", "capper.yaml")} {
 		cfg, err := LoadWithEnv(f, nil)
 		if err != nil || cfg.Deprecations != nil {
 			t.Errorf("%s: %v, deprecations %q", f, err, cfg.Deprecations)
 		}
+	}
+	// A policy inside the worker config still works, with one message
+	// naming the keys to move.
+	cfg, err = LoadWithEnv("testdata/policy-v2.good.yaml", nil)
+	if err != nil || len(cfg.Deprecations) != 1 ||
+		!strings.HasPrefix(cfg.Deprecations[0], "capping.channels, capping.categories, capping.default_category,") ||
+		!strings.Contains(cfg.Deprecations[0], "set policy.source") {
+		t.Errorf("inline policy: %v, deprecations %q", err, cfg.Deprecations)
+	}
+	if cfg.Rules().TimeZone.String() != "America/New_York" {
+		t.Errorf("inline policy not used: %v", cfg.Rules().TimeZone)
 	}
 }
 
@@ -394,29 +408,37 @@ func TestSecretFileAndEnvConflict(t *testing.T) {
 // example must not set a key the code does not know (strict loading already
 // guarantees the second).
 func TestExampleDocumentsEveryKey(t *testing.T) {
+	documented := map[string]bool{}
+	// The policy's keys are in configs/policy.yaml, at its top level; the
+	// deprecated inline policy has them under capping.
+	for file, prefix := range map[string]string{"capper.yaml": "", "policy.yaml": "capping"} {
+		data, err := os.ReadFile(filepath.Join("..", "..", "configs", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		var walk func(prefix string, v any)
+		walk = func(prefix string, v any) {
+			if m, ok := v.(map[string]any); ok {
+				for k, sub := range m {
+					p := k
+					if prefix != "" {
+						p = prefix + "." + k
+					}
+					documented[p] = true
+					walk(p, sub)
+				}
+			}
+		}
+		walk(prefix, doc)
+	}
 	data, err := os.ReadFile(filepath.Join("..", "..", "configs", "capper.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	documented := map[string]bool{}
-	var walk func(prefix string, v any)
-	walk = func(prefix string, v any) {
-		if m, ok := v.(map[string]any); ok {
-			for k, sub := range m {
-				p := k
-				if prefix != "" {
-					p = prefix + "." + k
-				}
-				documented[p] = true
-				walk(p, sub)
-			}
-		}
-	}
-	walk("", doc)
 	for name, path := range EnvNames() {
 		if documented[path] {
 			continue
@@ -425,7 +447,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 		if strings.Contains(string(data), name) {
 			continue
 		}
-		t.Errorf("key %s (%s) is not in configs/capper.yaml", path, name)
+		t.Errorf("key %s (%s) is documented neither in configs/capper.yaml nor in configs/policy.yaml", path, name)
 	}
 }
 
@@ -452,11 +474,11 @@ func TestDefaultsAreValid(t *testing.T) {
 }
 
 func TestSegmentNamesInOrder(t *testing.T) {
-	cfg, err := LoadWithEnv(filepath.Join("..", "..", "configs", "capper.yaml"), nil)
-	if err != nil {
-		t.Fatal(err)
+	d, problems, err := ReadPolicy(filepath.Join("..", "..", "configs", "policy.yaml"))
+	if err != nil || problems != nil {
+		t.Fatal(err, problems)
 	}
-	if got := cfg.SegmentNames(); !reflect.DeepEqual(got, []string{"new", "active", "dormant"}) {
+	if got := d.SegmentNames(); !reflect.DeepEqual(got, []string{"new", "active", "dormant"}) {
 		t.Fatalf("SegmentNames = %q", got)
 	}
 }

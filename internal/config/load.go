@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -53,6 +54,9 @@ func parse(data []byte, environ []string, baseDir string) (*Config, error) {
 		return nil, err
 	}
 	cfg.IgnoredEnv = ignored
+	if cfg.Capping.InlinePolicy, err = inlinePolicyKeys(data); err != nil {
+		return nil, err
+	}
 	if err := cfg.readSecretFiles(baseDir); err != nil {
 		return nil, err
 	}
@@ -60,16 +64,62 @@ func parse(data []byte, environ []string, baseDir string) (*Config, error) {
 		return nil, err
 	}
 	cfg.Deprecations = cfg.Capping.dropDeprecated()
+	if len(cfg.Capping.InlinePolicy) > 0 {
+		cfg.Deprecations = append(cfg.Deprecations, "capping."+strings.Join(cfg.Capping.InlinePolicy, ", capping.")+
+			": a cap policy inside the worker config is deprecated; move it to a policy file (capper policy check FILE) and set policy.source (README, Changing caps)")
+	}
 	return &cfg, nil
+}
+
+// engineKeys are capping's own keys; every other key under capping is the
+// inline policy's.
+var engineKeys = []string{"key_prefix", "idempotency_window", "clock_skew_warn", "refusal_cache", "algorithm", "sub_intervals"}
+
+// inlinePolicyKeys lists the policy keys a config document sets under
+// capping, in the file's order.
+func inlinePolicyKeys(data []byte) ([]string, error) {
+	var doc struct {
+		Capping yaml.Node `yaml:"capping"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	var keys []string
+	n := &doc.Capping
+	for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i].Value; !slices.Contains(engineKeys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
 }
 
 // Effective renders the configuration as YAML with secrets masked, for
 // `capper check-config`.
 func (c *Config) Effective() ([]byte, error) {
+	var node yaml.Node
+	if err := node.Encode(c); err != nil {
+		return nil, fmt.Errorf("render config: %w", err)
+	}
+	if c.Policy.Source != "" {
+		// The policy is not the config's: only capping's own keys stay.
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			if node.Content[i].Value == "capping" {
+				m := node.Content[i+1]
+				var kept []*yaml.Node
+				for j := 0; j+1 < len(m.Content); j += 2 {
+					if slices.Contains(engineKeys, m.Content[j].Value) {
+						kept = append(kept, m.Content[j], m.Content[j+1])
+					}
+				}
+				m.Content = kept
+			}
+		}
+	}
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
-	if err := enc.Encode(c); err != nil {
+	if err := enc.Encode(&node); err != nil {
 		return nil, fmt.Errorf("render config: %w", err)
 	}
 	if err := enc.Close(); err != nil {

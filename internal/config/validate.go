@@ -35,6 +35,7 @@ func (c *Config) Validate() error {
 	c.Redis.validate(&p)
 	c.Capping.validate(&p)
 	c.validateRules(&p)
+	c.validatePolicy(&p)
 	c.Segments.validate(&p)
 	c.Worker.validate(&p)
 	c.HTTP.validate(&p)
@@ -241,4 +242,23 @@ func (h *HTTP) validate(p *problems) {
 func (l *Log) validate(p *problems) {
 	oneOf(p, "log.level", l.Level, "debug", "info", "warn", "error")
 	oneOf(p, "log.format", l.Format, "json", "text")
+}
+
+func (c *Config) validatePolicy(p *problems) {
+	src := c.Policy.Source
+	positive(p, "policy.poll_interval", c.Policy.PollInterval)
+	if src == "" {
+		return
+	}
+	switch {
+	case strings.HasPrefix(src, "s3://"), strings.HasPrefix(src, "file://"), !strings.Contains(src, "://"):
+	default:
+		p.add("policy.source", "%q: want file:///path/policy.yaml, a directory or s3://bucket/prefix", src)
+	}
+	if strings.HasPrefix(src, "s3://") && c.Policy.IsFile() {
+		p.add("policy.source", "%q: an S3 source is a policy store (s3://bucket/prefix, see capper policy publish), not one file", src)
+	}
+	for _, k := range c.Capping.InlinePolicy {
+		p.add("capping."+k, "the policy comes from policy.source (%s); remove the policy from the worker config", src)
+	}
 }

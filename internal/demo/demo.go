@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/capper-dev/capper/configs"
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/audit"
+	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/objstore"
@@ -163,14 +165,20 @@ func describeSegments(m *segments.Manifest) string {
 	return strings.Join(parts, ", ") + " users"
 }
 
-// demoConfig is configs/capper.yaml (its policy is the demo's caps) pointed
-// at the embedded servers. Keys go under their own prefix, so that a demo
-// against a real Redis never touches a production worker's counts.
+// demoConfig is configs/capper.yaml pointed at the embedded servers, with
+// configs/policy.yaml (the demo's caps) as its policy file in dir. Keys go
+// under their own prefix, so that a demo against a real Redis never touches
+// a production worker's counts.
 func demoConfig(brokers []string, redisAddr, dir string) (*config.Config, error) {
 	cfg, err := config.Parse(configs.Example(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("demo config: %w", err)
 	}
+	policyFile := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policyFile, configs.ExamplePolicy(), 0o644); err != nil {
+		return nil, fmt.Errorf("demo policy: %w", err)
+	}
+	cfg.Policy.Source = "file://" + filepath.ToSlash(policyFile)
 	cfg.Capping.KeyPrefix = "capper-demo"
 	cfg.Kafka.Brokers = brokers
 	cfg.Kafka.GroupID = "capper-demo"
@@ -184,6 +192,20 @@ func demoConfig(brokers []string, redisAddr, dir string) (*config.Config, error)
 		return nil, fmt.Errorf("demo config: %w", err)
 	}
 	return cfg, nil
+}
+
+// demoRules are the rules of the demo's policy file.
+func demoRules(cfg *config.Config) (capping.Rules, error) {
+	path, err := cfg.PolicyFile()
+	if err != nil {
+		return capping.Rules{}, err
+	}
+	d, problems, err := config.ReadPolicy(path)
+	if err != nil {
+		return capping.Rules{}, err
+	}
+	r, _ := d.Rules()
+	return r, problems.Err()
 }
 
 func produce(ctx context.Context, brokers []string, msgs []kafka.Message) error {
@@ -279,7 +301,11 @@ func auditDeliveries(w io.Writer, cfg *config.Config, deliveries []kafka.Message
 	if err != nil {
 		return fmt.Errorf("demo: audit: %w", err)
 	}
-	v := audit.Check(cfg.Rules(), sends)
+	rules, err := demoRules(cfg)
+	if err != nil {
+		return fmt.Errorf("demo: audit: %w", err)
+	}
+	v := audit.Check(rules, sends)
 	if len(v) == 0 {
 		fmt.Fprintf(w, "audit: ok, no user above any limit (%d deliveries checked against every window)\n", len(sends))
 		return nil

@@ -18,6 +18,7 @@ type batch struct {
 	msgs    []kafka.Message
 	records []record // records[i] is msgs[i]'s
 	snap    string   // snapshot version the segments came from
+	policy  string   // policy version in use when the batch started
 	start   time.Time
 }
 
@@ -40,6 +41,11 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 	b := &batch{msgs: msgs, records: make([]record, len(msgs)), start: time.Now()}
 	snap := w.o.Snapshots.Load()
 	b.snap = snap.Version()
+	if w.o.Policy != nil {
+		// For the records the engine does not decide; its decisions name
+		// the policy that made them.
+		b.policy = w.o.Policy()
+	}
 	reqs := make([]capping.Request, 0, len(msgs))
 	for i := range msgs {
 		rec := &b.records[i]

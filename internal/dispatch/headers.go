@@ -4,6 +4,7 @@ package dispatch
 // here, from the record's outcome (README, "The event contract").
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +29,7 @@ const (
 	HeaderSource     = "capper-source"         // <topic>/<partition>/<offset> of the input record
 	HeaderTruncated  = "capper-truncated"      // "true": dead-lettered with its value cut down (see README)
 	HeaderOverride   = "capper-override"       // the intent asked to bypass the caps: see overrideValue
+	HeaderPolicy     = "capper-policy"         // the version of the cap policy that decided
 )
 
 // capperPrefix starts every header capper owns; an input's own capper-*
@@ -78,6 +80,7 @@ var (
 // come from one arena, so a record costs one allocation for its headers.
 type headerBuilder struct {
 	version []byte
+	policy  string            // for records the engine did not decide
 	names   map[string][]byte // segment and limit names
 	lastAt  time.Time
 	lastAtB []byte
@@ -86,8 +89,8 @@ type headerBuilder struct {
 	scratch []kafka.Header
 }
 
-func newHeaderBuilder(version string) *headerBuilder {
-	return &headerBuilder{version: []byte(version), names: map[string][]byte{}}
+func newHeaderBuilder(version, policy string) *headerBuilder {
+	return &headerBuilder{version: []byte(version), policy: policy, names: map[string][]byte{}}
 }
 
 // build returns the output headers of a record: the input's own headers
@@ -128,6 +131,9 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 		case d.OverrideRefused:
 			add = append(add, kafka.Header{Key: HeaderOverride, Value: vRefused})
 		}
+	}
+	if p := cmp.Or(d.Policy, hb.policy); p != "" {
+		add = append(add, kafka.Header{Key: HeaderPolicy, Value: hb.name(p)})
 	}
 	hb.scratch = add
 

@@ -34,7 +34,7 @@ func TestOverrideHeader(t *testing.T) {
 			m := &kafka.Message{Topic: "in", Partition: 1, Offset: 7, Headers: []kafka.Header{
 				{Key: "trace", Value: []byte("x")}, {Key: HeaderOverride, Value: []byte("bypass")}}}
 			rec := &record{segment: "none", decision: tc.d}
-			h := newHeaderBuilder("v1").build(m, rec)
+			h := newHeaderBuilder("v1", "").build(m, rec)
 			n := 0
 			for _, x := range h {
 				if x.Key == HeaderOverride {
@@ -62,7 +62,7 @@ func TestOverrideHeader(t *testing.T) {
 		m := &kafka.Message{Topic: "in", Headers: []kafka.Header{{Key: HeaderOverride, Value: []byte("bypass")}}}
 		rec := &record{invalid: invalid("capping", "%q is not one of bypass, bypass-uncounted", "skip"),
 			decision: capping.Decision{Outcome: capping.Invalid}}
-		h := newHeaderBuilder("v1").build(m, rec)
+		h := newHeaderBuilder("v1", "").build(m, rec)
 		if findHeader(h, HeaderOverride) != "" || findHeader(h, HeaderError) != `capping: "skip" is not one of bypass, bypass-uncounted` {
 			t.Fatalf("dead letter headers: %v", h)
 		}
@@ -75,5 +75,35 @@ func TestInvalidErrorNamesTheElement(t *testing.T) {
 	e := invalidElem("tags", 2, "must be a JSON string, got %s", "a number")
 	if e.Field != "tags" || e.Error() != "tags[2]: must be a JSON string, got a number" {
 		t.Fatalf("%q (field %q)", e.Error(), e.Field)
+	}
+}
+
+// TestPolicyHeader: capper-policy names the policy of the decision, or for
+// a record the engine did not decide (dead-lettered, failed open) the one
+// in use when its batch started; none when nothing names one.
+func TestPolicyHeader(t *testing.T) {
+	m := &kafka.Message{Topic: "in", Headers: []kafka.Header{{Key: HeaderPolicy, Value: []byte("forged")}}}
+	for _, tc := range []struct {
+		name, batch string
+		rec         record
+		want        string
+	}{
+		{"decided", "p1", record{decision: capping.Decision{Outcome: capping.Capped, Limit: "daily", Policy: "p2"}}, "p2"},
+		{"failed open", "p1", record{decision: capping.Decision{Outcome: capping.FailOpen}}, "p1"},
+		{"dead letter", "p1", record{invalid: invalid("channel", "missing"), decision: capping.Decision{Outcome: capping.Invalid}}, "p1"},
+		{"no policy named", "", record{decision: capping.Decision{Outcome: capping.Allowed}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHeaderBuilder("v1", tc.batch).build(m, &tc.rec)
+			n := 0
+			for _, x := range h {
+				if x.Key == HeaderPolicy {
+					n++
+				}
+			}
+			if got := findHeader(h, HeaderPolicy); got != tc.want || n > 1 || (tc.want != "") != (n == 1) {
+				t.Fatalf("capper-policy %q (%d headers), want %q", got, n, tc.want)
+			}
+		})
 	}
 }

@@ -19,7 +19,7 @@ type outputs struct {
 // untouched.
 func (w *Worker) route(b *batch) outputs {
 	var o outputs
-	hb := newHeaderBuilder(b.snap)
+	hb := newHeaderBuilder(b.snap, b.policy)
 	for i := range b.msgs {
 		m, rec := &b.msgs[i], &b.records[i]
 		var dst *[]kafka.Message

@@ -61,6 +61,9 @@ type Options struct {
 	Decider    Decider
 	Snapshots  Snapshots
 	Decoder    *Decoder
+	// Policy names the policy version in use (capper-policy of the records
+	// the engine did not decide; its decisions carry their own); nil: none.
+	Policy func() string
 	// Segments are the segment names the metrics start at 0 for (the
 	// configured ones); others appear when first seen.
 	Segments []string

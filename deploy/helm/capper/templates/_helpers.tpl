@@ -95,6 +95,8 @@ capping:
   categories: [marketing, transactional]
   default_category: marketing
   exempt_categories: [transactional]
+policy:
+  poll_interval: 10s
 segments:
   source: file:///var/lib/capper/segments
   required: true
@@ -374,6 +376,27 @@ capping.Rules.Problems) */ -}}
 {{- fail (printf "config.segments.poll_interval: must be at least 1s, got %s" $seg.poll_interval) -}}
 {{- end -}}
 
+{{- /* policy: where it comes from (its own value is checked by the schema
+and, with the pods' mounts, by helm test's capper policy check). */ -}}
+{{- $pol := .Values.config.policy | default dict -}}
+{{- $src := $pol.source | default "" -}}
+{{- with $pol.poll_interval -}}
+{{- if le (include "capper.durationMillis" (list "policy.poll_interval" .) | atoi) 0 -}}
+{{- fail (printf "config.policy.poll_interval: must be above 0, got %s" .) -}}
+{{- end -}}
+{{- end -}}
+{{- if $src -}}
+{{- if not (or (hasPrefix "s3://" $src) (hasPrefix "file://" $src) (not (contains "://" $src))) -}}
+{{- fail (printf "config.policy.source: %q: want file:///path/policy.yaml, a directory or s3://bucket/prefix" $src) -}}
+{{- end -}}
+{{- if and (hasPrefix "s3://" $src) (or (hasSuffix ".yaml" $src) (hasSuffix ".yml" $src)) -}}
+{{- fail (printf "config.policy.source: %q: an S3 source is a policy store (s3://bucket/prefix, see capper policy publish), not one file" $src) -}}
+{{- end -}}
+{{- range $k, $_ := omit (default dict .Values.config.capping) "key_prefix" "idempotency_window" "clock_skew_warn" "refusal_cache" "algorithm" "sub_intervals" -}}
+{{- fail (printf "config.capping.%s: the policy comes from policy.source (%s); remove the policy from the worker config" $k $src) -}}
+{{- end -}}
+{{- end -}}
+
 {{- /* worker */ -}}
 {{- $w := $c.worker -}}
 {{- if lt (include "capper.durationMillis" (list "worker.retry_max" $w.retry_max) | atoi) (include "capper.durationMillis" (list "worker.retry_initial" $w.retry_initial) | atoi) -}}
@@ -519,6 +542,13 @@ LIST "container" NAME "memLimit" BOOL "redis" BOOL). */}}
 - name: config
   mountPath: /etc/capper
   readOnly: true
+{{- if eq (include "capper.policyMounted" .) "true" }}
+# A directory, not a subPath: the kubelet updates it when the ConfigMap
+# changes, and the worker follows without a restart.
+- name: policy
+  mountPath: /etc/capper-policy
+  readOnly: true
+{{- end }}
 {{- if .Values.kafka.tls.existingSecret }}
 - name: kafka-tls
   mountPath: /var/run/secrets/capper/kafka-tls
@@ -535,6 +565,11 @@ LIST "container" NAME "memLimit" BOOL "redis" BOOL). */}}
 - name: config
   configMap:
     name: {{ include "capper.fullname" . }}
+{{- if eq (include "capper.policyMounted" .) "true" }}
+- name: policy
+  configMap:
+    name: {{ include "capper.fullname" . }}-policy
+{{- end }}
 {{- with .Values.kafka.tls.existingSecret }}
 - name: kafka-tls
   secret:
@@ -550,4 +585,24 @@ LIST "container" NAME "memLimit" BOOL "redis" BOOL). */}}
 {{/* The ConfigMap's checksum: a config change rolls the pods. */}}
 {{- define "capper.configChecksum" -}}
 {{- include (print $.Template.BasePath "/configmap.yaml") . | sha256sum -}}
+{{- end -}}
+
+
+{{/* The chart's policy value is mounted ("true") unless config.policy.source
+names another source or config.capping holds the (deprecated) inline
+policy. */}}
+{{- define "capper.policyMounted" -}}
+{{- $src := dig "policy" "source" "" .Values.config -}}
+{{- $inline := omit (default dict .Values.config.capping) "key_prefix" "idempotency_window" "clock_skew_warn" "refusal_cache" "algorithm" "sub_intervals" -}}
+{{- and .Values.policy (not $src) (not $inline) -}}
+{{- end -}}
+
+{{/* The worker's config: .Values.config, with policy.source pointing at the
+mounted policy when there is one. */}}
+{{- define "capper.config" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- if eq (include "capper.policyMounted" .) "true" -}}
+{{- $_ := set $cfg "policy" (merge (dict "source" "file:///etc/capper-policy/policy.yaml") (default dict $cfg.policy)) -}}
+{{- end -}}
+{{- toYaml $cfg -}}
 {{- end -}}
