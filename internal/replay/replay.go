@@ -79,7 +79,6 @@ type side struct {
 	dec     *dispatch.Decoder
 	shared  int // index of the side whose decoding this one reuses, or -1
 	stats   *Stats
-	version string
 }
 
 // Run replays src through the policies and returns the report. Records
