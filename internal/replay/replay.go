@@ -74,11 +74,11 @@ type Source interface {
 
 // side is one policy being replayed.
 type side struct {
-	name    string
-	mem     *capping.Memory
-	dec     *dispatch.Decoder
-	shared  int // index of the side whose decoding this one reuses, or -1
-	stats   *Stats
+	name   string
+	mem    *capping.Memory
+	dec    *dispatch.Decoder
+	shared int // index of the side whose decoding this one reuses, or -1
+	stats  *Stats
 }
 
 // Run replays src through the policies and returns the report. Records
