@@ -172,11 +172,11 @@ func (c *migrateCmd) Run(e *env) error {
 }
 
 type replayCmd struct {
-	Policy            string        `required:"" type:"existingfile" help:"The candidate policy (policy document or worker config)." completion:"<file>"`
-	Baseline          string        `type:"existingfile" help:"The policy to compare with, e.g. the one in use (document or worker config)." completion:"<file>"`
+	Policy            string        `required:"" help:"The candidate policy (policy document or worker config)." completion:"<file>"`
+	Baseline          string        `help:"The policy to compare with, e.g. the one in use (document or worker config)." completion:"<file>"`
 	Snapshot          string        `placeholder:"STORE[@VERSION]" help:"Segment snapshot store (directory, file:// or s3://, like segments.source), its LATEST or @version; default: every user in no segment."`
 	From              string        `required:"" placeholder:"SRC" help:"The past intents: intents.jsonl[.gz] (decided at created_at) or kafka://TOPIC@FROM..TO (RFC 3339 times; decided at the record timestamps)."`
-	Brokers           []string      `placeholder:"HOST:PORT,..." help:"Kafka brokers, for a kafka:// source."`
+	Brokers           []string      `placeholder:"HOST:PORT" help:"Kafka brokers (comma-separated), for a kafka:// source."`
 	IdempotencyWindow time.Duration `name:"idempotency-window" default:"${idempotency_window}" help:"Duplicates are recognised this long (capping.idempotency_window)."`
 	S3Region          string        `name:"s3-region" help:"Region of an s3:// snapshot store (default: the AWS chain)."`
 	S3Endpoint        string        `name:"s3-endpoint" help:"Endpoint of an S3-compatible snapshot store."`
@@ -185,6 +185,7 @@ type replayCmd struct {
 }
 
 func (c *replayCmd) Run(e *env) error {
+	app.TuneGC() // the records of every user are in the heap
 	log, err := cli.NewLogger(e.stderr, "warn", cli.LogText)
 	if err != nil {
 		return err
