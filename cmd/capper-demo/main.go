@@ -31,6 +31,9 @@ type flags struct {
 	Intents   int              `default:"${intents}" help:"Send-intents in the campaign blast."`
 	RedisAddr string           `name:"redis-addr" placeholder:"HOST:PORT" help:"Use this Redis instead of the embedded one (keys under the capper-demo prefix)."`
 	Seed      int64            `default:"1" help:"Random seed of the synthetic data."`
+	// For capper replay: the blast and the snapshot it was decided with.
+	SaveIntents  string `name:"save-intents" placeholder:"FILE" help:"Also write the blast to FILE, one intent per line (gzipped for .gz), for capper replay --from."`
+	SaveSnapshot string `name:"save-snapshot" placeholder:"DIR" help:"Publish the snapshot to DIR and keep it, for capper replay --snapshot."`
 }
 
 func main() {
@@ -52,6 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := demo.Run(ctx, demo.Options{
 		Users: c.Users, Intents: c.Intents, RedisAddr: c.RedisAddr, Seed: c.Seed,
+		SaveIntents: c.SaveIntents, SaveSnapshot: c.SaveSnapshot,
 		Out: stdout, Progress: stderr,
 	}); err != nil {
 		return cli.Exit("capper-demo", err, stderr)

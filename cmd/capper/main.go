@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/capper-dev/capper/internal/app"
@@ -35,6 +36,7 @@ type commands struct {
 	Inspect     inspectCmd        `cmd:"" help:"Show a user's segment and caps (read-only)."`
 	Policy      policyCmd         `cmd:"" help:"Check cap policies and compare two of them."`
 	Migrate     migrateCmd        `cmd:"" help:"Convert the first version's Redis keys (sorted sets) into records; the workers must be stopped."`
+	Replay      replayCmd         `cmd:"" help:"Decide past intents with a candidate policy (and a baseline) in memory: what would it have done? No Redis, no writes."`
 	Version     cli.VersionCmd    `cmd:"" help:"Print the version, VCS revision and Go version."`
 	Completion  cli.CompletionCmd `cmd:"" help:"Print a shell completion script (bash, zsh or fish)."`
 }
@@ -206,6 +208,36 @@ func (c *migrateCmd) Run(e *env) error {
 	return nil
 }
 
+type replayCmd struct {
+	Policy            string        `required:"" help:"The candidate policy (policy document or worker config)." completion:"<file>"`
+	Baseline          string        `help:"The policy to compare with, e.g. the one in use (document or worker config)." completion:"<file>"`
+	Snapshot          string        `placeholder:"STORE[@VERSION]" help:"Segment snapshot store (directory, file:// or s3://, like segments.source), its LATEST or @version; default: every user in no segment."`
+	From              string        `required:"" placeholder:"SRC" help:"The past intents: intents.jsonl[.gz] (decided at created_at) or kafka://TOPIC@FROM..TO (RFC 3339 times; decided at the record timestamps)."`
+	Brokers           []string      `placeholder:"HOST:PORT" help:"Kafka brokers (comma-separated), for a kafka:// source."`
+	IdempotencyWindow time.Duration `name:"idempotency-window" default:"${idempotency_window}" help:"Duplicates are recognised this long (capping.idempotency_window)."`
+	S3Region          string        `name:"s3-region" help:"Region of an s3:// snapshot store (default: the AWS chain)."`
+	S3Endpoint        string        `name:"s3-endpoint" help:"Endpoint of an S3-compatible snapshot store."`
+	S3PathStyle       bool          `name:"s3-path-style" help:"Address the S3 bucket by path (most S3-compatible stores)."`
+	Output            string        `short:"o" enum:"table,json,csv" default:"table" help:"Output format: table, json or csv."`
+}
+
+func (c *replayCmd) Run(e *env) error {
+	app.TuneGC() // the records of every user are in the heap
+	log, err := cli.NewLogger(e.stderr, "warn", cli.LogText)
+	if err != nil {
+		return err
+	}
+	rep, err := app.Replay(e.ctx, app.ReplayOptions{
+		Policy: c.Policy, Baseline: c.Baseline, Snapshot: c.Snapshot, From: c.From, Brokers: c.Brokers,
+		IdempotencyWindow: c.IdempotencyWindow, Progress: e.stderr,
+		S3: objstore.S3Options{Region: c.S3Region, Endpoint: c.S3Endpoint, UsePathStyle: c.S3PathStyle},
+	}, log)
+	if err != nil {
+		return err
+	}
+	return rep.Write(e.stdout, c.Output)
+}
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -215,7 +247,8 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	var c commands
 	kctx, code, ok := cli.Parse("capper", "Frequency caps for marketing messages.", &c, args, stdout, stderr,
-		cli.VersionVars("capper", cli.BuildOf(version, revision)))
+		cli.VersionVars("capper", cli.BuildOf(version, revision)),
+		kong.Vars{"idempotency_window": app.DefaultIdempotencyWindow().String()})
 	if !ok {
 		return code
 	}

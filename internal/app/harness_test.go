@@ -62,6 +62,7 @@ type e2e struct {
 	replicas []*testenv.Redis  // sentinel mode
 	sentinel *testenv.Sentinel // sentinel mode
 	clock    *fastClock
+	now      func() time.Time // the workers' clock when set, else clock's
 	store    objstore.Store
 	inputs   int // records produced so far
 }
@@ -194,8 +195,12 @@ func (e *e2e) start(name string, cfg *config.Config) *worker {
 	w := &worker{name: name, cancel: cancel, done: make(chan error, 1), reg: prometheus.NewRegistry(), log: &testenv.SyncBuffer{}}
 	started := make(chan string, 1)
 	logger := slog.New(slog.NewJSONHandler(w.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	now := e.clock.Now
+	if e.now != nil {
+		now = e.now
+	}
 	go func() {
-		w.done <- app.Run(ctx, app.Options{Config: cfg, Logger: logger, Registry: w.reg, Now: e.clock.Now, Build: cli.BuildOf("test", ""),
+		w.done <- app.Run(ctx, app.Options{Config: cfg, Logger: logger, Registry: w.reg, Now: now, Build: cli.BuildOf("test", ""),
 			Started: func(addr string) { started <- addr }})
 	}()
 	select {

@@ -7,6 +7,8 @@
 package demo
 
 import (
+	"bufio"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +44,17 @@ type Options struct {
 	Seed      int64
 	Out       io.Writer // the report
 	Progress  io.Writer // progress: a bar on a terminal, else a line every few seconds
+	// Now is the worker's decision clock and the blast's created_at; nil
+	// is time.Now.
+	Now func() time.Time
+	// SaveIntents, when set, is a file the blast is written to, one intent
+	// value per line (gzipped when it ends in .gz): capper replay's input.
+	SaveIntents string
+	// SaveSnapshot, when set, is the directory the snapshot is published
+	// to (and kept), instead of a temporary one: capper replay's --snapshot.
+	SaveSnapshot string
+	// Summary, when set, receives the report's totals.
+	Summary *Summary
 }
 
 // The CLI's defaults: a blast big enough to drive many users into their
@@ -70,12 +83,21 @@ func Run(ctx context.Context, o Options) error {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	start := time.Now()
-	dir, err := os.MkdirTemp("", "capper-demo-")
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	defer os.RemoveAll(dir)
+	start := time.Now()
+	dir := o.SaveSnapshot
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "capper-demo-")
+		if err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("demo: --save-snapshot: %w", err)
+	}
 
 	step := func(format string, args ...any) { fmt.Fprintf(o.Progress, "- "+format+"\n", args...) }
 	store, err := objstore.Open(ctx, dir, objstore.Options{})
@@ -110,7 +132,13 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	msgs := Blast(BlastOptions{Users: o.Users, Intents: o.Intents, Seed: uint64(o.Seed)})
+	msgs := Blast(BlastOptions{Users: o.Users, Intents: o.Intents, Seed: uint64(o.Seed), Now: o.Now()})
+	if o.SaveIntents != "" {
+		if err := SaveIntents(o.SaveIntents, msgs); err != nil {
+			return err
+		}
+		step("blast saved to %s, snapshot in %s (capper replay --from %s --snapshot %s)", o.SaveIntents, dir, o.SaveIntents, dir)
+	}
 
 	reg := prometheus.NewRegistry()
 	runCtx, stop := context.WithCancel(ctx)
@@ -120,7 +148,7 @@ func Run(ctx context.Context, o Options) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	t0 := time.Now()
 	go func() {
-		done <- app.Run(runCtx, app.Options{Config: cfg, Logger: quiet, Registry: reg, Build: cli.BuildOf("demo", ""),
+		done <- app.Run(runCtx, app.Options{Config: cfg, Logger: quiet, Registry: reg, Now: o.Now, Build: cli.BuildOf("demo", ""),
 			Started: func(string) { close(started) }})
 	}()
 	select {
@@ -152,9 +180,47 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("demo: metrics: %w", err)
 	}
-	writeReport(o.Out, mfs, outs, len(msgs), elapsed)
+	sum := writeReport(o.Out, mfs, outs, len(msgs), elapsed)
+	if o.Summary != nil {
+		*o.Summary = sum
+	}
 	fmt.Fprintf(o.Out, "total time: %s\n\n", time.Since(start).Round(time.Millisecond))
 	return auditDeliveries(o.Out, cfg, outs.deliveries)
+}
+
+// SaveIntents writes the values of msgs to path, one per line, gzipped
+// when path ends in .gz. The blast's values are compact JSON (or malformed
+// on purpose, without a newline), so a line is a record.
+func SaveIntents(path string, msgs []kafka.Message) (err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("demo: --save-intents: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("demo: --save-intents: %w", cerr)
+		}
+	}()
+	var w io.Writer = f
+	var gz *gzip.Writer
+	if strings.HasSuffix(path, ".gz") {
+		gz = gzip.NewWriter(f)
+		w = gz
+	}
+	bw := bufio.NewWriter(w)
+	for _, m := range msgs {
+		bw.Write(m.Value)
+		bw.WriteByte('\n')
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("demo: --save-intents %s: %w", path, err)
+	}
+	if gz != nil {
+		if err := gz.Close(); err != nil {
+			return fmt.Errorf("demo: --save-intents %s: %w", path, err)
+		}
+	}
+	return nil
 }
 
 func describeSegments(m *segments.Manifest) string {

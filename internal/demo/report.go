@@ -21,7 +21,12 @@ type row struct {
 	byLimit                                                    map[string]int
 }
 
-func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, elapsed time.Duration) {
+// Summary is the demo's outcome totals, as its report's total line.
+type Summary struct {
+	Intents, Allowed, Capped, Exempt, Duplicates, DeadLettered int
+}
+
+func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, elapsed time.Duration) Summary {
 	rows := map[string]*row{}
 	get := func(seg string) *row {
 		if rows[seg] == nil {
@@ -97,6 +102,8 @@ func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, ela
 		counter(mfs, "capper_overrides_total", "result", "bypass"), counter(mfs, "capper_overrides_total", "result", "refused"))
 	fmt.Fprintf(w, "refusal cache: %.0f intents capped without a Redis call; Redis calls per intent %.2f\n",
 		counter(mfs, "capper_refusal_cache_hits_total", "", ""), gauge(mfs, "capper_redis_calls_per_intent"))
+	return Summary{Intents: sum.intents, Allowed: sum.allowed, Capped: sum.capped, Exempt: sum.exempt,
+		Duplicates: sum.duplicates, DeadLettered: sum.deadLettered}
 }
 
 // counter sums a counter's series whose label (if given) has value.

@@ -58,12 +58,9 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 			continue
 		}
 		rec.segment = snap.Lookup(in.UserID)
-		reqs = append(reqs, capping.Request{
-			UserID: in.UserID, Segment: rec.segment, IntentID: in.ID,
-			Campaign: in.CampaignID, Channel: in.Channel, Category: in.Category,
-			Tags: in.Tags, Priority: in.Priority, TimeZone: in.TimeZone, Override: in.Override,
-			Redelivered: w.redelivered(&msgs[i]),
-		})
+		r := NewRequest(&in, rec.segment)
+		r.Redelivered = w.redelivered(&msgs[i])
+		reqs = append(reqs, r)
 	}
 	decisions, err := w.decide(ctx, reqs)
 	if err != nil {
@@ -82,6 +79,18 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		}
 	}
 	return b, nil
+}
+
+// NewRequest is the engine's request for a decoded intent of a user in
+// segment (the snapshot's Lookup), without its decision time (the caller's
+// clock) and Redelivered (the worker's takeover bookkeeping). The worker
+// and capper replay build requests with it alike.
+func NewRequest(in *Intent, segment string) capping.Request {
+	return capping.Request{
+		UserID: in.UserID, Segment: segment, IntentID: in.ID,
+		Campaign: in.CampaignID, Channel: in.Channel, Category: in.Category,
+		Tags: in.Tags, Priority: in.Priority, TimeZone: in.TimeZone, Override: in.Override,
+	}
 }
 
 // rebalanceCounter is a Reader that counts its group's rebalances

@@ -122,6 +122,16 @@ func NewDecoder(o DecoderOptions) (*Decoder, error) {
 // idempotency key), valid JSON, one object, and name no top-level key twice
 // (which one would count is a matter of the reader).
 func (d *Decoder) Decode(key, value []byte) (Intent, error) {
+	return d.decode(key, value, true)
+}
+
+// DecodeValue validates a value that comes without its record key (a
+// saved intent, one per line): everything Decode checks but the key.
+func (d *Decoder) DecodeValue(value []byte) (Intent, error) {
+	return d.decode(nil, value, false)
+}
+
+func (d *Decoder) decode(key, value []byte, keyed bool) (Intent, error) {
 	switch {
 	case len(value) == 0:
 		// kafka-go reads a null and a 0-byte value alike.
@@ -139,10 +149,10 @@ func (d *Decoder) Decode(key, value []byte) (Intent, error) {
 	if err := f.scan(value); err != nil {
 		return Intent{}, err
 	}
-	return d.validate(key, &f)
+	return d.validate(key, keyed, &f)
 }
 
-func (d *Decoder) validate(key []byte, f *fields) (Intent, error) {
+func (d *Decoder) validate(key []byte, keyed bool, f *fields) (Intent, error) {
 	var in Intent
 	id, err := f.str("id", f.id, true)
 	if err != nil {
@@ -218,7 +228,7 @@ func (d *Decoder) validate(key []byte, f *fields) (Intent, error) {
 		in.CreatedAt = t
 	}
 	var buf [20]byte
-	if !bytes.Equal(key, strconv.AppendUint(buf[:0], in.UserID, 10)) {
+	if keyed && !bytes.Equal(key, strconv.AppendUint(buf[:0], in.UserID, 10)) {
 		return Intent{}, invalid("key", "%q is not the user_id %d in decimal (intents are keyed by user)", clip.String(string(key), 40), in.UserID)
 	}
 	return in, nil

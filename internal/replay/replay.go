@@ -1,0 +1,226 @@
+// Package replay owns `capper replay`: past send-intents (a saved
+// intents.jsonl[.gz] or a time range of the input topic) decoded and
+// resolved like the worker does, decided at their original times by a
+// candidate policy and optionally a baseline one, each in process memory
+// (capping.Memory), with no Redis and no writes anywhere; and the report of
+// what each policy would have done, side by side.
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/dispatch"
+)
+
+// Policy is one side of a replay.
+type Policy struct {
+	Name    string // what the report calls it: the file, usually
+	Rules   capping.Rules
+	Decoder dispatch.DecoderOptions // the policy's channels and categories
+}
+
+// Options configure Run. Candidate is required; Baseline is optional.
+type Options struct {
+	Candidate Policy
+	Baseline  *Policy
+	// Lookup is the user's segment (the snapshot's Lookup); nil: every
+	// user is in no segment (segments.None).
+	Lookup func(userID uint64) string
+	// Snapshot names the snapshot version in the report.
+	Snapshot string
+	// IdempotencyWindow: the worker's capping.idempotency_window.
+	IdempotencyWindow time.Duration
+	// Observe, when set, sees every record with what each side decided
+	// (baseline first when there is one).
+	Observe func(rec *Record, ds []Outcome)
+	// Progress, when set, is called now and then with the records read.
+	Progress func(records int64)
+}
+
+// Outcome is what one side did with one record: the engine's decision, or
+// Invalid with the reason.
+type Outcome struct {
+	Segment  string
+	Decision capping.Decision // Outcome capping.Invalid when Invalid is set
+	Invalid  error
+}
+
+// Record is one past intent as a source reads it.
+type Record struct {
+	// Pos says where it is: "line 17" or "<topic>/<partition>/<offset>"
+	// (the worker's capper-source).
+	Pos   string
+	Key   []byte // nil for a source without keys (jsonl)
+	Keyed bool
+	Value []byte
+	// Time is the decision time: the record's timestamp; zero for jsonl,
+	// whose decision time is the intent's created_at.
+	Time time.Time
+}
+
+// Source yields records in decision order. Next returns io.EOF after the
+// last one; the record is valid until the next call.
+type Source interface {
+	Next(ctx context.Context) (*Record, error)
+	Name() string
+	Close() error
+}
+
+// side is one policy being replayed.
+type side struct {
+	name   string
+	mem    *capping.Memory
+	dec    *dispatch.Decoder
+	shared int // index of the side whose decoding this one reuses, or -1
+	stats  *Stats
+}
+
+// Run replays src through the policies and returns the report. Records
+// that cannot be decoded are counted as invalid and listed (the first
+// MaxListed), never dropped; an error is returned only when the source
+// cannot be read.
+func Run(ctx context.Context, src Source, o Options) (*Report, error) {
+	if o.IdempotencyWindow < time.Second {
+		return nil, fmt.Errorf("replay: idempotency window %s must be at least 1s", o.IdempotencyWindow)
+	}
+	pols := []Policy{o.Candidate}
+	names := []string{"candidate"}
+	if o.Baseline != nil {
+		pols = []Policy{*o.Baseline, o.Candidate}
+		names = []string{"baseline", "candidate"}
+	}
+	sides := make([]*side, len(pols))
+	for i, p := range pols {
+		mem, err := capping.NewMemory(capping.MemoryOptions{Rules: p.Rules, PolicyVersion: p.Name, IdempotencyWindow: o.IdempotencyWindow})
+		if err != nil {
+			return nil, fmt.Errorf("replay: %s policy %s: %w", names[i], p.Name, err)
+		}
+		dec, err := dispatch.NewDecoder(p.Decoder)
+		if err != nil {
+			return nil, fmt.Errorf("replay: %s policy %s: %w", names[i], p.Name, err)
+		}
+		s := &side{name: names[i], mem: mem, dec: dec, shared: -1, stats: newStats(names[i], p.Name)}
+		// Sides that accept the same intents decode each record once.
+		for j := range i {
+			if sameDecoding(pols[j].Decoder, p.Decoder) {
+				s.shared = j
+				break
+			}
+		}
+		sides[i] = s
+	}
+	lookup := o.Lookup
+	if lookup == nil {
+		lookup = func(uint64) string { return "none" }
+	}
+	rep := &Report{Source: src.Name(), Snapshot: o.Snapshot}
+	users := newUserCounts(len(sides))
+	outs := make([]Outcome, len(sides))
+	intents := make([]dispatch.Intent, len(sides))
+	errs := make([]error, len(sides))
+	var n int64
+	for {
+		if n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("replay: %w", err)
+			}
+			if o.Progress != nil {
+				o.Progress(n)
+			}
+		}
+		rec, err := src.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("replay %s: %w", src.Name(), err)
+		}
+		n++
+		for i, s := range sides {
+			if s.shared >= 0 {
+				intents[i], errs[i] = intents[s.shared], errs[s.shared]
+			} else {
+				intents[i], errs[i] = decode(s.dec, rec)
+			}
+			outs[i] = decideOne(s, &intents[i], errs[i], rec, lookup)
+			s.stats.add(&intents[i], &outs[i])
+			if outs[i].Invalid == nil {
+				users.add(intents[i].UserID, i, outs[i].Decision.Outcome == capping.Allowed)
+			}
+		}
+		if outs[len(outs)-1].Invalid != nil || (len(outs) > 1 && outs[0].Invalid != nil) {
+			rep.noteInvalid(rec.Pos, outs)
+		}
+		if t := decisionTime(rec, &intents[len(intents)-1]); !t.IsZero() {
+			rep.span(t)
+		}
+		if o.Observe != nil {
+			o.Observe(rec, outs)
+		}
+	}
+	if o.Progress != nil {
+		o.Progress(n)
+	}
+	rep.Records = n
+	for i, s := range sides {
+		s.stats.Users = int64(users.len())
+		s.stats.PerUser = users.distribution(i)
+		s.stats.finish()
+		rep.Sides = append(rep.Sides, s.stats)
+	}
+	if len(sides) == 2 {
+		rep.Change = users.change()
+	}
+	return rep, nil
+}
+
+func sameDecoding(a, b dispatch.DecoderOptions) bool {
+	return slices.Equal(a.Channels, b.Channels) && slices.Equal(a.Categories, b.Categories) &&
+		a.DefaultCategory == b.DefaultCategory && a.MaxBytes == b.MaxBytes
+}
+
+// ErrNoTime: a saved intent without created_at has no decision time.
+var ErrNoTime = &dispatch.InvalidError{Field: "created_at", Reason: "is required to replay a saved intent (its decision time)"}
+
+func decode(dec *dispatch.Decoder, rec *Record) (dispatch.Intent, error) {
+	if rec.Keyed {
+		return dec.Decode(rec.Key, rec.Value)
+	}
+	in, err := dec.DecodeValue(rec.Value)
+	if err == nil && in.CreatedAt.IsZero() {
+		return in, ErrNoTime
+	}
+	return in, err
+}
+
+// decisionTime is the record's timestamp, else the intent's created_at, to
+// the millisecond like the worker's clock.
+func decisionTime(rec *Record, in *dispatch.Intent) time.Time {
+	if !rec.Time.IsZero() {
+		return rec.Time.Truncate(time.Millisecond)
+	}
+	return in.CreatedAt.Truncate(time.Millisecond)
+}
+
+func decideOne(s *side, in *dispatch.Intent, err error, rec *Record, lookup func(uint64) string) Outcome {
+	if err != nil {
+		return Outcome{Decision: capping.Decision{Outcome: capping.Invalid}, Invalid: err}
+	}
+	seg := lookup(in.UserID)
+	r := dispatch.NewRequest(in, seg)
+	r.At = decisionTime(rec, in)
+	d := s.mem.Decide(&r)
+	if d.Err != nil {
+		// The decoder accepts what the engine does; an intent the engine
+		// refuses anyway (a time before 1970) is dead-lettered like one
+		// that does not decode.
+		return Outcome{Segment: seg, Decision: capping.Decision{Outcome: capping.Invalid}, Invalid: d.Err}
+	}
+	return Outcome{Segment: seg, Decision: d}
+}
