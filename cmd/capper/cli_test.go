@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/testenv"
 )
@@ -158,10 +157,7 @@ func TestRunFailsInJSON(t *testing.T) {
 	s3 := testenv.StartS3(t, "capper")
 	writeConfig := func(t *testing.T, source, format string) string {
 		t.Helper()
-		cfg, err := config.LoadWithEnv("../../configs/capper.yaml", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg := exampleConfig(t)
 		cfg.Redis.Addrs = []string{redis.Addr()}
 		cfg.Segments.Source = source
 		cfg.Segments.S3.Endpoint = s3.URL

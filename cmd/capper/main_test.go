@@ -168,10 +168,7 @@ func newStack(t testing.TB) *stack {
 	if _, err := demo.BuildSnapshot(context.Background(), st, 500, 1, time.Now); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.LoadWithEnv("../../configs/capper.yaml", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := exampleConfig(t)
 	cfg.Kafka.Brokers = s.kafka.Addrs
 	cfg.Kafka.SessionTimeout = config.Duration(6 * time.Second)
 	cfg.Kafka.HeartbeatInterval = config.Duration(200 * time.Millisecond)
@@ -323,7 +320,7 @@ func (s *stack) audit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := audit.Check(s.cfg.Rules(), sends); len(v) > 0 {
+	if v := audit.Check(exampleRules(t), sends); len(v) > 0 {
 		// What the first violator received, to read the failure.
 		for _, r := range del {
 			if regexp.MustCompile(fmt.Sprintf(`"user_id":\s*"?%d\b`, v[0].User)).Match(r.Value) {
@@ -550,7 +547,7 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 	if err != nil {
 		t.Fatalf("at: %v", err)
 	}
-	policy := s.cfg.Rules().PolicyOf(segment)
+	policy := exampleRules(t).PolicyOf(segment)
 	if len(got.Limits) < len(policy.Limits) {
 		t.Fatalf("%d limits, want (at least) the %d of segment %q:\n%s", len(got.Limits), len(policy.Limits), segment, out)
 	}
@@ -636,4 +633,31 @@ func TestMigrate(t *testing.T) {
 		!regexp.MustCompile(`(?m)^sms-weekly\s+channels sms\s+.*\s1\s+1\s`).MatchString(out) {
 		t.Fatalf("inspect after the migration: exit %d\n%s%s", code, out, errOut)
 	}
+}
+
+// exampleConfig is configs/capper.yaml with its policy, configs/policy.yaml,
+// where policy.source names it.
+func exampleConfig(t testing.TB) *config.Config {
+	t.Helper()
+	cfg, err := config.LoadWithEnv("../../configs/capper.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs("../../configs/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Policy.Source = "file://" + abs
+	return cfg
+}
+
+// exampleRules are configs/policy.yaml's.
+func exampleRules(t testing.TB) capping.Rules {
+	t.Helper()
+	d, problems, err := config.ReadPolicy("../../configs/policy.yaml")
+	if err != nil || problems != nil {
+		t.Fatal(err, problems)
+	}
+	r, _ := d.Rules()
+	return r
 }

@@ -25,7 +25,7 @@ import (
 var demoStart = time.Date(2026, 11, 18, 13, 17, 0, 0, time.UTC)
 
 // TestReplayDemo: the demo's blast, saved, replayed with the demo's policy
-// (configs/capper.yaml) and snapshot, gives exactly the demo's live counts;
+// (configs/policy.yaml) and snapshot, gives exactly the demo's live counts;
 // a stricter candidate allows fewer and leaves users with fewer sends.
 func TestReplayDemo(t *testing.T) {
 	dir := t.TempDir()
@@ -37,8 +37,8 @@ func TestReplayDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v", err)
 	}
-	policy := filepath.Join(dir, "capper.yaml")
-	if err := os.WriteFile(policy, configs.Example(), 0o644); err != nil {
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, configs.ExamplePolicy(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := app.Replay(context.Background(), app.ReplayOptions{Policy: policy, Snapshot: snap, From: intents}, nil)
@@ -58,7 +58,7 @@ func TestReplayDemo(t *testing.T) {
 	// Every maximum lowered by one (never below 1... but 0 is allowed too).
 	strict := filepath.Join(dir, "strict.yaml")
 	lowered := strings.NewReplacer("max: 10}", "max: 5}", "max: 3}", "max: 2}", "max: 2}", "max: 1}", "max: 4}", "max: 2}",
-		"max: 3, reserve: {slots: 1, below: high}", "max: 2, reserve: {slots: 1, below: high}").Replace(string(configs.Example()))
+		"max: 3, reserve: {slots: 1, below: high}", "max: 2, reserve: {slots: 1, below: high}").Replace(string(configs.ExamplePolicy()))
 	if err := os.WriteFile(strict, []byte(lowered), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +85,8 @@ func TestReplayDemo(t *testing.T) {
 // the file; a malformed kafka source names the flag.
 func TestReplayBadInput(t *testing.T) {
 	dir := t.TempDir()
-	policy := filepath.Join(dir, "capper.yaml")
-	if err := os.WriteFile(policy, configs.Example(), 0o644); err != nil {
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, configs.ExamplePolicy(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	lines := []string{

@@ -38,9 +38,9 @@ type Options struct {
 	// later). See durable.go.
 	WaitReplicas int
 	WaitTimeout  time.Duration
-	// RefusalCacheSize > 0 remembers the full limits of that many users
-	// (and that many ids allowed) and answers repeats without Redis until the limit frees a slot, for at
-	// most RefusalCacheTTL (see refusals.go).
+	// RefusalCacheSize > 0 remembers the full limits (and the ids seen
+	// allowed) of that many users and answers repeats without Redis until
+	// the limit frees a slot, for at most RefusalCacheTTL (see refusals.go).
 	RefusalCacheSize int
 	RefusalCacheTTL  time.Duration
 	Registerer       prometheus.Registerer

@@ -12,18 +12,17 @@ package capping
 // remembered about the limits counting its scopes, full or not. So the
 // cache answers an intent only when its first applicable limit known full has
 // every applicable limit ahead of it known not full. The cache does not know
-// the ids Redis allowed, so it keeps the ids this worker saw allowed and
-// never answers those (a producer's retry stays a duplicate); an id another
-// worker allowed before a rebalance would be answered capped instead of
-// duplicate, which is why the cache never answers a request marked
-// Redelivered (dispatch marks the records that existed when it took their
-// partition over) and the worker empties it when its partitions change
-// (ForgetRefusals).
+// the ids Redis allowed, so it keeps, with the user, the ids this worker saw
+// allowed within the idempotency window and never answers those (a
+// producer's retry stays a duplicate); a user with more than it keeps is not
+// answered at all. An id another worker allowed before a rebalance would be
+// answered capped instead of duplicate, which is why the cache never answers
+// a request marked Redelivered (dispatch marks the records that existed when
+// it took their partition over) and the worker empties it when its
+// partitions change (ForgetRefusals).
 
 import (
-	"math/bits"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -64,60 +63,54 @@ type refusal struct {
 }
 
 // refusals is a bounded LRU of users, each with the limits found full for
-// them (a user has few; one lookup per intent), and a table of the ids
-// allowed.
+// them (a user has few; one lookup per intent) and the ids seen allowed.
 type refusals struct {
-	// full: a user's slice is never changed in place (copy on write):
+	// users: a user's memo is never changed in place (copy on write):
 	// concurrent batches may read it. Two batches updating one user at once
 	// may lose an update: a lost refusal costs a Redis call, a lost drop
-	// keeps a retry-after a little early; dispatch decides one batch at a
-	// time.
-	full    *lru.Cache[uint64, []refusal]
-	allowed allowedIDs
-	ttl     time.Duration
+	// keeps a retry-after a little early, a lost id would be answered capped
+	// instead of duplicate; dispatch decides one batch at a time.
+	users *lru.Cache[uint64, *memo]
+	ttl   time.Duration
 }
 
+// memo is what the cache knows of one user.
+type memo struct {
+	full []refusal
+	// allowed: the ids (fingerprints) this worker saw allowed within the
+	// idempotency window, oldest first; overflow: more than maxAllowedIDs
+	// were, so an id not listed may have been allowed: never answer.
+	allowed  []allowedID
+	overflow bool
+}
+
+type allowedID struct {
+	fp uint64
+	at int64 // unix s, to forget it after the idempotency window
+}
+
+// maxAllowedIDs bounds the ids kept per user: a user the cache answers for
+// has just been capped, so has few recent sends.
+const maxAllowedIDs = 8
+
 func newRefusals(size int, ttl time.Duration) (*refusals, error) {
-	full, err := lru.New[uint64, []refusal](size)
+	users, err := lru.New[uint64, *memo](size)
 	if err != nil {
 		return nil, err
 	}
-	return &refusals{full: full, allowed: newAllowedIDs(size), ttl: ttl}, nil
+	return &refusals{users: users, ttl: ttl}, nil
 }
 
-// allowedIDs remembers (user, intent id) pairs seen allowed: a direct-mapped
-// table of 64-bit fingerprints, lock free. A newer pair evicts an older one
-// in its slot, as an LRU would evict it; a false "seen" (two pairs with the
-// same fingerprint) only sends a request to Redis.
-type allowedIDs struct {
-	slots []atomic.Uint64
-	mask  uint64
-}
+func fingerprint(id string) uint64 { return xxhash.Sum64String(id) }
 
-func newAllowedIDs(size int) allowedIDs {
-	n := uint64(1) << bits.Len64(uint64(max(size, 2)-1)) // a power of 2 >= size
-	return allowedIDs{slots: make([]atomic.Uint64, n), mask: n - 1}
-}
-
-func fingerprint(user uint64, id string) uint64 {
-	f := xxhash.Sum64String(id) ^ user*0x9E3779B97F4A7C15
-	return f | 1 // 0 marks an empty slot
-}
-
-func (a *allowedIDs) add(user uint64, id string) {
-	f := fingerprint(user, id)
-	a.slots[(f>>32)&a.mask].Store(f)
-}
-
-func (a *allowedIDs) contains(user uint64, id string) bool {
-	f := fingerprint(user, id)
-	return a.slots[(f>>32)&a.mask].Load() == f
-}
-
-func (a *allowedIDs) clear() {
-	for i := range a.slots {
-		a.slots[i].Store(0)
+// mayHaveAllowed reports whether id may have been allowed for this user: listed, or
+// the list overflowed.
+func (m *memo) mayHaveAllowed(id string) bool {
+	if m.overflow {
+		return true
 	}
+	fp := fingerprint(id)
+	return slices.ContainsFunc(m.allowed, func(a allowedID) bool { return a.fp == fp })
 }
 
 func (rc *refusals) key(set *policySet, r *Request, pol, limit int) refusalKey {
@@ -136,10 +129,11 @@ func (rc *refusals) key(set *policySet, r *Request, pol, limit int) refusalKey {
 // the remembered refusal, for the same campaign, side of the reserve and
 // time zone where those matter).
 func (rc *refusals) lookup(set *policySet, r *Request, c callPlan) (Decision, bool) {
-	known, ok := rc.full.Get(r.UserID)
-	if !ok || rc.allowed.contains(r.UserID, r.IntentID) {
+	m, ok := rc.users.Get(r.UserID)
+	if !ok || m.mayHaveAllowed(r.IntentID) {
 		return Decision{}, false
 	}
+	known := m.full
 	limits := set.pols[c.pol].limits
 	for i, l := range limits {
 		if c.applies&(1<<i) == 0 {
@@ -181,37 +175,38 @@ func (rc *refusals) lookup(set *policySet, r *Request, c callPlan) (Decision, bo
 
 // remember records what Redis answered: a refusal, or an id allowed.
 func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision) {
+	old, _ := rc.users.Peek(r.UserID)
+	if old == nil {
+		old = &memo{}
+	}
+	now := r.At.Unix()
+	next := &memo{overflow: old.overflow}
+	for _, a := range old.allowed {
+		if a.at >= now-set.idem { // older ones Redis no longer knows either
+			next.allowed = append(next.allowed, a)
+		}
+	}
 	switch d.Outcome {
-	case Allowed:
+	case Allowed, Duplicate:
 		// A send the limits of its scopes count, in every policy: what was
 		// remembered about them is stale (a higher priority, or a bypass,
-		// used a slot).
-		if known, ok := rc.full.Peek(r.UserID); ok {
-			// Also what was known not full: the send may fill it.
-			keep := slices.DeleteFunc(slices.Clone(known), func(f refusal) bool {
-				if f.set != set {
-					return true // another policy's: its indexes are not ours
-				}
-				limits := set.pols[f.key.pol].limits
-				if c.records&(1<<limits[f.key.limit].scope) != 0 {
-					return true
-				}
-				for a := range f.key.limit {
-					if f.before&(1<<a) != 0 && c.records&(1<<limits[a].scope) != 0 {
-						return true
-					}
-				}
-				return false
-			})
-			if len(keep) == 0 {
-				rc.full.Remove(r.UserID)
-			} else if len(keep) < len(known) {
-				rc.full.Add(r.UserID, keep)
+		// used a slot); also what was known not full: the send may fill it.
+		// A duplicate sends nothing.
+		for _, f := range old.full {
+			if d.Outcome == Duplicate || !f.staleAfterSend(set, c) {
+				next.full = append(next.full, f)
 			}
 		}
-		fallthrough
-	case Duplicate:
-		rc.allowed.add(r.UserID, r.IntentID)
+		if len(next.allowed) == maxAllowedIDs {
+			next.overflow = true
+			next.allowed = next.allowed[1:]
+		}
+		next.allowed = append(next.allowed, allowedID{fp: fingerprint(r.IntentID), at: now})
+		if next.overflow && len(next.full) == 0 {
+			rc.users.Remove(r.UserID) // nothing to answer with, ever
+			return
+		}
+		rc.users.Add(r.UserID, next)
 		return
 	case Capped:
 	default:
@@ -233,18 +228,32 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision)
 	if !f.never && f.free.Before(f.expires) {
 		f.expires = f.free
 	}
-	known, _ := rc.full.Peek(r.UserID)
-	next := make([]refusal, 0, len(known)+1)
-	for _, o := range known {
+	for _, o := range old.full {
 		if o.set == set && o.key != f.key && r.At.Before(o.expires) { // drop the replaced, the expired and another policy's
-			next = append(next, o)
+			next.full = append(next.full, o)
 		}
 	}
-	rc.full.Add(r.UserID, append(next, f))
+	next.full = append(next.full, f)
+	rc.users.Add(r.UserID, next)
+}
+
+// staleAfterSend: a send recorded in c's scopes may have filled this limit
+// or one known not full ahead of it.
+func (f *refusal) staleAfterSend(set *policySet, c callPlan) bool {
+	if f.set != set {
+		return true // another policy's: its indexes are not ours
+	}
+	limits := set.pols[f.key.pol].limits
+	if c.records&(1<<limits[f.key.limit].scope) != 0 {
+		return true
+	}
+	for a := range f.key.limit {
+		if f.before&(1<<a) != 0 && c.records&(1<<limits[a].scope) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // forget drops everything remembered.
-func (rc *refusals) forget() {
-	rc.full.Purge()
-	rc.allowed.clear()
-}
+func (rc *refusals) forget() { rc.users.Purge() }

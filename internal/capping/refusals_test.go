@@ -113,7 +113,7 @@ func TestRefusalCacheRules(t *testing.T) {
 			}
 		}
 	}
-	if l := e.refusals.full.Len(); l > 100 {
+	if l := e.refusals.users.Len(); l > 100 {
 		t.Fatalf("cache holds %d users, bound 100", l)
 	}
 }
@@ -154,5 +154,55 @@ func TestRefusalCacheRedelivered(t *testing.T) {
 	}
 	if d := decide(b, "x1", T0.Add(5*time.Second), false); d.Outcome != Capped {
 		t.Fatalf("x1 not marked redelivered: %+v, want capped from the cache (the hazard the mark avoids)", d)
+	}
+}
+
+// TestRefusalCacheRetryAfterManyAllowed: a user is allowed x, then capped;
+// many other users are allowed meanwhile; a producer's retry of x is still a
+// duplicate, as Redis says, never capped by the cache (the ids a user was
+// allowed are kept with the user, not in a table others can overwrite).
+// And a user allowed more ids than the cache keeps is not answered at all.
+func TestRefusalCacheRetryAfterManyAllowed(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	rules := testOptions(Options{}).Rules
+	rules.Segments, rules.Default = nil, Policy{Limits: []Limit{{Name: "hourly", Window: time.Hour, Max: 1, Where: Where{Channels: []string{"push"}}}, {Name: "many", Window: time.Hour, Max: maxAllowedIDs + 5, Where: Where{Channels: []string{"email"}}}}}
+	e := newEngine(t, r.Client(), Options{Rules: rules, RefusalCacheSize: 100, RefusalCacheTTL: time.Minute})
+	ctx := context.Background()
+	decide := func(user uint64, id, channel string, at time.Time) Decision {
+		t.Helper()
+		d, err := e.Decide(ctx, []Request{{UserID: user, IntentID: id, Channel: channel, Category: "marketing", At: at}})
+		if err != nil || d[0].Err != nil {
+			t.Fatal(err, d[0].Err)
+		}
+		return d[0]
+	}
+	if d := decide(1, "x", "push", T0); d.Outcome != Allowed {
+		t.Fatalf("x: %+v", d)
+	}
+	if d := decide(1, "y", "push", T0.Add(time.Second)); d.Outcome != Capped {
+		t.Fatalf("y: %+v", d)
+	}
+	for u := range uint64(5000) {
+		decide(1000+u, "z", "sms", T0.Add(2*time.Second))
+	}
+	if d := decide(1, "x", "push", T0.Add(3*time.Second)); d.Outcome != Duplicate {
+		t.Fatalf("retry of x after 5000 other users were allowed: %+v, want duplicate", d)
+	}
+
+	// User 2 is allowed more emails than the cache keeps ids, then capped
+	// on push; a retry of the first email is a duplicate.
+	for i := range maxAllowedIDs + 2 {
+		if d := decide(2, fmt.Sprint("e", i), "email", T0.Add(time.Duration(i)*time.Millisecond)); d.Outcome != Allowed {
+			t.Fatalf("e%d: %+v", i, d)
+		}
+	}
+	if d := decide(2, "p0", "push", T0.Add(time.Second)); d.Outcome != Allowed {
+		t.Fatalf("p0: %+v", d)
+	}
+	if d := decide(2, "p", "push", T0.Add(time.Second)); d.Outcome != Capped {
+		t.Fatalf("p: %+v", d)
+	}
+	if d := decide(2, "e0", "email", T0.Add(2*time.Second)); d.Outcome != Duplicate {
+		t.Fatalf("retry of e0: %+v, want duplicate", d)
 	}
 }

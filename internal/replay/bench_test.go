@@ -21,6 +21,7 @@ import (
 	"github.com/capper-dev/capper/internal/demo"
 	"github.com/capper-dev/capper/internal/dispatch"
 	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/replay"
 	"github.com/capper-dev/capper/internal/segments"
 )
@@ -36,7 +37,7 @@ const (
 // benchStream is a week of realistic traffic: every user gets 1-5 intents
 // (3 on average) at random times, over 40 campaigns, the four channels,
 // tags, priorities, five time zones, 5% transactional, 3% repeated ids;
-// the users are in the demo's segments (configs/capper.yaml's policy).
+// the users are in the demo's segments (configs/policy.yaml).
 type benchStream struct {
 	dir     string
 	path    string // intents.jsonl
@@ -82,13 +83,16 @@ func makeStream(users int) (*benchStream, error) {
 		return nil, err
 	}
 	s.lookup, s.version = snap.Lookup, snap.Version()
-	cfg, err := config.Parse(configs.Example(), nil)
+	d, err := policy.Parse(configs.ExamplePolicy())
 	if err != nil {
 		return nil, err
 	}
-	d := cfg.Capping.Document
-	s.policy = replay.Policy{Name: "configs/capper.yaml", Rules: cfg.Rules(), Decoder: dispatch.DecoderOptions{
-		Channels: d.Channels, Categories: d.Categories, DefaultCategory: d.DefaultCategory, MaxBytes: cfg.Kafka.MaxIntentBytes}}
+	rules, problems := d.Rules()
+	if err := problems.Err(); err != nil {
+		return nil, err
+	}
+	s.policy = replay.Policy{Name: "configs/policy.yaml", Rules: rules, Decoder: dispatch.DecoderOptions{
+		Channels: d.Channels, Categories: d.Categories, DefaultCategory: d.DefaultCategory, MaxBytes: config.Default().Kafka.MaxIntentBytes}}
 
 	type event struct {
 		at   int64 // ms
