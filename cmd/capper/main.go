@@ -215,10 +215,8 @@ type replayCmd struct {
 	From              string        `required:"" placeholder:"SRC" help:"The past intents: intents.jsonl[.gz] (decided at created_at) or kafka://TOPIC@FROM..TO (RFC 3339 times; decided at the record timestamps)."`
 	Brokers           []string      `placeholder:"HOST:PORT" help:"Kafka brokers (comma-separated), for a kafka:// source."`
 	IdempotencyWindow time.Duration `name:"idempotency-window" default:"${idempotency_window}" help:"Duplicates are recognised this long (capping.idempotency_window)."`
-	S3Region          string        `name:"s3-region" help:"Region of an s3:// snapshot store (default: the AWS chain)."`
-	S3Endpoint        string        `name:"s3-endpoint" help:"Endpoint of an S3-compatible snapshot store."`
-	S3PathStyle       bool          `name:"s3-path-style" help:"Address the S3 bucket by path (most S3-compatible stores)."`
 	Output            string        `short:"o" enum:"table,json,csv" default:"table" help:"Output format: table, json or csv."`
+	s3Flags
 }
 
 func (c *replayCmd) Run(e *env) error {
@@ -230,7 +228,7 @@ func (c *replayCmd) Run(e *env) error {
 	rep, err := app.Replay(e.ctx, app.ReplayOptions{
 		Policy: c.Policy, Baseline: c.Baseline, Snapshot: c.Snapshot, From: c.From, Brokers: c.Brokers,
 		IdempotencyWindow: c.IdempotencyWindow, Progress: e.stderr,
-		S3: objstore.S3Options{Region: c.S3Region, Endpoint: c.S3Endpoint, UsePathStyle: c.S3PathStyle},
+		S3: c.options(),
 	}, log)
 	if err != nil {
 		return err
