@@ -124,15 +124,18 @@ func PublishPolicy(ctx context.Context, w io.Writer, file string, o PolicyStoreO
 	}
 	var changes []string
 	if cur, err := policy.Latest(ctx, st); err == nil {
+		// What changes from the version in use; one that cannot be read
+		// is said, and replaced.
 		old, err := policy.ReadVersion(ctx, st, cur)
-		if err != nil {
-			return err
+		var od *policy.Document
+		if err == nil {
+			od, err = policy.Parse(old)
 		}
-		od, err := policy.Parse(old)
 		if err != nil {
-			return fmt.Errorf("policy %s in use: %w", cur, err)
+			changes = []string{fmt.Sprintf("the version in use, %s, cannot be read (%v)", cur, err)}
+		} else {
+			changes = policy.Diff(od, d)
 		}
-		changes = policy.Diff(od, d)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}

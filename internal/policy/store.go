@@ -83,11 +83,9 @@ func Publish(ctx context.Context, st objstore.Store, data []byte, now time.Time)
 	case err != nil:
 		return Published{}, err
 	default:
-		old, err := ReadVersion(ctx, st, cur)
-		if err != nil {
-			return Published{}, err
-		}
-		if bytes.Equal(old, data) {
+		// A version in use that cannot be read (corrupt) is what a new
+		// one replaces, not a reason to refuse it.
+		if old, err := ReadVersion(ctx, st, cur); err == nil && bytes.Equal(old, data) {
 			return Published{Version: cur, Unchanged: true}, nil
 		}
 		// Versions sort by time: a new one sorts after the one in use,
