@@ -338,6 +338,15 @@ func TestDeprecations(t *testing.T) {
 	if cfg.Rules().TimeZone.String() != "America/New_York" {
 		t.Errorf("inline policy not used: %v", cfg.Rules().TimeZone)
 	}
+	// From the environment too: with policy.source, an error naming the key.
+	_, err = Parse([]byte("policy: {source: /etc/capper/policy.yaml}\n"), []string{"CAPPER_CAPPING_SEGMENTS=[{name: vip, limits: [{name: d, window: 24h, max: 1}]}]"})
+	if err == nil || !strings.Contains(err.Error(), "capping.segments: the policy comes from policy.source") {
+		t.Errorf("inline policy from the environment with policy.source: %v", err)
+	}
+	cfg, err = Parse(nil, []string{"CAPPER_CAPPING_TIME_ZONE=Asia/Singapore"})
+	if err != nil || len(cfg.Deprecations) != 1 || !strings.HasPrefix(cfg.Deprecations[0], "capping.time_zone: a cap policy inside the worker config is deprecated") {
+		t.Errorf("inline policy from the environment: %v, %q", err, cfg.Deprecations)
+	}
 }
 
 // policy-v2.good.yaml sets every key of the policy: each reaches the rules.

@@ -57,6 +57,11 @@ func parse(data []byte, environ []string, baseDir string) (*Config, error) {
 	if cfg.Capping.InlinePolicy, err = inlinePolicyKeys(data); err != nil {
 		return nil, err
 	}
+	for _, k := range inlinePolicyEnv(&cfg, environ) {
+		if !slices.Contains(cfg.Capping.InlinePolicy, k) {
+			cfg.Capping.InlinePolicy = append(cfg.Capping.InlinePolicy, k)
+		}
+	}
 	if err := cfg.readSecretFiles(baseDir); err != nil {
 		return nil, err
 	}
@@ -74,6 +79,26 @@ func parse(data []byte, environ []string, baseDir string) (*Config, error) {
 // engineKeys are capping's own keys; every other key under capping is the
 // inline policy's.
 var engineKeys = []string{"key_prefix", "idempotency_window", "clock_skew_warn", "refusal_cache", "algorithm", "sub_intervals"}
+
+// inlinePolicyEnv lists the policy keys under capping that CAPPER_*
+// variables set (CAPPER_CAPPING_SEGMENTS: segments).
+func inlinePolicyEnv(cfg *Config, environ []string) []string {
+	keys := envKeys(cfg)
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		k, ok := keys[name]
+		if !ok {
+			continue
+		}
+		rest, ok := strings.CutPrefix(k.path, "capping.")
+		top, _, _ := strings.Cut(rest, ".")
+		if ok && !slices.Contains(engineKeys, top) && !slices.Contains(out, top) {
+			out = append(out, top)
+		}
+	}
+	return out
+}
 
 // inlinePolicyKeys lists the policy keys a config document sets under
 // capping, in the file's order.
