@@ -199,12 +199,14 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision)
 		}
 		if len(next.allowed) == maxAllowedIDs {
 			next.overflow = true
-			next.allowed = next.allowed[1:]
 		}
-		next.allowed = append(next.allowed, allowedID{fp: fingerprint(r.IntentID), at: now})
-		if next.overflow && len(next.full) == 0 {
-			rc.users.Remove(r.UserID) // nothing to answer with, ever
-			return
+		if next.overflow {
+			// Kept, not removed: a memo made afresh by the next refusal
+			// would not know the ids allowed before. The list is no
+			// longer needed.
+			next.allowed = nil
+		} else {
+			next.allowed = append(next.allowed, allowedID{fp: fingerprint(r.IntentID), at: now})
 		}
 		rc.users.Add(r.UserID, next)
 		return

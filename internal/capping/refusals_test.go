@@ -206,3 +206,34 @@ func TestRefusalCacheRetryAfterManyAllowed(t *testing.T) {
 		t.Fatalf("retry of e0: %+v, want duplicate", d)
 	}
 }
+
+// TestRefusalCacheOverflowIsRemembered: a user allowed more ids than the
+// cache keeps, with nothing full meanwhile, then capped: the cache still
+// knows it cannot tell the user's ids apart, so a retry of the first id is
+// a duplicate (Redis), not capped.
+func TestRefusalCacheOverflowIsRemembered(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	rules := testOptions(Options{}).Rules
+	rules.Segments, rules.Default = nil, Policy{Limits: []Limit{{Name: "hourly", Window: time.Hour, Max: maxAllowedIDs + 2}}}
+	e := newEngine(t, r.Client(), Options{Rules: rules, RefusalCacheSize: 100, RefusalCacheTTL: time.Minute})
+	ctx := context.Background()
+	decide := func(id string, at time.Time) Decision {
+		t.Helper()
+		d, err := e.Decide(ctx, []Request{{UserID: 3, IntentID: id, Channel: "push", Category: "marketing", At: at}})
+		if err != nil || d[0].Err != nil {
+			t.Fatal(err, d[0].Err)
+		}
+		return d[0]
+	}
+	for i := range maxAllowedIDs + 2 {
+		if d := decide(fmt.Sprint("a", i), T0.Add(time.Duration(i)*time.Millisecond)); d.Outcome != Allowed {
+			t.Fatalf("a%d: %+v", i, d)
+		}
+	}
+	if d := decide("b", T0.Add(time.Second)); d.Outcome != Capped {
+		t.Fatalf("b: %+v", d)
+	}
+	if d := decide("a0", T0.Add(2*time.Second)); d.Outcome != Duplicate {
+		t.Fatalf("retry of a0: %+v, want duplicate", d)
+	}
+}
