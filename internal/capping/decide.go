@@ -22,8 +22,9 @@ type call struct {
 	key    string // the user's bucket
 	field  string // the user's field in it
 	digest string // 5 bytes of the intent id's hash
-	// cmd reads the script's answer, one integer.
-	cmd *redis.IntCmd
+	// cmd reads the script's answer: one integer, and for a refusal the
+	// user's idempotency entries (see reply).
+	cmd *redis.Cmd
 	// notReplicated (WaitReplicas): the replicas did not acknowledge what
 	// the answer rests on.
 	notReplicated error
@@ -111,7 +112,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 
 	for k := range calls {
 		c := &calls[k]
-		res, err := c.cmd.Result()
+		res, idem, err := reply(c.cmd)
 		refused := out[c.i].OverrideRefused
 		if err == nil {
 			out[c.i], err = set.decision(res, &reqs[c.i], c.plan)
@@ -130,7 +131,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 			*d = Decision{Err: fmt.Errorf("decide: %w", c.notReplicated)}
 		}
 		if d := &out[c.i]; e.refusals != nil && d.Err == nil {
-			e.refusals.remember(set, &reqs[c.i], c.plan, *d)
+			e.refusals.remember(set, &reqs[c.i], c.plan, *d, idem)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -138,6 +139,32 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 	}
 	return out, nil
 }
+
+// reply reads a script call's answer: the packed integer, and with a
+// refusal the user's idempotency entries (9 bytes each: the 5-byte digest
+// of an id allowed, and when, unix s).
+func reply(cmd *redis.Cmd) (res int64, idem string, err error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return 0, "", err
+	}
+	switch v := v.(type) {
+	case int64:
+		return v, "", nil
+	case []any:
+		if len(v) == 2 {
+			res, ok1 := v[0].(int64)
+			idem, ok2 := v[1].(string)
+			if ok1 && ok2 && len(idem)%idemEntrySize == 0 {
+				return res, idem, nil
+			}
+		}
+	}
+	return 0, "", fmt.Errorf("script answered %v", v)
+}
+
+// idemEntrySize is the size of an idempotency entry in a record.
+const idemEntrySize = 9
 
 // named sets the policy version on every decision.
 func named(out []Decision, set *policySet) {
@@ -246,7 +273,7 @@ func (e *Engine) queue(ctx context.Context, set *policySet, reqs []Request, pipe
 		backing = append(backing, name, body, 1, &c.key, &c.field, boxedAt, &c.digest)
 		backing = set.appendArgs(backing, r, c.plan, c.bypass)
 		args := backing[start:len(backing):len(backing)]
-		c.cmd = redis.NewIntCmd(ctx, args...)
+		c.cmd = redis.NewCmd(ctx, args...)
 		c.cmd.SetFirstKeyPos(3)
 		c.notReplicated = nil
 		_ = pipe.Process(ctx, c.cmd)

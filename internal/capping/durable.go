@@ -44,7 +44,7 @@ func (e *Engine) sendDurable(ctx context.Context, set *policySet, reqs []Request
 	for _, c := range calls {
 		node, err := e.masterFor(ctx, c.key)
 		if err != nil {
-			c.cmd = redis.NewIntCmd(ctx)
+			c.cmd = redis.NewCmd(ctx)
 			c.cmd.SetErr(fmt.Errorf("find the master: %w", err))
 			continue
 		}

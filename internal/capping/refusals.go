@@ -11,21 +11,20 @@ package capping
 // only a send can fill a limit: a send this worker records drops what it
 // remembered about the limits counting its scopes, full or not. So the
 // cache answers an intent only when its first applicable limit known full has
-// every applicable limit ahead of it known not full. The cache does not know
-// the ids Redis allowed, so it keeps, with the user, the ids this worker saw
-// allowed within the idempotency window and never answers those (a
-// producer's retry stays a duplicate); a user with more than it keeps is not
-// answered at all. An id another worker allowed before a rebalance would be
-// answered capped instead of duplicate, which is why the cache never answers
-// a request marked Redelivered (dispatch marks the records that existed when
-// it took their partition over) and the worker empties it when its
-// partitions change (ForgetRefusals).
+// every applicable limit ahead of it known not full. A retry of an intent
+// Redis allowed must stay a duplicate: a refusal comes with the user's
+// idempotency entries (the ids Redis would call duplicates), the cache adds
+// the ids allowed after it, and never answers those. Another worker may
+// still allow an id for the user while its partition moves over, which is
+// why the cache never answers a request marked Redelivered (dispatch marks
+// the records that existed when it took their partition over) and the
+// worker empties it when its partitions change (ForgetRefusals).
 
 import (
+	"encoding/binary"
 	"slices"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
@@ -77,21 +76,18 @@ type refusals struct {
 // memo is what the cache knows of one user.
 type memo struct {
 	full []refusal
-	// allowed: the ids (fingerprints) this worker saw allowed within the
-	// idempotency window, oldest first; overflow: more than maxAllowedIDs
-	// were, so an id not listed may have been allowed: never answer.
-	allowed  []allowedID
-	overflow bool
+	// allowed: the ids Redis would call duplicates (their 5-byte
+	// digests, as Redis keeps them): the idempotency entries of the last
+	// refusal, and the ids allowed since. known: allowed is complete (a
+	// refusal set it, and it never outgrew maxAllowedIDs); a memo made by
+	// an allowed id alone does not know the user's earlier ones.
+	allowed []idemEntry
+	known   bool
 }
 
-type allowedID struct {
-	fp uint64
-	at int64 // unix s, to forget it after the idempotency window
-}
-
-// maxAllowedIDs bounds the ids kept per user: a user the cache answers for
-// has just been capped, so has few recent sends.
-const maxAllowedIDs = 8
+// maxAllowedIDs bounds the ids kept per user (a user past it is not
+// answered until Redis refuses it again, which sends the list afresh).
+const maxAllowedIDs = 64
 
 func newRefusals(size int, ttl time.Duration) (*refusals, error) {
 	users, err := lru.New[uint64, *memo](size)
@@ -101,16 +97,28 @@ func newRefusals(size int, ttl time.Duration) (*refusals, error) {
 	return &refusals{users: users, ttl: ttl}, nil
 }
 
-func fingerprint(id string) uint64 { return xxhash.Sum64String(id) }
-
-// mayHaveAllowed reports whether id may have been allowed for this user: listed, or
-// the list overflowed.
-func (m *memo) mayHaveAllowed(id string) bool {
-	if m.overflow {
+// mayHaveAllowed reports whether Redis may call id a duplicate at now:
+// listed and young enough, or the list is not complete.
+func (m *memo) mayHaveAllowed(id string, now, idem int64) bool {
+	if !m.known {
 		return true
 	}
-	fp := fingerprint(id)
-	return slices.ContainsFunc(m.allowed, func(a allowedID) bool { return a.fp == fp })
+	d := digest(id)
+	return slices.ContainsFunc(m.allowed, func(a idemEntry) bool {
+		return [5]byte(d[:5]) == a.digest && a.at >= now-idem
+	})
+}
+
+// decodeIdem reads the idempotency entries a refusal returned.
+func decodeIdem(b string) []idemEntry {
+	out := make([]idemEntry, 0, len(b)/idemEntrySize)
+	for p := 0; p+idemEntrySize <= len(b); p += idemEntrySize {
+		var e idemEntry
+		copy(e.digest[:], b[p:p+5])
+		e.at = int64(binary.BigEndian.Uint32([]byte(b[p+5 : p+9])))
+		out = append(out, e)
+	}
+	return out
 }
 
 func (rc *refusals) key(set *policySet, r *Request, pol, limit int) refusalKey {
@@ -130,7 +138,7 @@ func (rc *refusals) key(set *policySet, r *Request, pol, limit int) refusalKey {
 // time zone where those matter).
 func (rc *refusals) lookup(set *policySet, r *Request, c callPlan) (Decision, bool) {
 	m, ok := rc.users.Get(r.UserID)
-	if !ok || m.mayHaveAllowed(r.IntentID) {
+	if !ok || m.mayHaveAllowed(r.IntentID, r.At.Unix(), set.idem) {
 		return Decision{}, false
 	}
 	known := m.full
@@ -173,19 +181,15 @@ func (rc *refusals) lookup(set *policySet, r *Request, c callPlan) (Decision, bo
 	return Decision{}, false
 }
 
-// remember records what Redis answered: a refusal, or an id allowed.
-func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision) {
+// remember records what Redis answered: a refusal (with the user's
+// idempotency entries, idem), or an id allowed.
+func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision, idem string) {
 	old, _ := rc.users.Peek(r.UserID)
 	if old == nil {
 		old = &memo{}
 	}
 	now := r.At.Unix()
-	next := &memo{overflow: old.overflow}
-	for _, a := range old.allowed {
-		if a.at >= now-set.idem { // older ones Redis no longer knows either
-			next.allowed = append(next.allowed, a)
-		}
-	}
+	next := &memo{known: old.known}
 	switch d.Outcome {
 	case Allowed, Duplicate:
 		// A send the limits of its scopes count, in every policy: what was
@@ -197,16 +201,21 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision)
 				next.full = append(next.full, f)
 			}
 		}
-		if len(next.allowed) == maxAllowedIDs {
-			next.overflow = true
+		for _, a := range old.allowed {
+			if a.at >= now-set.idem { // older ones Redis no longer knows either
+				next.allowed = append(next.allowed, a)
+			}
 		}
-		if next.overflow {
-			// Kept, not removed: a memo made afresh by the next refusal
-			// would not know the ids allowed before. The list is no
-			// longer needed.
-			next.allowed = nil
-		} else {
-			next.allowed = append(next.allowed, allowedID{fp: fingerprint(r.IntentID), at: now})
+		if len(next.allowed) >= maxAllowedIDs {
+			next.known, next.allowed = false, nil
+		}
+		if next.known {
+			dg := digest(r.IntentID)
+			next.allowed = append(next.allowed, idemEntry{digest: [5]byte(dg[:5]), at: now})
+		}
+		if len(next.full) == 0 && !next.known {
+			rc.users.Remove(r.UserID) // nothing to answer with until a refusal
+			return
 		}
 		rc.users.Add(r.UserID, next)
 		return
@@ -236,6 +245,12 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision)
 		}
 	}
 	next.full = append(next.full, f)
+	// What Redis knows now: every id it would call a duplicate (a user
+	// with more than the cache keeps is not answered).
+	next.allowed, next.known = decodeIdem(idem), true
+	if len(next.allowed) > maxAllowedIDs {
+		next.allowed, next.known = nil, false
+	}
 	rc.users.Add(r.UserID, next)
 }
 

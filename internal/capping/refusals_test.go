@@ -121,8 +121,8 @@ func TestRefusalCacheRules(t *testing.T) {
 // TestRefusalCacheRedelivered: an intent another worker allowed comes back
 // to a worker that remembers its user's limit full (a rebalance moved the
 // partition). Marked Redelivered it goes to Redis and is a duplicate; not
-// marked, the cache would cap it, which is why dispatch marks the records
-// that existed when it took the partition over.
+// marked, it is a duplicate too: the refusal that filled the cache came
+// with the ids Redis allowed. A new id is capped from the cache.
 func TestRefusalCacheRedelivered(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	rules := testOptions(Options{}).Rules
@@ -152,8 +152,12 @@ func TestRefusalCacheRedelivered(t *testing.T) {
 	if d := decide(b, "x2", T0.Add(4*time.Second), false); d.Outcome != Duplicate {
 		t.Fatalf("x2 again: %+v (b saw it a duplicate: it knows the id now)", d)
 	}
-	if d := decide(b, "x1", T0.Add(5*time.Second), false); d.Outcome != Capped {
-		t.Fatalf("x1 not marked redelivered: %+v, want capped from the cache (the hazard the mark avoids)", d)
+	if d := decide(b, "x1", T0.Add(5*time.Second), false); d.Outcome != Duplicate || !d.At.Equal(T0) {
+		t.Fatalf("x1 not marked redelivered: %+v, want the duplicate of a's send", d)
+	}
+	calls := evalCalls(t, r.Client())
+	if d := decide(b, "x5", T0.Add(6*time.Second), false); d.Outcome != Capped || d.Limit != "daily" || evalCalls(t, r.Client()) != calls {
+		t.Fatalf("x5: %+v, %d script calls (want none: from the cache)", d, evalCalls(t, r.Client())-calls)
 	}
 }
 
