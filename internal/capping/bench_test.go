@@ -91,7 +91,7 @@ func rawLimit(b *testing.B, e *Engine, c redis.UniversalClient) float64 {
 	cmds := make([][]any, n)
 	for i, c := range calls {
 		args := []any{"evalsha", e.set.Load().script.sha, 1, c.key, c.field, packTime(reqs[i].At.Unix()), c.digest}
-		cmds[i] = e.set.Load().appendArgs(args, &reqs[i], c.plan, false)
+		cmds[i] = e.set.Load().appendArgs(args, &reqs[i], c.plan, false, false)
 	}
 	if err := flushAll(c); err != nil {
 		b.Fatal(err)

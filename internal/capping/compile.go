@@ -67,8 +67,8 @@ type compiledLimit struct {
 
 // argLayout is where the optional arguments are (0: not passed).
 type argLayout struct {
-	Camp, Prio, Day, Week, Month, Mode int
-	n                                  int // arguments in all
+	Camp, Prio, Day, Week, Month, Mode, Idem int
+	n                                        int // arguments in all
 }
 
 // compileRules compiles validated rules. idem is the idempotency window; it
@@ -165,6 +165,7 @@ func (ps *policySet) layout() {
 	if mode {
 		a.Mode = next()
 	}
+	a.Idem = next()
 }
 
 // version names the compiled set in the script's first line (its SHA is
@@ -213,6 +214,7 @@ func (ps *policySet) generate() (string, error) {
 		{ps.args.Week, "start of the intent's calendar week (unix s)"},
 		{ps.args.Month, "start of the intent's calendar month (unix s)"},
 		{ps.args.Mode, "'b': an honoured bypass, recorded without checking"},
+		{ps.args.Idem, "'i': a refusal also returns the idempotency entries (for the worker's refusal cache)"},
 	} {
 		if e.Pos > 0 {
 			d.Extra = append(d.Extra, e)
@@ -303,7 +305,7 @@ func (ps *policySet) plan(r *Request, known *periods) callPlan {
 
 // appendArgs appends the script's ARGV after the field, now and digest
 // (which the caller owns): policy, masks and the optional ones.
-func (ps *policySet) appendArgs(args []any, r *Request, c callPlan, bypass bool) []any {
+func (ps *policySet) appendArgs(args []any, r *Request, c callPlan, bypass, wantIdem bool) []any {
 	args = append(args, strconv.Itoa(c.pol+1), int64(c.applies), int64(c.records))
 	if ps.args.Camp > 0 {
 		h := campaignHash(r.Campaign)
@@ -323,6 +325,11 @@ func (ps *policySet) appendArgs(args []any, r *Request, c callPlan, bypass bool)
 			m = "b"
 		}
 		args = append(args, m)
+	}
+	if wantIdem {
+		args = append(args, "i")
+	} else {
+		args = append(args, "-")
 	}
 	return args
 }

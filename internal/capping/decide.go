@@ -19,9 +19,12 @@ type call struct {
 	i      int
 	plan   callPlan
 	bypass bool
-	key    string // the user's bucket
-	field  string // the user's field in it
-	digest string // 5 bytes of the intent id's hash
+	// wantIdem: a refusal should return the user's idempotency entries
+	// (the refusal cache does not know them).
+	wantIdem bool
+	key      string // the user's bucket
+	field    string // the user's field in it
+	digest   string // 5 bytes of the intent id's hash
 	// cmd reads the script's answer: one integer, and for a refusal the
 	// user's idempotency entries (see reply).
 	cmd *redis.Cmd
@@ -86,6 +89,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 				continue
 			}
 		}
+		c.wantIdem = e.refusals != nil && !e.refusals.knowsIDs(r.UserID)
 		calls = append(calls, c)
 		out[i].OverrideRefused = r.Override != NoOverride && !bypass
 		if e.refusals != nil {
@@ -112,7 +116,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 
 	for k := range calls {
 		c := &calls[k]
-		res, idem, err := reply(c.cmd)
+		res, idem, withIdem, err := reply(c.cmd)
 		refused := out[c.i].OverrideRefused
 		if err == nil {
 			out[c.i], err = set.decision(res, &reqs[c.i], c.plan)
@@ -131,7 +135,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 			*d = Decision{Err: fmt.Errorf("decide: %w", c.notReplicated)}
 		}
 		if d := &out[c.i]; e.refusals != nil && d.Err == nil {
-			e.refusals.remember(set, &reqs[c.i], c.plan, *d, idem)
+			e.refusals.remember(set, &reqs[c.i], c.plan, *d, idem, withIdem)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -140,27 +144,27 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 	return out, nil
 }
 
-// reply reads a script call's answer: the packed integer, and with a
-// refusal the user's idempotency entries (9 bytes each: the 5-byte digest
-// of an id allowed, and when, unix s).
-func reply(cmd *redis.Cmd) (res int64, idem string, err error) {
+// reply reads a script call's answer: the packed integer, and for a
+// refusal asked with wantIdem the user's idempotency entries (9 bytes
+// each: the 5-byte digest of an id allowed, and when, unix s).
+func reply(cmd *redis.Cmd) (res int64, idem string, withIdem bool, err error) {
 	v, err := cmd.Result()
 	if err != nil {
-		return 0, "", err
+		return 0, "", false, err
 	}
 	switch v := v.(type) {
 	case int64:
-		return v, "", nil
+		return v, "", false, nil
 	case []any:
 		if len(v) == 2 {
 			res, ok1 := v[0].(int64)
 			idem, ok2 := v[1].(string)
 			if ok1 && ok2 && len(idem)%idemEntrySize == 0 {
-				return res, idem, nil
+				return res, idem, true, nil
 			}
 		}
 	}
-	return 0, "", fmt.Errorf("script answered %v", v)
+	return 0, "", false, fmt.Errorf("script answered %v", v)
 }
 
 // idemEntrySize is the size of an idempotency entry in a record.
@@ -271,7 +275,7 @@ func (e *Engine) queue(ctx context.Context, set *policySet, reqs []Request, pipe
 		}
 		start := len(backing)
 		backing = append(backing, name, body, 1, &c.key, &c.field, boxedAt, &c.digest)
-		backing = set.appendArgs(backing, r, c.plan, c.bypass)
+		backing = set.appendArgs(backing, r, c.plan, c.bypass, c.wantIdem)
 		args := backing[start:len(backing):len(backing)]
 		c.cmd = redis.NewCmd(ctx, args...)
 		c.cmd.SetFirstKeyPos(3)

@@ -97,6 +97,13 @@ func newRefusals(size int, ttl time.Duration) (*refusals, error) {
 	return &refusals{users: users, ttl: ttl}, nil
 }
 
+// knowsIDs reports whether the cache knows every id Redis would call a
+// duplicate for the user (else a refusal should bring them).
+func (rc *refusals) knowsIDs(user uint64) bool {
+	m, ok := rc.users.Peek(user)
+	return ok && m.known
+}
+
 // mayHaveAllowed reports whether Redis may call id a duplicate at now:
 // listed and young enough, or the list is not complete.
 func (m *memo) mayHaveAllowed(id string, now, idem int64) bool {
@@ -181,9 +188,9 @@ func (rc *refusals) lookup(set *policySet, r *Request, c callPlan) (Decision, bo
 	return Decision{}, false
 }
 
-// remember records what Redis answered: a refusal (with the user's
-// idempotency entries, idem), or an id allowed.
-func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision, idem string) {
+// remember records what Redis answered: a refusal (withIdem: with the
+// user's idempotency entries, idem), or an id allowed.
+func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision, idem string, withIdem bool) {
 	old, _ := rc.users.Peek(r.UserID)
 	if old == nil {
 		old = &memo{}
@@ -245,11 +252,16 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision,
 		}
 	}
 	next.full = append(next.full, f)
-	// What Redis knows now: every id it would call a duplicate (a user
-	// with more than the cache keeps is not answered).
-	next.allowed, next.known = decodeIdem(idem), true
-	if len(next.allowed) > maxAllowedIDs {
-		next.allowed, next.known = nil, false
+	switch {
+	case withIdem:
+		// What Redis knows now: every id it would call a duplicate (a user
+		// with more than the cache keeps is not answered).
+		next.allowed, next.known = decodeIdem(idem), true
+		if len(next.allowed) > maxAllowedIDs {
+			next.allowed, next.known = nil, false
+		}
+	case old.known:
+		next.allowed = old.allowed // still complete: not asked again
 	}
 	rc.users.Add(r.UserID, next)
 }
