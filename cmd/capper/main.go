@@ -34,7 +34,7 @@ type commands struct {
 	Run         runCmd            `cmd:"" help:"Run the worker (consume, decide, forward)."`
 	CheckConfig checkConfigCmd    `cmd:"" name:"check-config" help:"Validate a config file and print the effective config, secrets masked."`
 	Inspect     inspectCmd        `cmd:"" help:"Show a user's segment and caps (read-only)."`
-	Policy      policyCmd         `cmd:"" help:"Check cap policies and compare two of them."`
+	Policy      policyCmd         `cmd:"" help:"Check, compare, publish and list cap policies (README, Changing caps)."`
 	Migrate     migrateCmd        `cmd:"" help:"Convert the first version's Redis keys (sorted sets) into records; the workers must be stopped."`
 	Replay      replayCmd         `cmd:"" help:"Decide past intents with a candidate policy (and a baseline) in memory: what would it have done? No Redis, no writes."`
 	Version     cli.VersionCmd    `cmd:"" help:"Print the version, VCS revision and Go version."`
