@@ -79,17 +79,21 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 			continue
 		}
 		c := call{i: i, plan: set.plan(r, &known), bypass: bypass}
-		// Not for a user with an earlier call in this batch: it may be
-		// allowed, and move the remembered retry-after.
-		if e.refusals != nil && !bypass && !r.Redelivered && !pending[r.UserID] {
-			if d, ok := e.refusals.lookup(set, r, c.plan); ok {
-				out[i] = d
-				out[i].OverrideRefused = r.Override != NoOverride
-				e.m.refusalHits.Inc()
-				continue
+		if e.refusals != nil {
+			m := e.refusals.memoOf(r.UserID)
+			// Not for a user with an earlier call in this batch: it may be
+			// allowed, and move the remembered retry-after.
+			if !bypass && !r.Redelivered && !pending[r.UserID] {
+				if d, ok := e.refusals.lookup(set, r, c.plan, m); ok {
+					out[i] = d
+					out[i].OverrideRefused = r.Override != NoOverride
+					e.m.refusalHits.Inc()
+					continue
+				}
 			}
+			// A refusal brings the user's ids when the cache lacks them.
+			c.wantIdem = m == nil || !m.known
 		}
-		c.wantIdem = e.refusals != nil && !e.refusals.knowsIDs(r.UserID)
 		calls = append(calls, c)
 		out[i].OverrideRefused = r.Override != NoOverride && !bypass
 		if e.refusals != nil {
@@ -166,9 +170,6 @@ func reply(cmd *redis.Cmd) (res int64, idem string, withIdem bool, err error) {
 	}
 	return 0, "", false, fmt.Errorf("script answered %v", v)
 }
-
-// idemEntrySize is the size of an idempotency entry in a record.
-const idemEntrySize = 9
 
 // named sets the policy version on every decision.
 func named(out []Decision, set *policySet) {

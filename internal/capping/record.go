@@ -60,22 +60,34 @@ func readVarint(b []byte, p int) (n, next int, err error) {
 	return int(b[p]&0x7f)<<8 | int(b[p+1]), p + 2, nil
 }
 
+// idemEntrySize is the size of an idempotency entry: the 5-byte digest of
+// an intent id, and when it was allowed (unix s, 4 bytes).
+const idemEntrySize = 9
+
+// idemEntries decodes consecutive idempotency entries (len(b) a multiple of
+// idemEntrySize).
+func idemEntries(b []byte) []idemEntry {
+	var out []idemEntry
+	for p := 0; p+idemEntrySize <= len(b); p += idemEntrySize {
+		var e idemEntry
+		copy(e.digest[:], b[p:p+5])
+		e.at = int64(binary.BigEndian.Uint32(b[p+5:]))
+		out = append(out, e)
+	}
+	return out
+}
+
 func decodeRecord(b []byte) (record, error) {
 	var r record
 	n, p, err := readVarint(b, 0)
 	if err != nil {
 		return r, err
 	}
-	if p+9*n > len(b) {
+	if p+idemEntrySize*n > len(b) {
 		return r, fmt.Errorf("%d idempotency entries do not fit in %d bytes", n, len(b))
 	}
-	for range n {
-		var e idemEntry
-		copy(e.digest[:], b[p:p+5])
-		e.at = int64(binary.BigEndian.Uint32(b[p+5:]))
-		r.idem = append(r.idem, e)
-		p += 9
-	}
+	r.idem = idemEntries(b[p : p+idemEntrySize*n])
+	p += idemEntrySize * n
 	for p < len(b) {
 		if p+3 > len(b) {
 			return r, errors.New("truncated section header")

@@ -21,7 +21,6 @@ package capping
 // worker empties it when its partitions change (ForgetRefusals).
 
 import (
-	"encoding/binary"
 	"slices"
 	"time"
 
@@ -97,11 +96,11 @@ func newRefusals(size int, ttl time.Duration) (*refusals, error) {
 	return &refusals{users: users, ttl: ttl}, nil
 }
 
-// knowsIDs reports whether the cache knows every id Redis would call a
-// duplicate for the user (else a refusal should bring them).
-func (rc *refusals) knowsIDs(user uint64) bool {
-	m, ok := rc.users.Peek(user)
-	return ok && m.known
+// memoOf is what the cache knows of a user (nil: nothing). The memo is
+// never changed in place.
+func (rc *refusals) memoOf(user uint64) *memo {
+	m, _ := rc.users.Get(user)
+	return m
 }
 
 // mayHaveAllowed reports whether Redis may call id a duplicate at now:
@@ -114,18 +113,6 @@ func (m *memo) mayHaveAllowed(id string, now, idem int64) bool {
 	return slices.ContainsFunc(m.allowed, func(a idemEntry) bool {
 		return [5]byte(d[:5]) == a.digest && a.at >= now-idem
 	})
-}
-
-// decodeIdem reads the idempotency entries a refusal returned.
-func decodeIdem(b string) []idemEntry {
-	out := make([]idemEntry, 0, len(b)/idemEntrySize)
-	for p := 0; p+idemEntrySize <= len(b); p += idemEntrySize {
-		var e idemEntry
-		copy(e.digest[:], b[p:p+5])
-		e.at = int64(binary.BigEndian.Uint32([]byte(b[p+5 : p+9])))
-		out = append(out, e)
-	}
-	return out
 }
 
 func (rc *refusals) key(set *policySet, r *Request, pol, limit int) refusalKey {
@@ -142,10 +129,9 @@ func (rc *refusals) key(set *policySet, r *Request, pol, limit int) refusalKey {
 // would: the first limit (in policy order) that applies to it is known full,
 // and every applicable limit ahead of it is known not full (it applied to
 // the remembered refusal, for the same campaign, side of the reserve and
-// time zone where those matter).
-func (rc *refusals) lookup(set *policySet, r *Request, c callPlan) (Decision, bool) {
-	m, ok := rc.users.Get(r.UserID)
-	if !ok || m.mayHaveAllowed(r.IntentID, r.At.Unix(), set.idem) {
+// time zone where those matter). m is the user's memo (memoOf).
+func (rc *refusals) lookup(set *policySet, r *Request, c callPlan, m *memo) (Decision, bool) {
+	if m == nil || m.mayHaveAllowed(r.IntentID, r.At.Unix(), set.idem) {
 		return Decision{}, false
 	}
 	known := m.full
@@ -256,7 +242,7 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision,
 	case withIdem:
 		// What Redis knows now: every id it would call a duplicate (a user
 		// with more than the cache keeps is not answered).
-		next.allowed, next.known = decodeIdem(idem), true
+		next.allowed, next.known = idemEntries([]byte(idem)), true
 		if len(next.allowed) > maxAllowedIDs {
 			next.allowed, next.known = nil, false
 		}
