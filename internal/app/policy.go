@@ -1,15 +1,15 @@
 package app
 
-// capper policy check / diff: a policy change reviewed like code before it
-// ships. Both read a policy document (the keys README "Caps" describes, at
-// the top level) or a worker config (its capping section).
+// capper policy check / diff / publish / history: a policy change reviewed
+// like code before it ships. check and diff read a policy document or a
+// worker config (config.ReadPolicy); publish and history work on a policy
+// store (package policy).
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"time"
 
@@ -21,18 +21,13 @@ import (
 // ErrPolicyProblems: a document has problems; they were printed.
 var ErrPolicyProblems = errors.New("policy problems")
 
-// readPolicy reads a policy document or a worker config's policy.
-func readPolicy(path string) (*policy.Document, policy.Problems, error) {
-	return config.ReadPolicy(path)
-}
-
 // CheckPolicies checks each file and prints its verdict: "ok" with what it
 // holds, or every problem with its field path. The error is
 // ErrPolicyProblems when a file has any, after all were printed.
 func CheckPolicies(w io.Writer, paths []string) error {
 	bad := false
 	for _, p := range paths {
-		d, problems, err := readPolicy(p)
+		d, problems, err := config.ReadPolicy(p)
 		if err != nil {
 			fmt.Fprintf(w, "%s: %v\n", p, err)
 			bad = true
@@ -63,7 +58,7 @@ func CheckPolicies(w io.Writer, paths []string) error {
 func DiffPolicies(w io.Writer, oldPath, newPath string) error {
 	var docs [2]*policy.Document
 	for i, p := range []string{oldPath, newPath} {
-		d, problems, err := readPolicy(p)
+		d, problems, err := config.ReadPolicy(p)
 		if err != nil {
 			return err
 		}
@@ -122,23 +117,6 @@ func PublishPolicy(ctx context.Context, w io.Writer, file string, o PolicyStoreO
 	if err != nil {
 		return err
 	}
-	var changes []string
-	if cur, err := policy.Latest(ctx, st); err == nil {
-		// What changes from the version in use; one that cannot be read
-		// is said, and replaced.
-		old, err := policy.ReadVersion(ctx, st, cur)
-		var od *policy.Document
-		if err == nil {
-			od, err = policy.Parse(old)
-		}
-		if err != nil {
-			changes = []string{fmt.Sprintf("the version in use, %s, cannot be read (%v)", cur, err)}
-		} else {
-			changes = policy.Diff(od, d)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
 	now := time.Now
 	if o.Now != nil {
 		now = o.Now
@@ -152,7 +130,7 @@ func PublishPolicy(ctx context.Context, w io.Writer, file string, o PolicyStoreO
 		return nil
 	}
 	fmt.Fprintf(w, "%s: published %s to %s (workers switch at their next poll)\n", file, pub.Version, st)
-	for _, c := range changes {
+	for _, c := range pub.Changes {
 		fmt.Fprintf(w, "  %s\n", c)
 	}
 	return nil

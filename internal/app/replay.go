@@ -97,7 +97,7 @@ func replayPolicy(flag, path string) (*replay.Policy, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%s is required", flag)
 	}
-	d, problems, err := readPolicy(path)
+	d, problems, err := config.ReadPolicy(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", flag, path, err)
 	}

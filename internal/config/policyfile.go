@@ -6,6 +6,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -24,7 +25,7 @@ func (c *Config) PolicyFile() (string, error) {
 		return "", fmt.Errorf("policy.source %s is a policy store: name the policy file itself (capper policy history --from %s shows its versions)", src, src)
 	}
 	path := src
-	if len(src) > 7 && src[:7] == "file://" {
+	if strings.HasPrefix(src, "file://") {
 		p, err := objstore.FilePath(src)
 		if err != nil {
 			return "", fmt.Errorf("policy.source %s: %w", src, err)
@@ -50,11 +51,7 @@ func ReadPolicy(path string) (*policy.Document, policy.Problems, error) {
 	_, kafka := top["kafka"]
 	_, capping := top["capping"]
 	if !kafka && !capping {
-		d, err := policy.Parse(data)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", path, err)
-		}
-		return d, d.Problems(), nil
+		return policyDocument(path, data)
 	}
 	cfg, err := LoadWithEnv(path, os.Environ())
 	if err != nil {
@@ -68,5 +65,16 @@ func ReadPolicy(path string) (*policy.Document, policy.Problems, error) {
 		d := cfg.Capping.Document
 		return &d, nil, nil
 	}
-	return ReadPolicy(file)
+	if data, err = os.ReadFile(file); err != nil {
+		return nil, nil, fmt.Errorf("worker config %s: read its policy: %w", path, err)
+	}
+	return policyDocument(file, data) // a policy document, never a config again
+}
+
+func policyDocument(path string, data []byte) (*policy.Document, policy.Problems, error) {
+	d, err := policy.Parse(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return d, d.Problems(), nil
 }

@@ -63,6 +63,9 @@ type Published struct {
 	// Unchanged: the policy in use already had these bytes; nothing was
 	// written.
 	Unchanged bool
+	// Changes are what the new version changes from the one in use
+	// (Diff), or why that one could not be compared; none for the first.
+	Changes []string
 }
 
 // Publish checks data as a policy and, when it has no problem, stores it
@@ -77,6 +80,7 @@ func Publish(ctx context.Context, st objstore.Store, data []byte, now time.Time)
 	if err := d.Problems().Err(); err != nil {
 		return Published{}, fmt.Errorf("policy refused:\n%w", err)
 	}
+	var changes []string
 	cur, err := Latest(ctx, st)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -85,8 +89,18 @@ func Publish(ctx context.Context, st objstore.Store, data []byte, now time.Time)
 	default:
 		// A version in use that cannot be read (corrupt) is what a new
 		// one replaces, not a reason to refuse it.
-		if old, err := ReadVersion(ctx, st, cur); err == nil && bytes.Equal(old, data) {
-			return Published{Version: cur, Unchanged: true}, nil
+		old, err := ReadVersion(ctx, st, cur)
+		var od *Document
+		if err == nil {
+			if bytes.Equal(old, data) {
+				return Published{Version: cur, Unchanged: true}, nil
+			}
+			od, err = Parse(old)
+		}
+		if err != nil {
+			changes = []string{fmt.Sprintf("the version in use, %s, cannot be read (%v)", cur, err)}
+		} else {
+			changes = Diff(od, d)
 		}
 		// Versions sort by time: a new one sorts after the one in use,
 		// even published within its millisecond (or on a clock behind).
@@ -101,7 +115,7 @@ func Publish(ctx context.Context, st objstore.Store, data []byte, now time.Time)
 	if err := st.Put(ctx, LatestKey, strings.NewReader(v+"\n")); err != nil {
 		return Published{}, fmt.Errorf("publish policy %s to %s: write %s: %w", v, st, LatestKey, err)
 	}
-	return Published{Version: v}, nil
+	return Published{Version: v, Changes: changes}, nil
 }
 
 // Latest returns the version LATEST names (an error wrapping

@@ -16,6 +16,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/segments"
 )
 
 // Policy is one side of a replay.
@@ -117,7 +118,7 @@ func Run(ctx context.Context, src Source, o Options) (*Report, error) {
 	}
 	lookup := o.Lookup
 	if lookup == nil {
-		lookup = func(uint64) string { return "none" }
+		lookup = func(uint64) string { return segments.None }
 	}
 	rep := &Report{Source: src.Name(), Snapshot: o.Snapshot}
 	users := newUserCounts(len(sides))
@@ -142,13 +143,17 @@ func Run(ctx context.Context, src Source, o Options) (*Report, error) {
 			return nil, fmt.Errorf("replay %s: %w", src.Name(), err)
 		}
 		n++
+		seg, segUser, looked := "", uint64(0), false // one snapshot lookup per record
 		for i, s := range sides {
 			if s.shared >= 0 {
 				intents[i], errs[i] = intents[s.shared], errs[s.shared]
 			} else {
 				intents[i], errs[i] = decode(s.dec, rec)
 			}
-			outs[i] = decideOne(s, &intents[i], errs[i], rec, lookup)
+			if errs[i] == nil && (!looked || segUser != intents[i].UserID) {
+				seg, segUser, looked = lookup(intents[i].UserID), intents[i].UserID, true
+			}
+			outs[i] = decideOne(s, &intents[i], errs[i], rec, seg)
 			s.stats.add(&intents[i], &outs[i])
 			if outs[i].Invalid == nil {
 				users.add(intents[i].UserID, i, outs[i].Decision.Outcome == capping.Allowed)
@@ -208,11 +213,11 @@ func decisionTime(rec *Record, in *dispatch.Intent) time.Time {
 	return in.CreatedAt.Truncate(time.Millisecond)
 }
 
-func decideOne(s *side, in *dispatch.Intent, err error, rec *Record, lookup func(uint64) string) Outcome {
+// decideOne decides a decoded intent of a user in segment seg.
+func decideOne(s *side, in *dispatch.Intent, err error, rec *Record, seg string) Outcome {
 	if err != nil {
 		return Outcome{Decision: capping.Decision{Outcome: capping.Invalid}, Invalid: err}
 	}
-	seg := lookup(in.UserID)
 	r := dispatch.NewRequest(in, seg)
 	r.At = decisionTime(rec, in)
 	d := s.mem.Decide(&r)
