@@ -35,14 +35,19 @@ type Options struct {
 	// with instead of Registry (it must pass them on to Registry); tests use
 	// it to list every metric the worker defines.
 	Registerer prometheus.Registerer
-	// Now is the decision clock; nil is time.Now.
-	Now func() time.Time
+	// Now is the decision clock; nil is time.Now. Sleep waits a duration
+	// of that clock (the delay tiers' wait for a due record); nil: a timer.
+	Now   func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
 	// Build is exported as capper_build_info and logged at start.
 	Build cli.Build
 	// Started, when set, is called once every component is up, with the
 	// address the HTTP endpoint listens on.
 	Started func(httpAddr string)
 }
+
+// errNoTiers refuses a policy that defers on a worker without delay tiers.
+var errNoTiers = errors.New("the policy defers intents (on_cap: defer or quiet_hours), but this worker has no delay tiers: set kafka.delay_tiers")
 
 // Run starts the worker and blocks until ctx ends (then shuts down in order
 // and returns nil) or a component fails (then returns its error).
@@ -96,6 +101,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	var engine *capping.Engine
 	var current segments.Current
 	policies, err := newPolicyWatcher(ctx, cfg, func(ctx context.Context, l *policy.Loaded) error {
+		if l.Rules.Defers() && len(cfg.Kafka.DelayTiers) == 0 {
+			return errNoTiers
+		}
 		if engine == nil {
 			return nil // the first version: NewEngine takes it
 		}
@@ -119,7 +127,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	regr.MustRegister(unpolicedCollector{snap: &current, policy: policies})
-	cons, err := newConsumer(ctx, cfg, engine, &current, regr, log, now)
+	cons, err := newConsumer(ctx, cfg, engine, &current, regr, log, now, o.Sleep)
 	if err != nil {
 		return err
 	}
@@ -163,7 +171,17 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	{
 		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		g.Add(func() error { return cons.lag.Run(lctx) }, func(error) { cancel() })
+		g.Add(func() error {
+			errs := make(chan error, len(cons.lag))
+			for _, l := range cons.lag {
+				go func() { errs <- l.Run(lctx) }()
+			}
+			var err error
+			for range cons.lag {
+				err = errors.Join(err, <-errs)
+			}
+			return err
+		}, func(error) { cancel() })
 	}
 	{
 		cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -20,13 +20,15 @@ import (
 type consumer struct {
 	worker  *dispatch.Worker
 	reader  *kafka.Reader
+	delay   *dispatch.DelayReader // nil without delay tiers
+	merged  *dispatch.Merged      // reader and delay, as the worker reads them
 	writers *writerSet
-	lag     *dispatch.LagReporter
+	lag     []*dispatch.LagReporter // the input's, then each tier's
 }
 
 // newConsumer builds the reader, the writers and the worker; on an error it
 // closes what it built.
-func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine, snaps dispatch.Snapshots, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (_ *consumer, err error) {
+func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine, snaps dispatch.Snapshots, reg prometheus.Registerer, log *slog.Logger, now func() time.Time, sleep func(context.Context, time.Duration) error) (_ *consumer, err error) {
 	kopts, err := kafkaOptions(cfg, log)
 	if err != nil {
 		return nil, err
@@ -35,13 +37,23 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTopics(ctx, admin, cfg.Kafka.Topics); err != nil {
+	if err := checkTopics(ctx, admin, &cfg.Kafka); err != nil {
 		return nil, err
 	}
 	lag, err := dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: cfg.Kafka.GroupID, Topic: cfg.Kafka.Topics.Input,
 		Interval: cfg.Kafka.LagInterval.D(), Registerer: reg, Logger: log})
 	if err != nil {
 		return nil, err
+	}
+	lags := []*dispatch.LagReporter{lag}
+	dispatch.RegisterDeferredWaiting(reg)
+	for _, t := range cfg.Kafka.DelayTiers {
+		l, err := dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: cfg.Kafka.DelayGroup(), Topic: t.Topic, Waiting: true,
+			Interval: cfg.Kafka.LagInterval.D(), Registerer: reg, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		lags = append(lags, l)
 	}
 	dec, err := dispatch.NewDecoder(dispatch.DecoderOptions{
 		Channels: cfg.Capping.Channels, Categories: cfg.Capping.Categories, DefaultCategory: cfg.Capping.DefaultCategory,
@@ -50,7 +62,11 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 	if err != nil {
 		return nil, err
 	}
-	reader, err := dispatch.NewReader(kopts, cfg.Kafka.Topics.Input)
+	topics := []string{cfg.Kafka.Topics.Input}
+	if s := cfg.Kafka.Topics.DeliveryStatus; s != "" {
+		topics = append(topics, s)
+	}
+	reader, err := dispatch.NewReader(kopts, topics...)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +75,7 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 			_ = reader.Close()
 		}
 	}()
-	writers, err := newWriters(kopts, cfg.Kafka.Topics)
+	writers, err := newWriters(kopts, cfg.Kafka.Topics, cfg.Kafka.DelayTiers)
 	if err != nil {
 		return nil, err
 	}
@@ -68,9 +84,33 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 			writers.close()
 		}
 	}()
+	c := &consumer{reader: reader, writers: writers, lag: lags}
+	var in dispatch.Reader = reader
+	if len(cfg.Kafka.DelayTiers) > 0 {
+		topics := make([]string, len(cfg.Kafka.DelayTiers))
+		for i, t := range cfg.Kafka.DelayTiers {
+			topics[i] = t.Topic
+		}
+		if c.delay, err = dispatch.NewDelayReader(dispatch.DelayOptions{Kafka: kopts, GroupID: cfg.Kafka.DelayGroup(), Topics: topics,
+			Now: now, Sleep: sleep}); err != nil {
+			return nil, err
+		}
+		c.merged = dispatch.Merge(reader, c.delay)
+		in = c.merged
+		defer func() {
+			if err != nil {
+				c.merged.Close()
+				_ = c.delay.Close()
+			}
+		}()
+	}
 	w := cfg.Worker
 	worker, err := dispatch.New(dispatch.Options{
-		Reader:          reader,
+		Reader:          in,
+		Tiers:           writers.tiers,
+		StatusTopic:     cfg.Kafka.Topics.DeliveryStatus,
+		RefundStatuses:  cfg.Refunds.Statuses,
+		Refunder:        engine,
 		Deliveries:      dispatch.Output{Topic: cfg.Kafka.Topics.Deliveries, Writer: writers.deliveries},
 		Suppressed:      writers.suppressedOutput(cfg.Kafka.Topics.Suppressed),
 		DeadLetter:      dispatch.Output{Topic: cfg.Kafka.Topics.DeadLetter, Writer: writers.deadLetter},
@@ -92,7 +132,8 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 	if err != nil {
 		return nil, err
 	}
-	return &consumer{worker: worker, reader: reader, writers: writers, lag: lag}, nil
+	c.worker = worker
+	return c, nil
 }
 
 // configError marks an error in what the configuration names (exit status 2,
@@ -105,10 +146,17 @@ func (configError) ExitCode() int   { return 2 }
 
 // checkTopics refuses to start when a configured topic is missing: the
 // worker would stall on its first write to it.
-func checkTopics(ctx context.Context, admin *kafka.Client, t config.Topics) error {
+func checkTopics(ctx context.Context, admin *kafka.Client, k *config.Kafka) error {
+	t := k.Topics
 	topics := map[string]string{"kafka.topics.input": t.Input, "kafka.topics.deliveries": t.Deliveries, "kafka.topics.dead_letter": t.DeadLetter}
 	if t.Suppressed != "" {
 		topics["kafka.topics.suppressed"] = t.Suppressed
+	}
+	if t.DeliveryStatus != "" {
+		topics["kafka.topics.delivery_status"] = t.DeliveryStatus
+	}
+	for i, d := range k.DelayTiers {
+		topics[fmt.Sprintf("kafka.delay_tiers[%d].topic", i)] = d.Topic
 	}
 	err := dispatch.CheckTopics(ctx, admin, topics)
 	if errors.Is(err, dispatch.ErrMissingTopic) {
@@ -129,6 +177,14 @@ func (c *consumer) run(ctx context.Context, log *slog.Logger) error {
 }
 
 func (c *consumer) close(log *slog.Logger) {
+	if c.merged != nil {
+		c.merged.Close()
+	}
+	if c.delay != nil {
+		if err := c.delay.Close(); err != nil {
+			log.Warn("close the delay tiers' reader", "error", err)
+		}
+	}
 	if err := c.reader.Close(); err != nil {
 		log.Warn("close kafka reader", "error", err)
 	}
@@ -170,11 +226,12 @@ type closingWriter interface {
 
 type writerSet struct {
 	deliveries, suppressed, deadLetter closingWriter
+	tiers                              []dispatch.Tier // their writers are *kafka.Writer
 }
 
 // newWriters builds a writer per output topic; on an error it closes the
 // ones it built.
-func newWriters(o dispatch.KafkaOptions, t config.Topics) (_ *writerSet, err error) {
+func newWriters(o dispatch.KafkaOptions, t config.Topics, tiers []config.DelayTier) (_ *writerSet, err error) {
 	ws := &writerSet{}
 	defer func() {
 		if err != nil {
@@ -194,6 +251,13 @@ func newWriters(o dispatch.KafkaOptions, t config.Topics) (_ *writerSet, err err
 		}
 		*w.dst = kw
 	}
+	for _, d := range tiers {
+		kw, err := dispatch.NewWriter(o, d.Topic)
+		if err != nil {
+			return nil, fmt.Errorf("writer for %s: %w", d.Topic, err)
+		}
+		ws.tiers = append(ws.tiers, dispatch.Tier{Delay: d.Delay.D(), Output: dispatch.Output{Topic: d.Topic, Writer: kw}})
+	}
 	return ws, nil
 }
 
@@ -212,5 +276,8 @@ func (ws *writerSet) close() {
 		if w != nil {
 			_ = w.Close()
 		}
+	}
+	for _, t := range ws.tiers {
+		_ = t.Writer.(closingWriter).Close()
 	}
 }

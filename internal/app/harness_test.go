@@ -29,11 +29,16 @@ import (
 
 // Topics of the end-to-end tests.
 const (
-	tIn   = "send-intents"
-	tDel  = "deliveries"
-	tSup  = "suppressed"
-	tDLQ  = "send-intents-dlq"
-	e2eS3 = "capper-segments"
+	tIn  = "send-intents"
+	tDel = "deliveries"
+	tSup = "suppressed"
+	tDLQ = "send-intents-dlq"
+	// The delay tiers and the delivery-status topic (defer_test.go).
+	tDelay1m  = "send-intents-delay-1m"
+	tDelay10m = "send-intents-delay-10m"
+	tDelay1h  = "send-intents-delay-1h"
+	tStatus   = "delivery-status"
+	e2eS3     = "capper-segments"
 )
 
 // fastClock runs factor times faster than the wall clock from a fixed start,
@@ -50,6 +55,18 @@ func newFastClock(factor time.Duration) *fastClock {
 }
 
 func (c *fastClock) Now() time.Time { return c.base.Add(time.Since(c.start) * c.factor) }
+
+// Sleep waits d of the fast clock.
+func (c *fastClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d / c.factor)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
 
 // e2e is one end-to-end environment: Kafka, S3 and Redis as real servers,
 // and the config a worker gets to run against them.
@@ -82,7 +99,7 @@ func newE2E(t *testing.T, mode string, redisArgs ...string) *e2e {
 	default:
 		t.Fatalf("mode %q", mode)
 	}
-	e.kafka = testenv.StartKafka(t, 4, []string{tIn, tDel, tSup, tDLQ})
+	e.kafka = testenv.StartKafka(t, 4, []string{tIn, tDel, tSup, tDLQ, tStatus, tDelay1m, tDelay10m, tDelay1h})
 	e.s3 = testenv.StartS3(t, e2eS3)
 	e.s3.SetEnv(t)
 	st, err := app.OpenSegmentStore(context.Background(), e.config(), nil)
@@ -200,7 +217,7 @@ func (e *e2e) start(name string, cfg *config.Config) *worker {
 		now = e.now
 	}
 	go func() {
-		w.done <- app.Run(ctx, app.Options{Config: cfg, Logger: logger, Registry: w.reg, Now: now, Build: cli.BuildOf("test", ""),
+		w.done <- app.Run(ctx, app.Options{Config: cfg, Logger: logger, Registry: w.reg, Now: now, Sleep: e.clock.Sleep, Build: cli.BuildOf("test", ""),
 			Started: func(addr string) { started <- addr }})
 	}()
 	select {

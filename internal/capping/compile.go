@@ -57,6 +57,7 @@ type policySet struct {
 
 type compiledPolicy struct {
 	limits []compiledLimit
+	quiet  *QuietHours
 }
 
 type compiledLimit struct {
@@ -82,7 +83,7 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 	byCanon := map[string]int{}
 	taken := map[uint32]bool{}
 	compile := func(p Policy) compiledPolicy {
-		var cp compiledPolicy
+		cp := compiledPolicy{quiet: p.QuietHours}
 		pi := len(ps.pols)
 		for li, l := range p.Limits {
 			canon := canonical(l.Where, l.Per)

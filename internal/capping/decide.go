@@ -59,8 +59,8 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 	out := make([]Decision, len(reqs))
 	calls := make([]call, 0, len(reqs))
 	set := e.set.Load()
-	defer named(out, set) // out's elements, whatever the return
-	asked := 0            // valid requests, exempt ones included
+	defer set.finish(reqs, out) // out's elements, whatever the return
+	asked := 0                  // valid requests, exempt ones included
 	var known periods
 	var pending map[uint64]bool
 	if e.refusals != nil {
@@ -171,10 +171,13 @@ func reply(cmd *redis.Cmd) (res int64, idem string, withIdem bool, err error) {
 	return 0, "", false, fmt.Errorf("script answered %v", v)
 }
 
-// named sets the policy version on every decision.
-func named(out []Decision, set *policySet) {
+// finish names the policy on every decision and defers the capped ones
+// whose limit says so (after the refusal cache saw them: it remembers what
+// Redis said, a capped limit).
+func (set *policySet) finish(reqs []Request, out []Decision) {
 	for i := range out {
 		out[i].Policy = set.name
+		set.deferral(&reqs[i], &out[i])
 	}
 }
 

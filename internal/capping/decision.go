@@ -33,7 +33,10 @@ type Request struct {
 	// over). The refusal cache does not answer it: only Redis knows whether
 	// that worker allowed it, and then it is a duplicate, not capped.
 	Redelivered bool
-	At          time.Time // decision time from the caller's clock
+	// DeferredSince is when the intent was first deferred (zero: never):
+	// it may wait at most its limit's max_defer from then.
+	DeferredSince time.Time
+	At            time.Time // decision time from the caller's clock
 }
 
 // RetryAfter says when a capped intent could be allowed. Never is a field of
@@ -48,7 +51,7 @@ type RetryAfter struct {
 
 // Decision is the engine's answer for one request.
 type Decision struct {
-	Outcome Outcome // Allowed, Capped, Duplicate or Exempt
+	Outcome Outcome // Allowed, Capped, Duplicate, Exempt or Deferred
 	// Policy is the version of the policy that decided (Options.PolicyVersion
 	// or SetPolicy's); every decision of a batch has the same.
 	Policy string
@@ -65,6 +68,12 @@ type Decision struct {
 	// asked for one it may not have and was decided normally.
 	Override        Override
 	OverrideRefused bool
+	// NotBefore (Deferred) is when to decide the intent again: when the
+	// slot frees, or quiet hours end (jittered).
+	NotBefore time.Time
+	// Reason says why it was deferred, or that a deferred intent was
+	// capped because it would wait past max_defer (ReasonExpired).
+	Reason Reason
 	// Err is a per-request failure; the other fields are meaningless then.
 	// Invalid requests wrap ErrInvalidRequest (they will never succeed);
 	// anything else is a Redis failure worth retrying later.

@@ -215,7 +215,9 @@ func (e *Engine) load(ctx context.Context, set *policySet) error {
 }
 
 // check validates a request. It returns the decision when Redis is not
-// asked (exempt, or an honoured bypass that is not counted); bypass reports
+// asked (quiet hours, exempt, or an honoured bypass that is not counted;
+// quiet hours hold back overrides too: they bypass caps, not the night);
+// bypass reports
 // an honoured bypass that is counted.
 func (set *policySet) check(r *Request) (d *Decision, bypass bool, err error) {
 	rules := &set.rules
@@ -233,7 +235,11 @@ func (set *policySet) check(r *Request) (d *Decision, bypass bool, err error) {
 	case r.At.IsZero() || r.At.Unix() <= 0 || r.At.Unix() > math.MaxUint32:
 		return nil, false, fmt.Errorf("%w: no decision time", ErrInvalidRequest)
 	}
-	if rules.IsExempt(r.Category) {
+	exempt := rules.IsExempt(r.Category)
+	if q := set.quiet(r, exempt); q != nil {
+		return q, false, nil
+	}
+	if exempt {
 		return &Decision{Outcome: Exempt, At: r.At}, false, nil
 	}
 	switch {

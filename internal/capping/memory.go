@@ -83,6 +83,7 @@ func (m *Memory) Decide(r *Request) Decision {
 		out.Override = Bypass
 	}
 	out.Policy = set.name
+	set.deferral(r, &out)
 	return out
 }
 

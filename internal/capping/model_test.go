@@ -38,6 +38,9 @@ type refUser struct {
 type refSend struct {
 	at int64 // unix s
 	r  Request
+	// gone: the scopes (refScope) a refund took the send out of; shared
+	// by the copies in sends and writes.
+	gone map[string]bool
 }
 
 func newRefModel(r Rules, idem time.Duration) *refModel {
@@ -181,7 +184,7 @@ func (m *refModel) decide(r Request) Decision {
 			}
 		}
 	}
-	s := refSend{at: now, r: r}
+	s := refSend{at: now, r: r, gone: map[string]bool{}}
 	u.sends = append(u.sends, s)
 	u.writes = append(u.writes, s)
 	return d
@@ -197,8 +200,9 @@ func (m *refModel) limitState(u *refUser, r Request, l Limit) (bool, RetryAfter)
 		return true, RetryAfter{Never: true}
 	}
 	var times []int64
+	scope := refScope(l.Where, l.Per)
 	for _, s := range u.sends {
-		if refMatches(l.Where, &s.r) && (l.Per != PerCampaign || s.r.Campaign == r.Campaign) {
+		if refMatches(l.Where, &s.r) && (l.Per != PerCampaign || s.r.Campaign == r.Campaign) && !s.gone[scope] {
 			times = append(times, s.at)
 		}
 	}
@@ -226,6 +230,90 @@ func (m *refModel) limitState(u *refUser, r Request, l Limit) (bool, RetryAfter)
 		return true, RetryAfter{In: time.Unix(end, 0).Sub(r.At)}
 	}
 	return true, RetryAfter{In: time.Unix(times[len(times)-allow]+w+1, 0).Sub(r.At)}
+}
+
+// refScope names what a limit counts: its where (each dimension as a set)
+// and per. Limits with the same name count the same sends.
+func refScope(w Where, per Per) string {
+	var b strings.Builder
+	for _, d := range [][]string{w.Channels, w.Tags, w.Categories, w.Campaigns} {
+		set := slices.Clone(d)
+		slices.Sort(set)
+		fmt.Fprintf(&b, "%q;", slices.Compact(set))
+	}
+	fmt.Fprint(&b, per == PerCampaign)
+	return b.String()
+}
+
+// refund gives back the slots of the send of id by the engine's rule,
+// stated on sends: among the user's recognised ids (those written within
+// the idempotency window before the last write), the latest with this id
+// was allowed at t along with k sends in all (itself included); it leaves
+// the count of each scope (and campaign, per campaign) that counts all k of
+// them at t, and stays in the others. The user's record must not have been
+// swept (a write within the idempotency window of the test's time).
+func (m *refModel) refund(uid uint64, id string) RefundResult {
+	u := m.users[uid]
+	if u == nil || len(u.writes) == 0 {
+		return RefundUnknown
+	}
+	last := u.writes[len(u.writes)-1].at
+	var known []refSend
+	for _, w := range u.writes {
+		if w.at >= last-m.idem {
+			known = append(known, w)
+		}
+	}
+	known = known[max(len(known)-maxIdem, 0):]
+	var target *refSend
+	for i := range known {
+		if known[i].r.IntentID == id {
+			target = &known[i]
+		}
+	}
+	if target == nil {
+		return RefundUnknown
+	}
+	k := 0
+	for _, w := range known {
+		if w.at == target.at {
+			k++
+		}
+	}
+	done := map[string]bool{}
+	res := RefundNothing
+	all := m.allLimits()
+	for _, l := range all {
+		scope := refScope(l.Where, l.Per)
+		if done[scope] || !refMatches(l.Where, &target.r) || target.gone[scope] {
+			continue
+		}
+		done[scope] = true
+		// A scope that only max-0 limits look at has no section.
+		if !slices.ContainsFunc(all, func(o Limit) bool { return o.Max > 0 && refScope(o.Where, o.Per) == scope }) {
+			continue
+		}
+		c := 0
+		for _, s := range u.sends {
+			if s.at == target.at && refMatches(l.Where, &s.r) && !s.gone[scope] &&
+				(l.Per != PerCampaign || s.r.Campaign == target.r.Campaign) {
+				c++
+			}
+		}
+		if c == k {
+			target.gone[scope], res = true, RefundApplied
+		}
+	}
+	return res
+}
+
+// allLimits are the limits of every policy of the rules.
+func (m *refModel) allLimits() []Limit {
+	all := slices.Clone(m.rules.Default.Limits)
+	for _, s := range m.rules.Segments {
+		all = append(all, s.Limits...)
+	}
+	return all
 }
 
 // Test traffic vocabularies.
@@ -256,6 +344,7 @@ type gen struct {
 	invalid  bool // also make a few invalid requests
 	noMoves  bool // users keep their segment
 	noBypass bool // no intent asks to bypass the caps
+	noZones  bool // users keep their time zone
 }
 
 func newGen(t testing.TB, seed uint64, users int, start time.Time) *gen {
@@ -364,7 +453,7 @@ func (g *gen) batch(n int) []Request {
 		case k < 6:
 			r.Override = BypassUncounted
 		}
-		if g.rng.IntN(30) == 0 { // the user moved to another time zone
+		if !g.noZones && g.rng.IntN(30) == 0 { // the user moved to another time zone
 			r.TimeZone = g.zones[g.rng.IntN(len(g.zones))]
 		}
 		if !g.noMoves && g.rng.IntN(20) == 0 { // the user moved to another segment
@@ -655,5 +744,138 @@ func TestModelCluster(t *testing.T) {
 		if calls := evalCalls(t, n.Client()); calls == 0 {
 			t.Errorf("master %d (%s) ran no script call", i, n.Addr())
 		}
+	}
+}
+
+// refundSide answers decisions and refunds: the system under test, or what
+// it is compared with.
+type refundSide struct {
+	decide func([]Request) []Decision
+	refund func([]RefundRequest) []RefundOutcome
+}
+
+// refundTraffic runs gen's random traffic with refunds mixed in: after most
+// batches, a few refunds of intents allowed (mostly recent ones, often one
+// sharing its second with another send of its user), refunded before, never
+// seen or invalid, of the users eligible accepts. Every answer of got must
+// be want's.
+func refundTraffic(t *testing.T, g *gen, seed uint64, intents int, got, want refundSide, eligible func(uint64) bool) {
+	t.Helper()
+	seen := map[string]int{}
+	var refunded []RefundRequest
+	for b, done := 0, 0; done < intents; b++ {
+		g.step(testRules())
+		reqs := g.batch(1 + g.rng.IntN(60))
+		gd, wd := got.decide(reqs), want.decide(reqs)
+		for i, r := range reqs {
+			if err := compare(gd[i], wd[i], compareOpts{}); err != nil {
+				t.Fatalf("seed %d batch %d request %d %+v:\n%v", seed, b, i, r, err)
+			}
+			if gd[i].Err != nil {
+				seen["invalid"]++
+			} else {
+				seen[gd[i].Outcome.String()]++
+			}
+			if wd[i].Err == nil && wd[i].Outcome == Allowed {
+				g.allowed = append(g.allowed, refSend{at: r.At.Unix(), r: r})
+			}
+		}
+		done += len(reqs)
+		if g.rng.IntN(3) == 0 || len(g.allowed) == 0 {
+			continue
+		}
+		// Recent sends that share their second with another of their user's.
+		var twins []refSend
+		type second struct {
+			uid uint64
+			at  int64
+		}
+		n := map[second]int{}
+		recent := g.allowed[max(len(g.allowed)-300, 0):]
+		for _, a := range recent {
+			n[second{a.r.UserID, a.at}]++
+		}
+		for _, a := range recent {
+			if n[second{a.r.UserID, a.at}] > 1 {
+				twins = append(twins, a)
+			}
+		}
+		var refs []RefundRequest
+		for range 1 + g.rng.IntN(8) {
+			r := RefundRequest{UserID: g.users[g.rng.IntN(len(g.users))], IntentID: "never"}
+			switch k := g.rng.IntN(100); {
+			case k < 25 && len(twins) > 0:
+				a := twins[g.rng.IntN(len(twins))].r
+				r = RefundRequest{UserID: a.UserID, IntentID: a.IntentID}
+			case k < 60:
+				a := g.allowed[max(len(g.allowed)-1-g.rng.IntN(20), 0)].r
+				r = RefundRequest{UserID: a.UserID, IntentID: a.IntentID}
+			case k < 75:
+				a := g.allowed[g.rng.IntN(len(g.allowed))].r
+				r = RefundRequest{UserID: a.UserID, IntentID: a.IntentID}
+			case k < 88 && len(refunded) > 0:
+				r = refunded[g.rng.IntN(len(refunded))]
+			case k >= 97:
+				r.IntentID = strings.Repeat("x", g.rng.IntN(2)*(MaxIntentID+1))
+			}
+			if eligible(r.UserID) {
+				refs = append(refs, r)
+			}
+		}
+		gr, wr := got.refund(refs), want.refund(refs)
+		for i, r := range refs {
+			if (wr[i].Err == nil) != (gr[i].Err == nil) || wr[i].Err == nil && gr[i].Result != wr[i].Result {
+				t.Fatalf("seed %d batch %d: refund %d %+v: %+v, want %+v", seed, b, i, r, gr[i], wr[i])
+			}
+			if gr[i].Err != nil {
+				seen["refund invalid"]++
+				continue
+			}
+			seen["refund "+gr[i].Result.String()]++
+			if gr[i].Result == RefundApplied {
+				refunded = append(refunded, r)
+			}
+		}
+	}
+	t.Logf("seed %d: %v", seed, seen)
+	for _, o := range []string{"allowed", "capped", "duplicate", "refund applied", "refund unknown", "refund nothing", "refund invalid"} {
+		if seen[o] == 0 {
+			t.Errorf("no %s in the run: the traffic no longer exercises it", o)
+		}
+	}
+}
+
+// TestRefundModel: random traffic with refunds, on a single node (with the
+// refusal cache) and a cluster, answered as the reference model does. The
+// traffic keeps every send under the caps of one policy and time zone per
+// user (no bypass, no moves between segments or zones): the older times the decide script drops from
+// a section beyond its largest max are then counted by no limit of the
+// user's, and a refund from such a section frees no slot they hold (see
+// Engine.Refund).
+func TestRefundModel(t *testing.T) {
+	single := testenv.StartRedis(t, testenv.RedisOptions{}).Client()
+	cluster := testenv.StartCluster(t, 3).Client()
+	for i, c := range []redis.UniversalClient{single, cluster} {
+		t.Run([]string{"single", "cluster"}[i], func(t *testing.T) {
+			idem := 2 * time.Hour
+			o := Options{IdempotencyWindow: idem, KeyPrefix: fmt.Sprint("rm", i)}
+			if i == 0 {
+				o.RefusalCacheSize, o.RefusalCacheTTL = 10_000, time.Hour
+			}
+			e := newEngine(t, c, o)
+			m := newRefModel(e.set.Load().rules, idem)
+			seed := *modelSeed + uint64(i) + 40
+			g := newGen(t, seed, 300, autumn)
+			g.invalid, g.noBypass, g.noMoves, g.noZones = true, true, true, true
+			model := oneByOne(func(r *Request) Decision { return m.decide(*r) },
+				func(r RefundRequest) RefundResult { return m.refund(r.UserID, r.IntentID) })
+			// A record is never swept while its user wrote within the
+			// idempotency window (the key life is at least that).
+			recent := func(uid uint64) bool {
+				u := m.users[uid]
+				return u == nil || len(u.writes) == 0 || u.writes[len(u.writes)-1].at >= g.now.Unix()-m.idem
+			}
+			refundTraffic(t, g, seed, 8000, engineSide(t, e), model, recent)
+		})
 	}
 }

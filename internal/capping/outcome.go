@@ -5,7 +5,7 @@ package capping
 import "strconv"
 
 // Outcome is what happened to one intent. It is capper's one vocabulary of
-// outcomes: the engine answers with Allowed, Capped, Duplicate or Exempt, the
+// outcomes: the engine answers with Allowed, Capped, Duplicate, Exempt or Deferred, the
 // worker adds the others, and String is the word every surface uses (the
 // capper_intents_total label, logs, `capper inspect`, the demo's report).
 // The capper-decision header is derived from it in one place (dispatch).
@@ -19,6 +19,7 @@ const (
 	ShadowCapped                // shadow mode: would have been capped; forwarded, not recorded
 	FailOpen                    // Redis could not decide; forwarded unchecked, not recorded
 	Invalid                     // could not be decoded or validated; dead-lettered
+	Deferred                    // held back (a cap with on_cap: defer, quiet hours); decided again later
 )
 
 var outcomeNames = [...]string{
@@ -29,6 +30,7 @@ var outcomeNames = [...]string{
 	ShadowCapped: "shadow_capped",
 	FailOpen:     "fail_open",
 	Invalid:      "invalid",
+	Deferred:     "deferred",
 }
 
 func (o Outcome) String() string {

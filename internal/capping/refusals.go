@@ -272,3 +272,9 @@ func (f *refusal) staleAfterSend(set *policySet, c callPlan) bool {
 
 // forget drops everything remembered.
 func (rc *refusals) forget() { rc.users.Purge() }
+
+// forgetUser drops what is remembered of one user: a refund freed a slot
+// that a remembered refusal would still call full. (A batch in flight may
+// add the user back with a stale refusal; that only caps until its
+// retry-after or TTL.)
+func (rc *refusals) forgetUser(user uint64) { rc.users.Remove(user) }

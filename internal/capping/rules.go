@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -151,10 +150,18 @@ type Limit struct {
 	Where    Where
 	Per      Per
 	Reserve  Reserve
+	// OnCap says what becomes of an intent this limit caps: Suppress (the
+	// zero value) or Defer, for at most MaxDefer (defer.go).
+	OnCap    OnCap
+	MaxDefer time.Duration
 }
 
 // Policy is the limits of one segment; every limit that applies must pass.
-type Policy struct{ Limits []Limit }
+// QuietHours (nil: none) holds its intents back at night (defer.go).
+type Policy struct {
+	Limits     []Limit
+	QuietHours *QuietHours
+}
 
 // Segment is the policy of one segment.
 type Segment struct {
@@ -297,6 +304,10 @@ func (p Policy) problems(ps *problems, path string, channels, categories map[str
 		}
 		seen[l.Name] = true
 		l.problems(ps, at, channels, categories)
+		l.deferProblems(ps, at)
+	}
+	if q := p.QuietHours; q != nil {
+		q.problems(ps, path+".quiet_hours", channels)
 	}
 }
 
@@ -350,25 +361,6 @@ func (l Limit) problems(ps *problems, at string, channels, categories map[string
 			ps.add(fmt.Sprintf("%s.where.campaigns[%d]", at, i), "is empty")
 		}
 	}
-}
-
-// ValidTag reports whether an intent may name t as a tag: 1 to MaxTagBytes
-// bytes of printable characters, no spaces.
-func ValidTag(t string) bool {
-	if t == "" || len(t) > MaxTagBytes {
-		return false
-	}
-	for _, c := range t {
-		if c <= ' ' || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// validName: names end up in Redis keys and message headers.
-func validName(s string) bool {
-	return s != "" && len(s) <= 64 && !strings.ContainsAny(s, "{}: \t\r\n")
 }
 
 // PolicyOf returns the policy of a segment: its own, or Default for a

@@ -149,3 +149,22 @@ func campaignHash(campaign string) [3]byte {
 	binary.BigEndian.PutUint64(b[:], xxhash.Sum64String(campaign))
 	return [3]byte{b[0], b[1], b[2]}
 }
+
+// ValidTag reports whether an intent may name t as a tag: 1 to MaxTagBytes
+// bytes of printable characters, no spaces.
+func ValidTag(t string) bool {
+	if t == "" || len(t) > MaxTagBytes {
+		return false
+	}
+	for _, c := range t {
+		if c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validName: names end up in Redis keys and message headers.
+func validName(s string) bool {
+	return s != "" && len(s) <= 64 && !strings.ContainsAny(s, "{}: \t\r\n")
+}

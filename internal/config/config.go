@@ -22,6 +22,7 @@ type Config struct {
 	Policy   PolicySource `yaml:"policy"`
 	Segments Segments     `yaml:"segments"`
 	Worker   Worker       `yaml:"worker"`
+	Refunds  Refunds      `yaml:"refunds"`
 	HTTP     HTTP         `yaml:"http"`
 	Log      Log          `yaml:"log"`
 
@@ -52,6 +53,17 @@ type Kafka struct {
 	WriteTimeout      Duration `yaml:"write_timeout"`
 	MaxIntentBytes    int      `yaml:"max_intent_bytes"`
 	LagInterval       Duration `yaml:"lag_interval"`
+	// DelayTiers are the topics deferred intents wait in, shortest delay
+	// first (none: a policy that defers is refused). DelayGroupID is the
+	// consumer group that reads them (default <group_id>-delay).
+	DelayTiers   []DelayTier `yaml:"delay_tiers"`
+	DelayGroupID string      `yaml:"delay_group_id"`
+}
+
+// DelayTier is one delay tier: a topic whose records wait up to Delay.
+type DelayTier struct {
+	Delay Duration `yaml:"delay"`
+	Topic string   `yaml:"topic"`
 }
 
 // Topics names the input and output topics.
@@ -60,6 +72,14 @@ type Topics struct {
 	Deliveries string `yaml:"deliveries"`
 	Suppressed string `yaml:"suppressed"`
 	DeadLetter string `yaml:"dead_letter"`
+	// DeliveryStatus is the topic of delivery statuses that can refund a
+	// send (empty: no refunds).
+	DeliveryStatus string `yaml:"delivery_status"`
+}
+
+// Refunds says which delivery statuses give a send's slot back.
+type Refunds struct {
+	Statuses []string `yaml:"statuses"`
 }
 
 // TLS is a client TLS setting shared by Kafka and Redis.
@@ -249,9 +269,18 @@ func Default() Config {
 			RetryMax:        Duration(5 * time.Second),
 			ShutdownTimeout: Duration(25 * time.Second),
 		},
-		HTTP: HTTP{Address: ":9090"},
-		Log:  Log{Level: "info", Format: "json"},
+		Refunds: Refunds{Statuses: []string{"failed", "bounced", "rejected"}},
+		HTTP:    HTTP{Address: ":9090"},
+		Log:     Log{Level: "info", Format: "json"},
 	}
+}
+
+// DelayGroup is the consumer group of the delay tiers.
+func (k *Kafka) DelayGroup() string {
+	if k.DelayGroupID != "" {
+		return k.DelayGroupID
+	}
+	return k.GroupID + "-delay"
 }
 
 // SegmentNames returns the configured segments in priority order.

@@ -38,6 +38,7 @@ func (c *Config) Validate() error {
 	c.validatePolicy(&p)
 	c.Segments.validate(&p)
 	c.Worker.validate(&p)
+	c.Refunds.validate(&p, c.Kafka.Topics.DeliveryStatus)
 	c.HTTP.validate(&p)
 	c.Log.validate(&p)
 	return p.err()
@@ -127,6 +128,50 @@ func (k *Kafka) validate(p *problems) {
 	}
 	if k.MaxIntentBytes <= 0 {
 		p.add("kafka.max_intent_bytes", "must be above 0, got %d", k.MaxIntentBytes)
+	}
+	k.validateDelay(p, seen)
+}
+
+// validateDelay checks the delay tiers and the delivery-status topic; taken
+// holds the output topics by value.
+func (k *Kafka) validateDelay(p *problems, taken map[string]string) {
+	taken[k.Topics.Input] = "kafka.topics.input"
+	if s := k.Topics.DeliveryStatus; s != "" {
+		if other, dup := taken[s]; dup {
+			p.add("kafka.topics.delivery_status", "%q is also %s", s, other)
+		}
+		taken[s] = "kafka.topics.delivery_status"
+	}
+	for i, t := range k.DelayTiers {
+		at := fmt.Sprintf("kafka.delay_tiers[%d]", i)
+		switch {
+		case t.Delay < Duration(time.Second):
+			p.add(at+".delay", "must be at least 1s, got %s", t.Delay.D())
+		case i > 0 && t.Delay <= k.DelayTiers[i-1].Delay:
+			p.add(at+".delay", "%s must be above the previous tier's %s (shortest first)", t.Delay.D(), k.DelayTiers[i-1].Delay.D())
+		}
+		if t.Topic == "" {
+			p.add(at+".topic", "is required")
+			continue
+		}
+		if other, dup := taken[t.Topic]; dup {
+			p.add(at+".topic", "%q is also %s; every tier needs its own topic", t.Topic, other)
+		}
+		taken[t.Topic] = at + ".topic"
+	}
+	if len(k.DelayTiers) > 0 && k.DelayGroup() == k.GroupID {
+		p.add("kafka.delay_group_id", "%q is also kafka.group_id: the tiers need a group of their own", k.DelayGroupID)
+	}
+}
+
+func (r *Refunds) validate(p *problems, topic string) {
+	if topic != "" && len(r.Statuses) == 0 {
+		p.add("refunds.statuses", "at least one status is required with kafka.topics.delivery_status")
+	}
+	for i, s := range r.Statuses {
+		if s == "" || len(s) > 64 {
+			p.add(fmt.Sprintf("refunds.statuses[%d]", i), "%q must be 1 to 64 bytes", s)
+		}
 	}
 }
 

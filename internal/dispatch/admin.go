@@ -69,9 +69,13 @@ func CheckTopics(ctx context.Context, c *kafka.Client, topics map[string]string)
 
 // LagOptions configures a LagReporter; all are required but the plumbing.
 type LagOptions struct {
-	Client   *kafka.Client
-	Group    string
-	Topic    string
+	Client *kafka.Client
+	Group  string
+	Topic  string
+	// Waiting: Topic is a delay tier's, and the gauge is
+	// capper_deferred_waiting{topic}, the intents waiting in it (its
+	// partitions' lag summed), instead of capper_kafka_consumer_lag.
+	Waiting  bool
 	Interval time.Duration
 	// Registerer receives capper_kafka_consumer_lag; nil registers nothing.
 	Registerer prometheus.Registerer
@@ -86,6 +90,7 @@ type LagOptions struct {
 type LagReporter struct {
 	o   LagOptions
 	lag *prometheus.GaugeVec
+	set func(partition int, lag int64)
 }
 
 // NewLagReporter checks the options and registers the gauge.
@@ -96,10 +101,59 @@ func NewLagReporter(o LagOptions) (*LagReporter, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &LagReporter{o: o, lag: promauto.With(o.Registerer).NewGaugeVec(prometheus.GaugeOpts{
+	l := &LagReporter{o: o}
+	if o.Waiting {
+		// One gauge vector for every tier: the first reporter registers it.
+		l.lag = waitingGauge(o.Registerer)
+		var sum map[int]int64
+		l.set = func(p int, lag int64) {
+			if p < 0 { // a refresh starts
+				sum = map[int]int64{}
+				return
+			}
+			sum[p] = lag
+			var n int64
+			for _, v := range sum {
+				n += v
+			}
+			l.lag.WithLabelValues(o.Topic).Set(float64(n))
+		}
+		return l, nil
+	}
+	l.lag = promauto.With(o.Registerer).NewGaugeVec(prometheus.GaugeOpts{
 		Name: "capper_kafka_consumer_lag",
 		Help: "Records of the input topic not yet committed by the consumer group (high watermark minus committed offset), by partition, from the brokers every kafka.lag_interval.",
-	}, []string{"partition"})}, nil
+	}, []string{"partition"})
+	l.set = func(p int, lag int64) {
+		if p >= 0 {
+			l.lag.WithLabelValues(strconv.Itoa(p)).Set(float64(lag))
+		}
+	}
+	return l, nil
+}
+
+var waitingOpts = prometheus.GaugeOpts{
+	Name: "capper_deferred_waiting",
+	Help: "Deferred intents waiting in a delay tier (its records not yet committed by the tiers' consumer group), by topic, from the brokers every kafka.lag_interval.",
+}
+
+// RegisterDeferredWaiting registers capper_deferred_waiting (once per
+// registry): a worker without delay tiers exports it too, empty.
+func RegisterDeferredWaiting(reg prometheus.Registerer) { waitingGauge(reg) }
+
+// waitingGauge registers capper_deferred_waiting once per registry.
+func waitingGauge(reg prometheus.Registerer) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(waitingOpts, []string{"topic"})
+	if reg == nil {
+		return g
+	}
+	if err := reg.Register(g); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			return are.ExistingCollector.(*prometheus.GaugeVec)
+		}
+	}
+	return g
 }
 
 // Run refreshes the gauge at once and then every Interval until ctx ends;
@@ -160,6 +214,7 @@ func (l *LagReporter) Refresh(ctx context.Context) error {
 	case committed.Error != nil:
 		return fmt.Errorf("committed offsets of group %s: %w", l.o.Group, committed.Error)
 	}
+	l.set(-1, 0)
 	done := map[int]int64{}
 	for _, p := range committed.Topics[l.o.Topic] {
 		if p.Error == nil {
@@ -174,7 +229,7 @@ func (l *LagReporter) Refresh(ctx context.Context) error {
 		if !ok || start < 0 {
 			start = po.FirstOffset // nothing committed: all that is kept is behind
 		}
-		l.lag.WithLabelValues(strconv.Itoa(po.Partition)).Set(float64(max(po.LastOffset-start, 0)))
+		l.set(po.Partition, max(po.LastOffset-start, 0))
 	}
 	return nil
 }

@@ -32,6 +32,17 @@ type record struct {
 	// decision is the final one: the engine's, or Invalid, FailOpen, or
 	// ShadowCapped for what the engine capped in shadow mode.
 	decision capping.Decision
+	// asked: the engine decided it (decision is its answer).
+	asked bool
+	// delayed: it came from a delay tier, deferred as def says; hop: it is
+	// not due yet and goes on to the next tier undecided.
+	delayed, hop bool
+	def          deferral
+	dueAt        time.Time // deferred: when its tier hands it over (route)
+	// status: a delivery-status record (no output unless invalid); refund
+	// is what became of it.
+	status bool
+	refund string
 }
 
 // decideBatch decodes the messages, resolves segments from one snapshot and
@@ -46,10 +57,35 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		// the policy that made them.
 		b.policy = w.o.Policy()
 	}
+	now := w.o.Now().Truncate(time.Millisecond) // of the records not decided
 	reqs := make([]capping.Request, 0, len(msgs))
+	var refunds []refundReq
 	for i := range msgs {
-		rec := &b.records[i]
-		in, err := w.o.Decoder.Decode(msgs[i].Key, msgs[i].Value)
+		m, rec := &msgs[i], &b.records[i]
+		switch {
+		case m.Topic == w.o.StatusTopic:
+			rec.status = true
+			if r, ok := w.readStatus(m, rec); ok {
+				refunds = append(refunds, refundReq{i, r})
+			}
+			continue
+		case w.tiers[m.Topic]:
+			rec.delayed = true
+			if rec.def, rec.invalid = readDeferral(m.Headers); rec.invalid != nil {
+				rec.decision.Outcome = capping.Invalid
+				continue
+			}
+			if rec.def.notBefore.After(now) {
+				// Not due yet (its tier was shorter than its wait): on to
+				// the next tier, undecided. Its value was checked when it
+				// was first deferred.
+				rec.hop, rec.segment = true, rec.def.segment
+				rec.decision = capping.Decision{Outcome: capping.Deferred, At: now, NotBefore: rec.def.notBefore,
+					Reason: rec.def.reason, Limit: rec.def.limit}
+				continue
+			}
+		}
+		in, err := w.o.Decoder.Decode(m.Key, m.Value)
 		if err != nil {
 			if !errors.As(err, &rec.invalid) {
 				rec.invalid = &InvalidError{Field: "value", Reason: err.Error()}
@@ -59,8 +95,14 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		}
 		rec.segment = snap.Lookup(in.UserID)
 		r := NewRequest(&in, rec.segment)
-		r.Redelivered = w.redelivered(&msgs[i])
+		r.Redelivered = w.redelivered(m)
+		r.DeferredSince = rec.def.since
 		reqs = append(reqs, r)
+		rec.asked = true
+	}
+	// Refunds first: a slot they free is there for this batch's intents.
+	if err := w.refund(ctx, b.records, refunds); err != nil {
+		return nil, err
 	}
 	decisions, err := w.decide(ctx, reqs)
 	if err != nil {
@@ -69,13 +111,18 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 	j := 0
 	for i := range b.records {
 		rec := &b.records[i]
-		if rec.invalid != nil {
+		if !rec.asked {
 			continue
 		}
 		rec.decision = decisions[j]
 		j++
-		if w.o.Shadow && rec.decision.Outcome == capping.Capped {
-			rec.decision.Outcome = capping.ShadowCapped
+		switch o := &rec.decision.Outcome; {
+		case w.o.Shadow && (*o == capping.Capped || *o == capping.Deferred):
+			*o = capping.ShadowCapped
+		case *o == capping.Deferred && len(w.o.Tiers) == 0:
+			// The app refuses a policy that defers without tiers; should
+			// one get here, the intent is capped rather than lost.
+			*o = capping.Capped
 		}
 	}
 	return b, nil
@@ -91,6 +138,11 @@ func NewRequest(in *Intent, segment string) capping.Request {
 		Campaign: in.CampaignID, Channel: in.Channel, Category: in.Category,
 		Tags: in.Tags, Priority: in.Priority, TimeZone: in.TimeZone, Override: in.Override,
 	}
+}
+
+type topicPartition struct {
+	topic     string
+	partition int
 }
 
 // rebalanceCounter is a Reader that counts its group's rebalances
@@ -120,10 +172,11 @@ func (w *Worker) noteRebalance() {
 // that worker allowed must be answered a duplicate, which only Redis knows,
 // so the refusal cache may not answer it (capping.Request.Redelivered).
 func (w *Worker) redelivered(m *kafka.Message) bool {
-	h, ok := w.takeover[m.Partition]
+	tp := topicPartition{m.Topic, m.Partition}
+	h, ok := w.takeover[tp]
 	if !ok {
 		h = m.HighWaterMark
-		w.takeover[m.Partition] = h
+		w.takeover[tp] = h
 	}
 	return m.Offset < h
 }

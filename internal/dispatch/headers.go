@@ -56,6 +56,7 @@ var decisionValue = map[capping.Outcome][]byte{
 	capping.Exempt:       []byte(DecisionExempt),
 	capping.ShadowCapped: []byte(DecisionShadowCapped),
 	capping.Capped:       []byte(DecisionCapped),
+	capping.Deferred:     []byte(DecisionDeferred),
 }
 
 // overrideValue is the capper-override of an honoured override (in
@@ -125,6 +126,7 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 					return strconv.AppendInt(b, d.RetryAfter.In.Milliseconds(), 10)
 				})})
 		}
+		add = hb.deferral(add, rec)
 		switch {
 		case d.Override != capping.NoOverride:
 			add = append(add, kafka.Header{Key: HeaderOverride, Value: overrideValue[d.Override]})
@@ -149,6 +151,10 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 		}
 	}
 	h = append(h, add...)
+	if rec.delayed && rec.def.source != nil {
+		// The intent's own input record, whichever tier it came through.
+		return append(h, kafka.Header{Key: HeaderSource, Value: rec.def.source})
+	}
 	return append(h, kafka.Header{Key: HeaderSource, Value: hb.bytes(func(b []byte) []byte {
 		b = append(b, m.Topic...)
 		b = append(b, '/')
@@ -156,6 +162,42 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 		b = append(b, '/')
 		return strconv.AppendInt(b, m.Offset, 10)
 	})})
+}
+
+// deferral adds the delay path's headers: to a deferred record what its
+// next tier and its next decision need, to a decided one that came through
+// the tiers how long it was held.
+func (hb *headerBuilder) deferral(add []kafka.Header, rec *record) []kafka.Header {
+	d := &rec.decision
+	if d.Reason != capping.NoReason {
+		add = append(add, kafka.Header{Key: HeaderReason, Value: hb.name(d.Reason.String())})
+	}
+	count, since := rec.def.count, rec.def.since
+	if d.Outcome == capping.Deferred {
+		if !rec.hop {
+			count++
+			if since.IsZero() {
+				since = d.At
+			}
+		}
+		add = append(add,
+			kafka.Header{Key: HeaderNotBefore, Value: hb.time(d.NotBefore)},
+			kafka.Header{Key: HeaderDueAt, Value: hb.time(rec.dueAt)})
+		if d.Reason == capping.ReasonCap && d.Limit != "" {
+			add = append(add, kafka.Header{Key: HeaderLimit, Value: hb.name(d.Limit)})
+		}
+	}
+	if count > 0 {
+		add = append(add,
+			kafka.Header{Key: HeaderDeferredCount, Value: hb.bytes(func(b []byte) []byte { return strconv.AppendInt(b, int64(count), 10) })},
+			kafka.Header{Key: HeaderDeferredSince, Value: hb.time(since)})
+	}
+	return add
+}
+
+// time formats t like capper-decided-at, in the arena.
+func (hb *headerBuilder) time(t time.Time) []byte {
+	return hb.bytes(func(b []byte) []byte { return t.UTC().AppendFormat(b, TimeLayout) })
 }
 
 func (hb *headerBuilder) name(s string) []byte {

@@ -132,24 +132,30 @@ func (d *Decoder) DecodeValue(value []byte) (Intent, error) {
 }
 
 func (d *Decoder) decode(key, value []byte, keyed bool) (Intent, error) {
-	switch {
-	case len(value) == 0:
-		// kafka-go reads a null and a 0-byte value alike.
-		return Intent{}, invalid("value", "empty: a null or 0-byte value is not an intent")
-	case len(value) > d.maxBytes:
-		return Intent{}, invalid("value", "%d bytes, above the limit of %d (kafka.max_intent_bytes)", len(value), d.maxBytes)
-	}
-	if i := invalidUTF8(value); i >= 0 {
-		return Intent{}, invalid("value", "not valid UTF-8: byte %#02x at offset %d", value[i], i)
-	}
-	if !json.Valid(value) {
-		return Intent{}, invalid("value", "not valid JSON: %s", syntaxError(value))
-	}
 	var f fields
-	if err := f.scan(value); err != nil {
+	if err := d.scan(value, "an intent", &f); err != nil {
 		return Intent{}, err
 	}
 	return d.validate(key, keyed, &f)
+}
+
+// scan checks what every record capper reads must be (a JSON object of
+// valid UTF-8, not too large, no key twice) and finds its fields.
+func (d *Decoder) scan(value []byte, what string, f *fields) error {
+	switch {
+	case len(value) == 0:
+		// kafka-go reads a null and a 0-byte value alike.
+		return invalid("value", "empty: a null or 0-byte value is not %s", what)
+	case len(value) > d.maxBytes:
+		return invalid("value", "%d bytes, above the limit of %d (kafka.max_intent_bytes)", len(value), d.maxBytes)
+	}
+	if i := invalidUTF8(value); i >= 0 {
+		return invalid("value", "not valid UTF-8: byte %#02x at offset %d", value[i], i)
+	}
+	if !json.Valid(value) {
+		return invalid("value", "not valid JSON: %s", syntaxError(value))
+	}
+	return f.scan(value)
 }
 
 func (d *Decoder) validate(key []byte, keyed bool, f *fields) (Intent, error) {
@@ -240,6 +246,7 @@ func (d *Decoder) validate(key []byte, keyed bool, f *fields) (Intent, error) {
 type fields struct {
 	id, userID, campaignID, channel, category, createdAt json.RawValue
 	tags, priority, timeZone, override                   json.RawValue
+	status, at                                           json.RawValue // a delivery status's
 }
 
 func (f *fields) slot(name []byte) *json.RawValue {
@@ -264,6 +271,10 @@ func (f *fields) slot(name []byte) *json.RawValue {
 		return &f.timeZone
 	case "capping":
 		return &f.override
+	case "status":
+		return &f.status
+	case "at":
+		return &f.at
 	}
 	return nil
 }

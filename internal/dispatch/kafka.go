@@ -98,6 +98,10 @@ func (o KafkaOptions) validate() error {
 	return nil
 }
 
+func (o KafkaOptions) dialer() *kafka.Dialer {
+	return &kafka.Dialer{ClientID: o.ClientID, Timeout: 10 * time.Second, DualStack: true, TLS: o.TLS, SASLMechanism: o.SASL}
+}
+
 // NewReader returns a consumer-group reader for topic, set up against
 // kafka-go's defaults that do not fit a worker that must not lose intents:
 //   - CommitInterval 0: commits are synchronous, so CommitMessages returns the
@@ -105,7 +109,7 @@ func (o KafkaOptions) validate() error {
 //   - MaxWait lowered from 10s: a long fetch wait also stalls rebalances and
 //     Close.
 //   - QueueCapacity above the batch size, so a batch fills from memory.
-func NewReader(o KafkaOptions, topic string) (*kafka.Reader, error) {
+func NewReader(o KafkaOptions, topics ...string) (*kafka.Reader, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
@@ -121,16 +125,9 @@ func NewReader(o KafkaOptions, topic string) (*kafka.Reader, error) {
 		return nil, fmt.Errorf("kafka start_offset: %q is not earliest or latest", o.StartOffset)
 	}
 	cfg := kafka.ReaderConfig{
-		Brokers: o.Brokers,
-		GroupID: o.GroupID,
-		Topic:   topic,
-		Dialer: &kafka.Dialer{
-			ClientID:      o.ClientID,
-			Timeout:       10 * time.Second,
-			DualStack:     true,
-			TLS:           o.TLS,
-			SASLMechanism: o.SASL,
-		},
+		Brokers:               o.Brokers,
+		GroupID:               o.GroupID,
+		Dialer:                o.dialer(),
 		QueueCapacity:         2 * o.BatchSize,
 		MaxWait:               o.FetchMaxWait,
 		ReadBatchTimeout:      max(o.FetchMaxWait, time.Second),
@@ -143,8 +140,13 @@ func NewReader(o KafkaOptions, topic string) (*kafka.Reader, error) {
 		StartOffset:           start,
 		ErrorLogger:           errorLogger(o.Logger, "kafka reader"),
 	}
+	if len(topics) == 1 {
+		cfg.Topic = topics[0]
+	} else {
+		cfg.GroupTopics = topics
+	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("kafka reader for %s: %w", topic, err)
+		return nil, fmt.Errorf("kafka reader for %v: %w", topics, err)
 	}
 	return kafka.NewReader(cfg), nil
 }

@@ -24,6 +24,11 @@ type metrics struct {
 	refused      *prometheus.CounterVec
 	commitErrors prometheus.Counter
 	overrides    *prometheus.CounterVec
+	deferred     *prometheus.CounterVec
+	hops         prometheus.Counter
+	dueLag       prometheus.Histogram
+	expired      prometheus.Counter
+	refunds      *prometheus.CounterVec
 }
 
 // newMetrics registers the worker's metrics on reg and starts every series
@@ -75,6 +80,33 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 			Name: "capper_overrides_total",
 			Help: "Intents that asked to bypass the caps, by result: bypass and bypass-uncounted (honoured), refused (not allowed for the intent's campaign and category; decided normally).",
 		}, []string{"result"}),
+		deferred: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "capper_deferred_total",
+			Help: "Intents deferred to a delay tier, by reason: cap (a limit with on_cap: defer is full) or quiet-hours. A deferred intent deferred again counts again.",
+		}, []string{"reason"}),
+		hops: f.NewCounter(prometheus.CounterOpts{
+			Name: "capper_defer_hops_total",
+			Help: "Deferred intents passed from one delay tier to the next, not due yet.",
+		}),
+		dueLag: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "capper_defer_due_lag_seconds",
+			Help:    "How late a deferred intent was decided again after its capper-not-before (tier granularity, a paused or lagging worker).",
+			Buckets: prometheus.ExponentialBuckets(0.1, 2, 16),
+		}),
+		expired: f.NewCounter(prometheus.CounterOpts{
+			Name: "capper_defer_expired_total",
+			Help: "Deferred intents capped because their slot would free only past max_defer (capper-reason: defer-expired).",
+		}),
+		refunds: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "capper_refunds_total",
+			Help: "Delivery statuses read, by result: applied (a send's slot given back), unknown (no such id in the user's log), nothing (already refunded, or out of every window), ignored (a status that does not refund), failed (Redis down with on_redis_error: allow).",
+		}, []string{"result"}),
+	}
+	for _, r := range []capping.Reason{capping.ReasonCap, capping.ReasonQuiet} {
+		m.deferred.WithLabelValues(r.String())
+	}
+	for _, r := range refundResults {
+		m.refunds.WithLabelValues(r)
 	}
 	for _, t := range topics {
 		m.writeErrors.WithLabelValues(t)
@@ -102,7 +134,25 @@ func (w *Worker) observe(b *batch) {
 	w.m.batchSize.Observe(float64(len(b.msgs)))
 	for i := range b.records {
 		rec := &b.records[i]
-		w.m.intents.WithLabelValues(rec.decision.Outcome.String(), rec.segment).Inc()
+		switch {
+		case rec.status && rec.invalid == nil:
+			w.m.refunds.WithLabelValues(rec.refund).Inc()
+			continue
+		case rec.hop:
+			w.m.hops.Inc()
+			continue
+		}
+		d := &rec.decision
+		switch {
+		case d.Outcome == capping.Deferred:
+			w.m.deferred.WithLabelValues(d.Reason.String()).Inc()
+		case d.Reason == capping.ReasonExpired:
+			w.m.expired.Inc()
+		}
+		if rec.delayed && rec.asked {
+			w.m.dueLag.Observe(max(d.At.Sub(rec.def.notBefore).Seconds(), 0))
+		}
+		w.m.intents.WithLabelValues(d.Outcome.String(), rec.segment).Inc()
 		if rec.invalid != nil {
 			w.m.invalid.WithLabelValues(rec.invalid.Field).Inc()
 		}

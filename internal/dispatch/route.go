@@ -3,6 +3,8 @@ package dispatch
 // Routing: which topic each outcome goes to.
 
 import (
+	"time"
+
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/capping"
@@ -11,17 +13,22 @@ import (
 // outputs are a batch's records per output topic, in batch order.
 type outputs struct {
 	deliveries, suppressed, deadLetter []kafka.Message
+	delayed                            [][]kafka.Message // per tier
 }
 
-// route sends invalid intents to the dead-letter topic, capped ones to the
-// suppressed topic (or nowhere, without one) and everything else, shadow-
-// capped included, to deliveries. Keys and values are the input's bytes,
+// route sends invalid records to the dead-letter topic, capped intents to
+// the suppressed topic (or nowhere, without one), deferred ones to a delay
+// tier, and everything else, shadow-capped included, to deliveries; a
+// delivery status has no output. Keys and values are the input's bytes,
 // untouched.
 func (w *Worker) route(b *batch) outputs {
-	var o outputs
+	o := outputs{delayed: make([][]kafka.Message, len(w.o.Tiers))}
 	hb := newHeaderBuilder(b.snap, b.policy)
 	for i := range b.msgs {
 		m, rec := &b.msgs[i], &b.records[i]
+		if rec.status && rec.invalid == nil {
+			continue // a delivery status: counted, nothing to write
+		}
 		var dst *[]kafka.Message
 		switch rec.decision.Outcome {
 		case capping.Invalid:
@@ -31,6 +38,11 @@ func (w *Worker) route(b *batch) outputs {
 				continue
 			}
 			dst = &o.suppressed
+		case capping.Deferred:
+			d := &rec.decision
+			t := w.tierFor(d.NotBefore.Sub(d.At))
+			rec.dueAt = minTime(d.At.Add(w.o.Tiers[t].Delay), d.NotBefore)
+			dst = &o.delayed[t]
 		default:
 			dst = &o.deliveries
 		}
@@ -44,6 +56,13 @@ func (w *Worker) route(b *batch) outputs {
 		*dst = append(*dst, kafka.Message{Key: nonNull(key), Value: nonNull(value), Headers: hb.build(m, rec)})
 	}
 	return o
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // nonNull turns a nil key or value into 0 bytes. kafka-go reads a null and

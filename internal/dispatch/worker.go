@@ -37,6 +37,11 @@ type Decider interface {
 	Decide(ctx context.Context, reqs []capping.Request) ([]capping.Decision, error)
 }
 
+// Refunder gives a failed send's slot back (*capping.Engine).
+type Refunder interface {
+	Refund(ctx context.Context, reqs []capping.RefundRequest) ([]capping.RefundOutcome, error)
+}
+
 // Snapshots gives the segment snapshot in use (*segments.Current). A nil
 // snapshot puts every user in no segment.
 type Snapshots interface {
@@ -67,6 +72,18 @@ type Options struct {
 	// Segments are the segment names the metrics start at 0 for (the
 	// configured ones); others appear when first seen.
 	Segments []string
+
+	// Tiers are the delay tiers, shortest first: Deferred intents wait
+	// there. The Reader must give their due records too (Merge with a
+	// DelayReader). None: a policy that defers is not allowed (Deferred
+	// becomes Capped).
+	Tiers []Tier
+	// StatusTopic names the delivery-status topic the Reader also gives
+	// (empty: none); a status of RefundStatuses is a refund, which Refunder
+	// applies.
+	StatusTopic    string
+	RefundStatuses []string
+	Refunder       Refunder
 
 	BatchSize int           // intents per batch at most
 	BatchWait time.Duration // a batch closes this long after its first intent
@@ -103,6 +120,13 @@ func (o Options) validate() error {
 	required(o.Decider != nil, "Decider")
 	required(o.Snapshots != nil, "Snapshots")
 	required(o.Decoder != nil, "Decoder")
+	required(o.StatusTopic == "" || o.Refunder != nil, "Refunder with StatusTopic")
+	for i, t := range o.Tiers {
+		required(t.Writer != nil && t.Topic != "", fmt.Sprintf("Tiers[%d]", i))
+		if t.Delay <= 0 || i > 0 && t.Delay <= o.Tiers[i-1].Delay {
+			errs = append(errs, fmt.Errorf("delay tier %d: delay %s must be above 0 and above the previous tier's", i, t.Delay))
+		}
+	}
 	if o.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("BatchSize %d must be at least 1", o.BatchSize))
 	}
@@ -132,7 +156,10 @@ type Worker struct {
 	deliveries, suppressed, deadLetter output
 	// takeover: per partition, the first offset produced after this worker
 	// took it over (see redelivered); only the decide stage touches it.
-	takeover map[int]int64
+	takeover map[topicPartition]int64
+	// tiers: the delay tiers' topics.
+	tiers   map[string]bool
+	refunds map[string]bool // delivery statuses that refund
 
 	mu       sync.Mutex
 	notReady map[string]error // by what fails: "redis", "kafka <topic>"
@@ -149,12 +176,20 @@ func New(o Options) (*Worker, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	w := &Worker{o: o, notReady: map[string]error{}, takeover: map[int]int64{},
+	w := &Worker{o: o, notReady: map[string]error{}, takeover: map[topicPartition]int64{},
+		tiers: map[string]bool{}, refunds: map[string]bool{},
 		deliveries: output{o.Deliveries.Topic, o.Deliveries.Writer},
 		suppressed: output{o.Suppressed.Topic, o.Suppressed.Writer},
 		deadLetter: output{o.DeadLetter.Topic, o.DeadLetter.Writer},
 	}
+	for _, s := range o.RefundStatuses {
+		w.refunds[s] = true
+	}
 	topics := []string{o.Deliveries.Topic, o.DeadLetter.Topic}
+	for _, t := range o.Tiers {
+		w.tiers[t.Topic] = true
+		topics = append(topics, t.Topic)
+	}
 	if o.Suppressed.Writer != nil {
 		topics = append(topics, o.Suppressed.Topic)
 	}

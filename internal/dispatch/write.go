@@ -28,23 +28,28 @@ type refusal struct {
 	err error
 }
 
-// writeAll writes a batch's outcomes, the three topics in parallel, then
-// sends what deliveries or suppressed refused for good to the dead-letter
+// writeAll writes a batch's outcomes, the topics in parallel, then sends
+// what deliveries, suppressed or a delay tier refused for good to the dead-letter
 // topic, and what the dead-letter topic refused, reduced, again.
 func (w *Worker) writeAll(ctx context.Context, o outputs) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
 	var fallback []deadLetter
-	for _, t := range []struct {
+	type topicMsgs struct {
 		out  output
 		msgs []kafka.Message
 		dlq  bool
-	}{
+	}
+	all := []topicMsgs{
 		{w.deliveries, o.deliveries, false},
 		{w.suppressed, o.suppressed, false},
 		{w.deadLetter, o.deadLetter, true},
-	} {
+	}
+	for i, t := range w.o.Tiers {
+		all = append(all, topicMsgs{output{t.Topic, t.Writer}, o.delayed[i], false})
+	}
+	for _, t := range all {
 		if len(t.msgs) == 0 || t.out.wr == nil {
 			continue
 		}

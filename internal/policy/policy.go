@@ -52,14 +52,42 @@ type Overrides struct {
 
 // Segment is the policy of one segment.
 type Segment struct {
-	Name   string  `yaml:"name"`
-	Limits []Limit `yaml:"limits"`
+	Name    string  `yaml:"name"`
+	Limits  []Limit `yaml:"limits"`
+	Holding `yaml:",inline"`
 }
 
 // Policy is a list of limits that must all pass.
 type Policy struct {
-	Limits []Limit `yaml:"limits"`
+	Limits  []Limit `yaml:"limits"`
+	Holding `yaml:",inline"`
 }
+
+// Holding is what a policy holds back instead of dropping: on_cap and
+// max_defer are the defaults of its limits, quiet_hours its nights.
+type Holding struct {
+	OnCap      string      `yaml:"on_cap,omitempty"`
+	MaxDefer   Duration    `yaml:"max_defer,omitempty"`
+	QuietHours *QuietHours `yaml:"quiet_hours,omitempty"`
+}
+
+// QuietHours hold a policy's intents back from From to To (HH:MM, the
+// user's time zone; To before From spans midnight), releasing them at To
+// plus up to Jitter (default DefaultJitter).
+type QuietHours struct {
+	From          string   `yaml:"from"`
+	To            string   `yaml:"to"`
+	Channels      []string `yaml:"channels,omitempty"` // empty: every channel
+	Jitter        Duration `yaml:"jitter,omitempty"`   // 0: DefaultJitter
+	IncludeExempt bool     `yaml:"include_exempt,omitempty"`
+}
+
+// Defaults of deferral: the longest a deferred intent waits when on_cap:
+// defer names no max_defer, and how far quiet hours spread their release.
+const (
+	DefaultMaxDefer = Duration(24 * time.Hour)
+	DefaultJitter   = Duration(10 * time.Minute)
+)
 
 // Limit is one cap: at most Max intents that match Where in any rolling
 // Window, or per Calendar period (day, week, month) in the user's time
@@ -76,6 +104,11 @@ type Limit struct {
 	// Reserve is a pointer so that a reserve block without slots is an
 	// error, not no reserve.
 	Reserve *Reserve `yaml:"reserve,omitempty"`
+	// OnCap is suppress or defer (default: the policy's on_cap, else
+	// suppress); MaxDefer bounds a deferral (default: the policy's, else
+	// DefaultMaxDefer).
+	OnCap    string   `yaml:"on_cap,omitempty"`
+	MaxDefer Duration `yaml:"max_defer,omitempty"`
 	// Channel is the shorthand of policies before where existed:
 	// channel: sms is where: {channels: [sms]}.
 	Channel string `yaml:"channel,omitempty"`

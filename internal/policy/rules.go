@@ -9,6 +9,7 @@ package policy
 // names).
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"regexp"
@@ -81,9 +82,9 @@ func (d *Document) Rules() (capping.Rules, Problems) {
 		case err != nil && s.Name != "": // capping reports an empty name
 			ps.add(path+".name", "%v", err)
 		}
-		r.Segments = append(r.Segments, capping.Segment{Name: s.Name, Policy: policy(&ps, renamed, path, s.Limits)})
+		r.Segments = append(r.Segments, capping.Segment{Name: s.Name, Policy: policy(&ps, renamed, path, s.Limits, s.Holding)})
 	}
-	r.Default = policy(&ps, renamed, "default_policy", d.DefaultPolicy.Limits)
+	r.Default = policy(&ps, renamed, "default_policy", d.DefaultPolicy.Limits, d.DefaultPolicy.Holding)
 
 	// A problem capping finds at a path the document already reported is
 	// the same problem seen through the value that stood in for a bad one
@@ -164,11 +165,19 @@ func (d *Document) weekStart(ps *Problems) time.Weekday {
 	return time.Monday
 }
 
-// policy converts the limits of the policy at path.
-func policy(ps *Problems, renamed map[string]string, path string, ls []Limit) capping.Policy {
-	p := capping.Policy{Limits: make([]capping.Limit, 0, len(ls))}
+// policy converts the limits of the policy at path and what it holds back.
+func policy(ps *Problems, renamed map[string]string, path string, ls []Limit, h Holding) capping.Policy {
+	p := capping.Policy{Limits: make([]capping.Limit, 0, len(ls)), QuietHours: h.quietHours(ps, path+".quiet_hours")}
+	if h.OnCap != "" {
+		if _, err := capping.ParseOnCap(h.OnCap); err != nil {
+			ps.add(path+".on_cap", "%v", err)
+		}
+	}
 	for i, l := range ls {
-		p.Limits = append(p.Limits, l.limit(ps, renamed, path+"."+capping.LimitPath(i, l.Name)))
+		at := path + "." + capping.LimitPath(i, l.Name)
+		c := l.limit(ps, renamed, at)
+		c.OnCap, c.MaxDefer = l.onCap(ps, at, h)
+		p.Limits = append(p.Limits, c)
 	}
 	return p
 }
@@ -240,6 +249,50 @@ func (l Limit) limit(ps *Problems, renamed map[string]string, at string) capping
 			c.Where.Channels = []string{l.Channel}
 			renamed[at+".where.channels[0]"] = at + ".channel"
 		}
+	}
+	return c
+}
+
+// onCap resolves a limit's on_cap and max_defer over its policy's: a
+// max_defer is kept only for a limit that defers (capping reports one set
+// on the limit itself with suppress).
+func (l Limit) onCap(ps *Problems, at string, h Holding) (capping.OnCap, time.Duration) {
+	name := cmp.Or(l.OnCap, h.OnCap, "suppress")
+	oc, err := capping.ParseOnCap(name)
+	if err != nil {
+		if l.OnCap != "" {
+			ps.add(at+".on_cap", "%v", err)
+		}
+		return capping.Suppress, 0
+	}
+	if oc == capping.Suppress {
+		return oc, l.MaxDefer.D()
+	}
+	return oc, cmp.Or(l.MaxDefer, h.MaxDefer, DefaultMaxDefer).D()
+}
+
+// quietHours converts quiet_hours at path (nil when there are none).
+func (h Holding) quietHours(ps *Problems, at string) *capping.QuietHours {
+	q := h.QuietHours
+	if q == nil {
+		return nil
+	}
+	c := &capping.QuietHours{Channels: q.Channels, Jitter: cmp.Or(q.Jitter, DefaultJitter).D(), IncludeExempt: q.IncludeExempt}
+	for _, f := range []struct {
+		name, v string
+		dst     *int
+	}{{"from", q.From, &c.From}, {"to", q.To, &c.To}} {
+		t, err := time.Parse("15:04", f.v)
+		if err != nil {
+			ps.add(at+"."+f.name, "%q is not a time of day HH:MM (e.g. 21:00)", f.v)
+			*f.dst = -1
+			continue
+		}
+		*f.dst = t.Hour()*60 + t.Minute()
+	}
+	if c.From < 0 || c.To < 0 {
+		// Reported above; a stand-in keeps capping from reporting it again.
+		c.From, c.To = 0, 1
 	}
 	return c
 }

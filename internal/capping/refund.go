@@ -1,0 +1,178 @@
+package capping
+
+// Refunds: a send whose delivery failed gives its slots back. One call of
+// refund.lua per request, all in one pipeline; the calls Redis refused
+// without running are re-sent as EVAL, as Decide does (decide.go).
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed refund.lua
+var refundSource string
+
+// refundScript reads only the record, so one serves every policy. It is not
+// loaded in advance: the first EVALSHA on a node meets NOSCRIPT and the
+// EVAL that follows caches it there (refunds are rare).
+var refundScript = newScript(refundSource)
+
+// RefundRequest asks to give back the slot of one allowed send.
+type RefundRequest struct {
+	UserID   uint64
+	IntentID string
+}
+
+// RefundResult is what a refund did.
+type RefundResult uint8
+
+const (
+	RefundApplied RefundResult = iota // the send was removed from the user's logs: its slots are free again
+	RefundUnknown                     // no idempotency entry with this id (never allowed, or past the idempotency window)
+	RefundNothing                     // known id, but nothing left to remove (already refunded, its sends left every window, or it shares its second with another send whose scopes cannot be told apart: kept, which only over-counts)
+)
+
+var refundNames = [...]string{RefundApplied: "applied", RefundUnknown: "unknown", RefundNothing: "nothing"}
+
+func (r RefundResult) String() string {
+	if int(r) < len(refundNames) {
+		return refundNames[r]
+	}
+	return "refund(" + strconv.Itoa(int(r)) + ")"
+}
+
+// RefundOutcome is the answer to one RefundRequest. Result is meaningless
+// when Err is set: a Redis failure worth retrying (its text never names the
+// user or the intent), or an error wrapping ErrInvalidRequest for an intent
+// id of 0 or more than MaxIntentID bytes.
+type RefundOutcome struct {
+	Result RefundResult
+	Err    error
+}
+
+// refundCall is one refund on its way to Redis.
+type refundCall struct {
+	i                  int
+	key, field, digest string
+	cmd                *redis.Cmd
+}
+
+// Refund gives back the slots of allowed sends. len(result) == len(reqs);
+// the error is the context's when ctx ended during the call (the outcomes
+// already received are still returned).
+//
+// The idempotency entry stays, so a redelivery of a refunded intent is
+// answered Duplicate, not counted again. A refund is decided from the record
+// alone (refund.lua says how a send is found by its time), and removes a
+// send only where that is exact: where it cannot tell, it keeps the send,
+// which only over-counts.
+//
+// One case under-counts: a section holds at most the largest max of the
+// limits on its scope, and drops older times beyond it. With more sends in
+// a scope than that (bypasses, or a user whose policy did not cap the scope
+// before moving to one that does), a dropped send may still be inside a
+// window, and a refund from the full section lets it go uncounted: one more
+// send than the caps allow. The record does not show that a section dropped
+// times; telling would need a change of its layout.
+//
+// With Options.WaitReplicas, a refund does not wait for replicas: a refund a
+// failover loses leaves the send counted, which only over-counts.
+func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutcome, error) {
+	out := make([]RefundOutcome, len(reqs))
+	calls := make([]refundCall, 0, len(reqs))
+	for i, r := range reqs {
+		if n := len(r.IntentID); n == 0 || n > MaxIntentID {
+			out[i].Err = fmt.Errorf("refund: %w: intent id of %d bytes (want 1-%d)", ErrInvalidRequest, n, MaxIntentID)
+			continue
+		}
+		d := digest(r.IntentID)
+		calls = append(calls, refundCall{i: i, key: e.keys.bucket(r.UserID), field: field(r.UserID), digest: string(d[:5])})
+	}
+	if len(calls) == 0 {
+		return out, nil
+	}
+	if err := ctx.Err(); err != nil {
+		for _, c := range calls {
+			out[c.i].Err = fmt.Errorf("refund: %w", err)
+		}
+		return out, err
+	}
+	all := make([]*refundCall, len(calls))
+	for k := range calls {
+		all[k] = &calls[k]
+	}
+	e.sendRefunds(ctx, all, false)
+	e.resendRefunds(ctx, all)
+	for _, c := range calls {
+		res, err := c.cmd.Int64()
+		if err == nil && (res < int64(RefundApplied) || res > int64(RefundNothing)) {
+			err = fmt.Errorf("refund script answered %d", res)
+		}
+		if err != nil {
+			out[c.i].Err = fmt.Errorf("refund: %w", err)
+			continue
+		}
+		out[c.i].Result = RefundResult(res)
+		// A refusal remembered for the user may name the limit the refund
+		// just freed: the user's next intent must go to Redis.
+		if out[c.i].Result == RefundApplied && e.refusals != nil {
+			e.refusals.forgetUser(reqs[c.i].UserID)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// resendRefunds re-sends, as EVAL, the refunds Redis refused without
+// running the script (resend's rounds and backoff). NOSCRIPT is not
+// counted as a lost script cache: the refund script is never loaded in
+// advance, so its first call on every node meets it.
+func (e *Engine) resendRefunds(ctx context.Context, all []*refundCall) {
+	pending := refusedRefunds(all)
+	for round := 0; len(pending) > 0 && round < retryRounds; round++ {
+		if round > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retryBackoff << (round - 1)):
+			}
+		}
+		e.sendRefunds(ctx, pending, true)
+		pending = refusedRefunds(pending)
+	}
+}
+
+func refusedRefunds(calls []*refundCall) []*refundCall {
+	var f []*refundCall
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil && retryable(err) {
+			f = append(f, c)
+		}
+	}
+	return f
+}
+
+// sendRefunds runs calls in one pipeline (EVALSHA, or EVAL with the
+// source); errors stay on each call's command.
+func (e *Engine) sendRefunds(ctx context.Context, calls []*refundCall, eval bool) {
+	// Script calls, but not decisions: calls per intent stays about Decide.
+	e.m.scriptCalls.Add(float64(len(calls)))
+	name, body := "evalsha", refundScript.sha
+	if eval {
+		name, body = "eval", refundScript.src
+	}
+	pipe := e.client.Pipeline()
+	for _, c := range calls {
+		c.cmd = redis.NewCmd(ctx, name, body, 1, c.key, c.field, c.digest)
+		c.cmd.SetFirstKeyPos(3)
+		_ = pipe.Process(ctx, c.cmd)
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command
+}
