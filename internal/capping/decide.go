@@ -190,8 +190,31 @@ const (
 )
 
 // resend re-sends, as EVAL, the calls Redis refused without running the
-// script, for a few rounds.
+// script, for a few rounds; a NOSCRIPT is a lost script cache, counted.
 func (e *Engine) resend(ctx context.Context, set *policySet, reqs []Request, all []*call) {
+	resendRefused(ctx, all, func(c *call) *redis.Cmd { return c.cmd }, func(pending []*call) {
+		for _, c := range pending {
+			if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+				e.m.noscript.Inc()
+			}
+		}
+		e.send(ctx, set, reqs, pending, true)
+	})
+}
+
+// resendRefused calls send with the calls whose command Redis refused
+// without running it (NOSCRIPT, TRYAGAIN, ...), for retryRounds rounds
+// with a doubling backoff, or until none is left or ctx ends.
+func resendRefused[C any](ctx context.Context, all []C, cmd func(C) *redis.Cmd, send func([]C)) {
+	refused := func(calls []C) []C {
+		var f []C
+		for _, c := range calls {
+			if err := cmd(c).Err(); err != nil && retryable(err) {
+				f = append(f, c)
+			}
+		}
+		return f
+	}
 	pending := refused(all)
 	for round := 0; len(pending) > 0 && round < retryRounds; round++ {
 		if round > 0 {
@@ -201,24 +224,9 @@ func (e *Engine) resend(ctx context.Context, set *policySet, reqs []Request, all
 			case <-time.After(retryBackoff << (round - 1)):
 			}
 		}
-		for _, c := range pending {
-			if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-				e.m.noscript.Inc()
-			}
-		}
-		e.send(ctx, set, reqs, pending, true)
+		send(pending)
 		pending = refused(pending)
 	}
-}
-
-func refused(calls []*call) []*call {
-	var f []*call
-	for _, c := range calls {
-		if err := c.cmd.Err(); err != nil && retryable(err) {
-			f = append(f, c)
-		}
-	}
-	return f
 }
 
 // prepare fills in the keys, fields and digests of calls: all their bytes

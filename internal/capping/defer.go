@@ -171,16 +171,12 @@ func (set *policySet) deferral(r *Request, d *Decision) {
 	if d.Err != nil || d.Outcome != Capped || d.RetryAfter.Never {
 		return
 	}
-	var l *compiledLimit
-	for i, x := range set.pols[set.policyIndex(r.Segment)].limits {
-		if x.Name == d.Limit {
-			l = &set.pols[set.policyIndex(r.Segment)].limits[i]
-			break
-		}
-	}
-	if l == nil || l.OnCap != Defer {
+	limits := set.pols[set.policyIndex(r.Segment)].limits
+	i := slices.IndexFunc(limits, func(l compiledLimit) bool { return l.Name == d.Limit })
+	if i < 0 || limits[i].OnCap != Defer {
 		return
 	}
+	l := &limits[i]
 	since := r.DeferredSince
 	if since.IsZero() {
 		since = r.At

@@ -9,7 +9,6 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -135,28 +134,9 @@ func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutc
 // counted as a lost script cache: the refund script is never loaded in
 // advance, so its first call on every node meets it.
 func (e *Engine) resendRefunds(ctx context.Context, all []*refundCall) {
-	pending := refusedRefunds(all)
-	for round := 0; len(pending) > 0 && round < retryRounds; round++ {
-		if round > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(retryBackoff << (round - 1)):
-			}
-		}
+	resendRefused(ctx, all, func(c *refundCall) *redis.Cmd { return c.cmd }, func(pending []*refundCall) {
 		e.sendRefunds(ctx, pending, true)
-		pending = refusedRefunds(pending)
-	}
-}
-
-func refusedRefunds(calls []*refundCall) []*refundCall {
-	var f []*refundCall
-	for _, c := range calls {
-		if err := c.cmd.Err(); err != nil && retryable(err) {
-			f = append(f, c)
-		}
-	}
-	return f
+	})
 }
 
 // sendRefunds runs calls in one pipeline (EVALSHA, or EVAL with the

@@ -134,10 +134,16 @@ func (d *DelayReader) partition(ctx context.Context, gen *kafka.Generation, topi
 	for {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Warn("delay tiers: fetch failed", "topic", topic, "partition", p.ID, "error", err)
+			if ctx.Err() != nil {
+				return // the generation ended
 			}
-			return // the generation ends, or the group rebalances after this member's failure
+			// kafka-go retries broker errors itself; should one get here,
+			// the partition is read again after a pause, not dropped.
+			d.log.Warn("delay tiers: fetch failed; retrying", "topic", topic, "partition", p.ID, "error", err)
+			if sleep(ctx, time.Second) != nil {
+				return
+			}
+			continue
 		}
 		// A record without a readable due time is due at once: the worker
 		// dead-letters it, naming the header.
