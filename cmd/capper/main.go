@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -44,6 +45,22 @@ type commands struct {
 type env struct {
 	ctx            context.Context
 	stdout, stderr io.Writer
+}
+
+// humanLog is the logger of a command a person runs: warnings (the S3
+// client's) go to stderr as text, the answer is on stdout.
+func (e *env) humanLog() (*slog.Logger, error) {
+	return cli.NewLogger(e.stderr, "warn", cli.LogText)
+}
+
+// forHuman loads a config for a person's command, with humanLog.
+func (e *env) forHuman(path string) (*config.Config, *slog.Logger, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	log, err := e.humanLog()
+	return cfg, log, err
 }
 
 type runCmd struct {
@@ -165,13 +182,7 @@ type inspectCmd struct {
 }
 
 func (c *inspectCmd) Run(e *env) error {
-	cfg, err := config.Load(c.Config)
-	if err != nil {
-		return err
-	}
-	// Warnings (the S3 client's) go to stderr as text: this is a human's
-	// command, its answer is on stdout.
-	log, err := cli.NewLogger(e.stderr, "warn", cli.LogText)
+	cfg, log, err := e.forHuman(c.Config)
 	if err != nil {
 		return err
 	}
@@ -192,11 +203,7 @@ type migrateCmd struct {
 }
 
 func (c *migrateCmd) Run(e *env) error {
-	cfg, err := config.Load(c.Config)
-	if err != nil {
-		return err
-	}
-	log, err := cli.NewLogger(e.stderr, "warn", cli.LogText)
+	cfg, log, err := e.forHuman(c.Config)
 	if err != nil {
 		return err
 	}
@@ -221,7 +228,7 @@ type replayCmd struct {
 
 func (c *replayCmd) Run(e *env) error {
 	app.TuneGC() // the records of every user are in the heap
-	log, err := cli.NewLogger(e.stderr, "warn", cli.LogText)
+	log, err := e.humanLog()
 	if err != nil {
 		return err
 	}

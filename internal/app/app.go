@@ -20,6 +20,7 @@ import (
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/dispatch"
 	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/segments"
 )
@@ -99,6 +100,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	// The policy first: the engine is built with its first version, and
 	// later ones are swapped in between two batches.
 	var engine *capping.Engine
+	var dec *dispatch.Decoder // follows the policy's channels and categories
 	var current segments.Current
 	policies, err := newPolicyWatcher(ctx, cfg, func(ctx context.Context, l *policy.Loaded) error {
 		if l.Rules.Defers() && len(cfg.Kafka.DelayTiers) == 0 {
@@ -109,6 +111,9 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 		if err := engine.SetPolicy(ctx, l.Rules, l.Version); err != nil {
 			return err
+		}
+		if err := dec.SetVocabulary(l.Rules.Channels, l.Rules.Categories, l.Rules.DefaultCategory); err != nil {
+			return fmt.Errorf("policy %s: %w", l.Version, err) // the engine checked the same lists
 		}
 		warnUnpoliced(log, current.Load(), l)
 		return nil
@@ -122,12 +127,15 @@ func Run(ctx context.Context, o Options) (err error) {
 	if engine, err = NewEngine(ctx, cfg, policies.Current(), rdb, regr, log); err != nil {
 		return err
 	}
+	if dec, err = newDecoder(cfg, &policies.Current().Rules); err != nil {
+		return err
+	}
 	watcher, err := startSegments(ctx, cfg, &current, policies, regr, log, now)
 	if err != nil {
 		return err
 	}
 	regr.MustRegister(unpolicedCollector{snap: &current, policy: policies})
-	cons, err := newConsumer(ctx, cfg, engine, &current, regr, log, now, o.Sleep)
+	cons, err := newConsumer(ctx, cfg, engine, dec, &current, regr, log, now, o.Sleep)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ type consumer struct {
 
 // newConsumer builds the reader, the writers and the worker; on an error it
 // closes what it built.
-func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine, snaps dispatch.Snapshots, reg prometheus.Registerer, log *slog.Logger, now func() time.Time, sleep func(context.Context, time.Duration) error) (_ *consumer, err error) {
+func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine, dec *dispatch.Decoder, snaps dispatch.Snapshots, reg prometheus.Registerer, log *slog.Logger, now func() time.Time, sleep func(context.Context, time.Duration) error) (_ *consumer, err error) {
 	kopts, err := kafkaOptions(cfg, log)
 	if err != nil {
 		return nil, err
@@ -54,13 +54,6 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 			return nil, err
 		}
 		lags = append(lags, l)
-	}
-	dec, err := dispatch.NewDecoder(dispatch.DecoderOptions{
-		Channels: cfg.Capping.Channels, Categories: cfg.Capping.Categories, DefaultCategory: cfg.Capping.DefaultCategory,
-		MaxBytes: cfg.Kafka.MaxIntentBytes,
-	})
-	if err != nil {
-		return nil, err
 	}
 	topics := []string{cfg.Kafka.Topics.Input}
 	if s := cfg.Kafka.Topics.DeliveryStatus; s != "" {
@@ -280,4 +273,14 @@ func (ws *writerSet) close() {
 	for _, t := range ws.tiers {
 		_ = t.Writer.(closingWriter).Close()
 	}
+}
+
+// newDecoder is the intent decoder of a worker: the event contract with the
+// channels and categories of the policy in force (rules), which the policy
+// watcher replaces on every swap.
+func newDecoder(cfg *config.Config, rules *capping.Rules) (*dispatch.Decoder, error) {
+	return dispatch.NewDecoder(dispatch.DecoderOptions{
+		Channels: rules.Channels, Categories: rules.Categories, DefaultCategory: rules.DefaultCategory,
+		MaxBytes: cfg.Kafka.MaxIntentBytes,
+	})
 }

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +36,21 @@ func policyIntents(wave string, users, n int) []kafka.Message {
 	return msgs
 }
 
+// fileSourceConfig is the e2e worker config with its policy read from file
+// (polled every 50ms) instead of the config.
+func (e *e2e) fileSourceConfig(file string) *config.Config {
+	e.t.Helper()
+	cfg := e.config()
+	cfg.Capping.Document = config.Default().Capping.Document
+	cfg.Capping.InlinePolicy, cfg.Deprecations = nil, nil
+	cfg.Policy.Source = "file://" + file
+	cfg.Policy.PollInterval = config.Duration(50 * time.Millisecond)
+	if err := cfg.Validate(); err != nil {
+		e.t.Fatal(err)
+	}
+	return cfg
+}
+
 // TestPolicySwitchesWithoutRestart: a running worker reads its policy from a
 // file (as a Kubernetes ConfigMap mounts it) and follows it. A policy with a
 // problem is refused and counted, and the one in use keeps deciding; a
@@ -60,14 +76,7 @@ func TestPolicySwitchesWithoutRestart(t *testing.T) {
 		return policy.ContentHash([]byte(s))
 	}
 	loose := write(loosePolicy)
-	cfg := e.config()
-	cfg.Capping.Document = config.Default().Capping.Document
-	cfg.Capping.InlinePolicy, cfg.Deprecations = nil, nil
-	cfg.Policy.Source = "file://" + file
-	cfg.Policy.PollInterval = config.Duration(50 * time.Millisecond)
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := e.fileSourceConfig(file)
 	w := e.start("w1", cfg)
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
@@ -137,6 +146,83 @@ func TestPolicySwitchesWithoutRestart(t *testing.T) {
 	}
 	if v := metric(t, w, "capper_policy_loads_total"); v != 2 {
 		t.Errorf("capper_policy_loads_total = %v, want 2", v)
+	}
+	if err := w.stop(t); err != nil {
+		t.Fatalf("worker stopped with %v", err)
+	}
+}
+
+// TestPolicyNamesChannelsAndCategories: the channels and categories intents
+// may name are the policy's, and follow it when a new version is swapped
+// in. (They were once taken from the config's defaults: a category only the
+// policy named was dead-lettered, and a channel the policy did not name
+// stalled the worker in endless retries.)
+func TestPolicyNamesChannelsAndCategories(t *testing.T) {
+	e := newE2E(t, "single")
+	e.publish(50, 3)
+	const v1 = "channels: [email, push]\ncategories: [marketing, lifecycle, transactional]\nexempt_categories: [transactional]\n" +
+		"default_policy:\n  limits:\n    - {name: month, window: 31d, max: 100}\n"
+	const v2 = "channels: [email, push, sms]\ncategories: [marketing, lifecycle, transactional]\nexempt_categories: [transactional]\n" +
+		"default_policy:\n  limits:\n    - {name: month, window: 31d, max: 100}\n"
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(v1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.fileSourceConfig(file)
+	w := e.start("w1", cfg)
+	intent := func(id string, user int, fields string) kafka.Message {
+		return kafka.Message{Key: fmt.Appendf(nil, "%d", user),
+			Value: fmt.Appendf(nil, `{"id":"%s","user_id":%d,"campaign_id":"c",%s}`, id, user, fields)}
+	}
+	e.produce([]kafka.Message{
+		intent("lifecycle", 1, `"channel":"push","category":"lifecycle"`),
+		intent("sms-1", 2, `"channel":"sms"`),
+		intent("inapp", 3, `"channel":"inapp"`),
+		intent("email", 4, `"channel":"email"`),
+	})
+	o := e.waitDrained(60*time.Second, w)
+	got := func(o outputs) map[string]string { // intent id -> topic (or the DLQ's error)
+		m := map[string]string{}
+		for _, x := range []struct {
+			name string
+			msgs []kafka.Message
+		}{{"deliveries", o.deliveries}, {"suppressed", o.suppressed}, {"dlq", o.dlq}} {
+			for _, r := range x.msgs {
+				id := strings.SplitN(strings.TrimPrefix(string(r.Value), `{"id":"`), `"`, 2)[0]
+				m[id] = x.name
+				if x.name == "dlq" {
+					m[id] = header(r, "capper-error")
+				}
+			}
+		}
+		return m
+	}
+	want := map[string]string{
+		"lifecycle": "deliveries",
+		"sms-1":     `channel: "sms" is not a configured channel (email, push)`,
+		"inapp":     `channel: "inapp" is not a configured channel (email, push)`,
+		"email":     "deliveries",
+	}
+	if g := got(o); !maps.Equal(g, want) {
+		t.Fatalf("outcomes under the first policy:\n got %v\nwant %v", g, want)
+	}
+
+	// The second version adds sms: from the swap on, sms intents are
+	// decided (and inapp still is not a channel).
+	if err := os.WriteFile(file, []byte(v2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() bool { return metric(t, w, "capper_policy_info", "version", policy.ContentHash([]byte(v2))) == 1 })
+	e.produce([]kafka.Message{intent("sms-2", 2, `"channel":"sms"`), intent("inapp-2", 3, `"channel":"inapp"`)})
+	o = e.waitDrained(60*time.Second, w)
+	want["sms-2"] = "deliveries"
+	want["inapp-2"] = `channel: "inapp" is not a configured channel (email, push, sms)`
+	if g := got(o); !maps.Equal(g, want) {
+		t.Fatalf("outcomes after the swap:\n got %v\nwant %v", g, want)
+	}
+	e.verifyOutcomes(o, false)
+	if v := metric(t, w, "capper_redis_retries_total"); v != 0 {
+		t.Fatalf("capper_redis_retries_total = %v", v)
 	}
 	if err := w.stop(t); err != nil {
 		t.Fatalf("worker stopped with %v", err)

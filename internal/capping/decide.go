@@ -111,10 +111,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		}
 		return out, err
 	}
-	all := make([]*call, len(calls))
-	for k := range calls {
-		all[k] = &calls[k]
-	}
+	all := ptrs(calls)
 	e.send(ctx, set, reqs, all, false)
 	e.resend(ctx, set, reqs, all)
 
@@ -294,4 +291,14 @@ func (e *Engine) queue(ctx context.Context, set *policySet, reqs []Request, pipe
 		c.notReplicated = nil
 		_ = pipe.Process(ctx, c.cmd)
 	}
+}
+
+// ptrs points at each element of s: the re-send loops work on subsets of a
+// batch's calls and fill them in place.
+func ptrs[T any](s []T) []*T {
+	p := make([]*T, len(s))
+	for k := range s {
+		p[k] = &s[k]
+	}
+	return p
 }

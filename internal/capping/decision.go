@@ -4,6 +4,7 @@ package capping
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -83,3 +84,19 @@ type Decision struct {
 // ErrInvalidRequest is wrapped by Decision.Err for a request that can never
 // be decided (unknown channel or category, bad intent id, no time).
 var ErrInvalidRequest = errors.New("invalid request")
+
+// InvalidRequestError is a request that no retry can decide; it is
+// ErrInvalidRequest (errors.Is). Field names the intent's field at fault
+// (the event contract's name), for the dead-letter record.
+type InvalidRequestError struct {
+	Field, Reason string
+}
+
+func (e *InvalidRequestError) Error() string { return ErrInvalidRequest.Error() + ": " + e.Reason }
+
+// Is makes every InvalidRequestError an ErrInvalidRequest.
+func (e *InvalidRequestError) Is(target error) bool { return target == ErrInvalidRequest }
+
+func invalidRequest(field, format string, args ...any) error {
+	return &InvalidRequestError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}

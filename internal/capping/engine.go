@@ -223,17 +223,17 @@ func (set *policySet) check(r *Request) (d *Decision, bypass bool, err error) {
 	rules := &set.rules
 	switch {
 	case len(r.IntentID) == 0 || len(r.IntentID) > MaxIntentID:
-		return nil, false, fmt.Errorf("%w: intent id of %d bytes (want 1-%d)", ErrInvalidRequest, len(r.IntentID), MaxIntentID)
+		return nil, false, invalidRequest("id", "intent id of %d bytes (want 1-%d)", len(r.IntentID), MaxIntentID)
 	case !slices.Contains(rules.Channels, r.Channel):
-		return nil, false, fmt.Errorf("%w: unknown channel %q", ErrInvalidRequest, r.Channel)
+		return nil, false, invalidRequest("channel", "unknown channel %q: not one of the policy's (%s)", r.Channel, strings.Join(rules.Channels, ", "))
 	case !slices.Contains(rules.Categories, r.Category):
-		return nil, false, fmt.Errorf("%w: unknown category %q", ErrInvalidRequest, r.Category)
+		return nil, false, invalidRequest("category", "unknown category %q: not one of the policy's (%s)", r.Category, strings.Join(rules.Categories, ", "))
 	case len(r.Tags) > MaxTags:
-		return nil, false, fmt.Errorf("%w: %d tags (at most %d)", ErrInvalidRequest, len(r.Tags), MaxTags)
+		return nil, false, invalidRequest("tags", "%d tags (at most %d)", len(r.Tags), MaxTags)
 	case r.Priority > High:
-		return nil, false, fmt.Errorf("%w: priority %d", ErrInvalidRequest, r.Priority)
+		return nil, false, invalidRequest("priority", "priority %d", r.Priority)
 	case r.At.IsZero() || r.At.Unix() <= 0 || r.At.Unix() > math.MaxUint32:
-		return nil, false, fmt.Errorf("%w: no decision time", ErrInvalidRequest)
+		return nil, false, invalidRequest("created_at", "no decision time")
 	}
 	exempt := rules.IsExempt(r.Category)
 	if q := set.quiet(r, exempt); q != nil {

@@ -3,6 +3,7 @@ package capping
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"testing"
 	"time"
@@ -379,4 +380,33 @@ func TestSlotMigration(t *testing.T) {
 		t.Fatal("the importing node never answered NOSCRIPT")
 	}
 	checkStored(t, c, e, m)
+}
+
+// TestRedisErrorsStartAtZero: every kind of capper_redis_errors_total is
+// exported at 0 from the start, so a dashboard shows 0, not "No data".
+func TestRedisErrorsStartAtZero(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	reg := prometheus.NewRegistry()
+	newEngine(t, r.Client(), Options{Registerer: reg})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "capper_redis_errors_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "kind" {
+					kinds[lp.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	want := map[string]float64{kindTimeout: 0, kindConnection: 0, kindCluster: 0, kindOther: 0}
+	if !maps.Equal(kinds, want) {
+		t.Fatalf("capper_redis_errors_total by kind = %v, want %v", kinds, want)
+	}
 }

@@ -101,10 +101,7 @@ func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutc
 		}
 		return out, err
 	}
-	all := make([]*refundCall, len(calls))
-	for k := range calls {
-		all[k] = &calls[k]
-	}
+	all := ptrs(calls)
 	e.sendRefunds(ctx, all, false)
 	e.resendRefunds(ctx, all)
 	for _, c := range calls {

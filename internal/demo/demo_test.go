@@ -66,9 +66,15 @@ func TestDemoRealRedis(t *testing.T) {
 	if !strings.Contains(out.String(), "audit: ok") {
 		t.Fatalf("report:\n%s", out.String())
 	}
-	n, err := r.Client().DBSize(context.Background()).Result()
-	if err != nil || n == 0 {
-		t.Fatalf("the real Redis holds %d keys (%v): the demo did not use it", n, err)
+	// Every key is under the demo's prefix, never production's "capper".
+	keys, err := r.Client().Keys(context.Background(), "*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("the real Redis holds %d keys (%v): the demo did not use it", len(keys), err)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "capper-demo:") {
+			t.Fatalf("key %q is not under the demo's prefix capper-demo", k)
+		}
 	}
 }
 

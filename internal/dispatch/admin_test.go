@@ -72,6 +72,27 @@ func TestLagReporter(t *testing.T) {
 	if got := sumLag(t, l); got != 7 {
 		t.Fatalf("lag with no worker running = %v, want 7", got)
 	}
+
+	// Run refreshes on its timer alone: with no worker (no batch moves),
+	// the gauge still follows what producers add.
+	timed, err := NewLagReporter(LagOptions{Client: c, Group: e.group, Topic: tIn, Interval: 50 * time.Millisecond,
+		Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- timed.Run(rctx) }()
+	e.kafka.Produce(t, tIn, intents(5, 5, "n"))
+	for deadline := time.Now().Add(20 * time.Second); sumLag(t, timed) != 12; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("lag from the timer = %v, want 12", sumLag(t, timed))
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
 }
 
 func sumLag(t *testing.T, l *LagReporter) float64 {

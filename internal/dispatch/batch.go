@@ -117,6 +117,8 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		rec.decision = decisions[j]
 		j++
 		switch o := &rec.decision.Outcome; {
+		case *o == capping.Invalid:
+			rec.invalid = engineInvalid(rec.decision.Err)
 		case w.o.Shadow && (*o == capping.Capped || *o == capping.Deferred):
 			*o = capping.ShadowCapped
 		case *o == capping.Deferred && len(w.o.Tiers) == 0:
@@ -126,6 +128,15 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		}
 	}
 	return b, nil
+}
+
+// engineInvalid is the dead-letter reason of a request the engine refused.
+func engineInvalid(err error) *InvalidError {
+	var ir *capping.InvalidRequestError
+	if errors.As(err, &ir) {
+		return invalid(ir.Field, "%s", ir.Reason)
+	}
+	return invalid("value", "%v", err)
 }
 
 // NewRequest is the engine's request for a decoded intent of a user in

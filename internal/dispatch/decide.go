@@ -4,6 +4,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 // decide asks the Decider until every request has an answer. Requests that
 // failed are retried with capped exponential backoff (nothing undecided is
 // forwarded and nothing is committed meanwhile), unless FailOpen is set:
-// then they are answered FailOpen.
+// then they are answered FailOpen. A request the engine calls invalid is
+// answered Invalid (dead-lettered), never retried.
 func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.Decision, error) {
 	out := make([]capping.Decision, len(reqs))
 	pending := make([]int, len(reqs))
@@ -44,6 +46,12 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 			switch {
 			case err != nil:
 				lastErr = err
+			case errors.Is(ds[j].Err, capping.ErrInvalidRequest):
+				// The policy that decides it does not know its channel
+				// or category (it changed since the intent was decoded),
+				// or a check the decoder lacks: no retry can help.
+				out[i] = capping.Decision{Outcome: capping.Invalid, Err: ds[j].Err, At: now}
+				continue
 			case ds[j].Err != nil:
 				lastErr = ds[j].Err
 				if len(still) < 10 {

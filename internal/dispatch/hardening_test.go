@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/testenv"
 )
 
@@ -171,15 +173,21 @@ func TestPermanentErrors(t *testing.T) {
 // back with franz-go, which does tell them apart.
 func TestEmptyValues(t *testing.T) {
 	e := newEnv(t)
-	e.kafka.Produce(t, tIn, []kafka.Message{{Key: []byte("1"), Value: []byte{}}, {Key: []byte("2"), Value: nil}})
+	// A 0-byte value, a null value, and a null key (with an intent).
+	e.kafka.Produce(t, tIn, []kafka.Message{{Key: []byte("1"), Value: []byte{}}, {Key: []byte("2"), Value: nil},
+		{Key: nil, Value: []byte(`{"id":"k","user_id":3,"campaign_id":"c","channel":"push"}`)}})
 	e.start(nil)
-	o := e.waitOutcomes(2)
-	if len(o.dlq) != 2 {
-		t.Fatalf("%d dead letters, want 2", len(o.dlq))
+	o := e.waitOutcomes(3)
+	if len(o.dlq) != 3 {
+		t.Fatalf("%d dead letters, want 3", len(o.dlq))
 	}
 	for _, m := range o.dlq {
-		if headerValue(m, HeaderError) != "value: empty: a null or 0-byte value is not an intent" {
-			t.Fatalf("capper-error %q", headerValue(m, HeaderError))
+		want := "value: empty: a null or 0-byte value is not an intent"
+		if len(m.Value) > 0 {
+			want = `key: "" is not the user_id 3 in decimal (intents are keyed by user)`
+		}
+		if headerValue(m, HeaderError) != want {
+			t.Fatalf("capper-error %q, want %q", headerValue(m, HeaderError), want)
 		}
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Addrs...), kgo.ConsumeTopics(tDLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -190,14 +198,14 @@ func TestEmptyValues(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var got []*kgo.Record
-	for len(got) < 2 && ctx.Err() == nil {
+	for len(got) < 3 && ctx.Err() == nil {
 		got = append(got, cl.PollFetches(ctx).Records()...)
 	}
-	if len(got) != 2 {
+	if len(got) != 3 {
 		t.Fatalf("read %d dead letters back", len(got))
 	}
 	for _, r := range got {
-		if r.Value == nil || len(r.Value) != 0 || r.Key == nil {
+		if r.Value == nil || r.Key == nil {
 			t.Fatalf("dead letter key %q (nil %v), value %q (nil %v): want 0 bytes, not null", r.Key, r.Key == nil, r.Value, r.Value == nil)
 		}
 	}
@@ -300,4 +308,65 @@ func gathered(t *testing.T, r *running) string {
 		}
 	}
 	return b.String()
+}
+
+// TestEngineRefusalIsDeadLettered: the decoder accepts a channel that the
+// policy deciding the batch does not know (a policy swapped in between
+// decoding and deciding). The engine refuses the request; the worker
+// dead-letters it naming the field, and neither retries it nor stalls the
+// intents beside it.
+func TestEngineRefusalIsDeadLettered(t *testing.T) {
+	e := newEnv(t)
+	c := config.Default()
+	dec, err := NewDecoder(DecoderOptions{Channels: append(slices.Clone(testChannels), "fax"), Categories: testCategories,
+		DefaultCategory: c.Capping.DefaultCategory, MaxBytes: c.Kafka.MaxIntentBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := intents(6, 3, "ok")
+	msgs = append(msgs, kafka.Message{Key: []byte("7"), Value: []byte(`{"id":"f-1","user_id":7,"campaign_id":"c","channel":"fax"}`)})
+	e.kafka.Produce(t, tIn, msgs)
+	r := e.start(func(o *Options) { o.Decoder = dec })
+	o := e.waitOutcomes(len(msgs))
+	if len(o.del) != 6 || len(o.dlq) != 1 {
+		t.Fatalf("%d delivered, %d dead-lettered; want 6 and 1", len(o.del), len(o.dlq))
+	}
+	want := `channel: unknown channel "fax": not one of the policy's (` + strings.Join(testChannels, ", ") + ")"
+	if got := headerValue(o.dlq[0], HeaderError); got != want {
+		t.Fatalf("capper-error %q, want %q", got, want)
+	}
+	if v := testutil.ToFloat64(r.w.m.redisRetries); v != 0 {
+		t.Fatalf("capper_redis_retries_total = %v: an invalid request was retried", v)
+	}
+	if v := testutil.ToFloat64(r.w.m.invalid.WithLabelValues("channel")); v != 1 {
+		t.Fatalf(`capper_invalid_intents_total{field="channel"} = %v, want 1`, v)
+	}
+}
+
+// TestInvalidUTF8IdsDoNotCollide: two intents whose ids differ only in
+// bytes that are not UTF-8 (a JSON decoder reads both as U+FFFD, one
+// idempotency key) are both dead-lettered naming the byte; the user's cap
+// (2 a day) still counts the valid intents beside them exactly.
+func TestInvalidUTF8IdsDoNotCollide(t *testing.T) {
+	e := newEnv(t)
+	v := func(id string) kafka.Message {
+		return kafka.Message{Key: []byte("5"), Value: []byte(`{"id":"` + id + `","user_id":5,"campaign_id":"c","channel":"push"}`)}
+	}
+	msgs := []kafka.Message{v("x-\xff"), v("x-\xfe"), v("x-a"), v("x-b"), v("x-c")}
+	e.kafka.Produce(t, tIn, msgs)
+	e.start(nil)
+	o := e.waitOutcomes(len(msgs))
+	if len(o.dlq) != 2 || len(o.del) != 2 || len(o.sup) != 1 {
+		t.Fatalf("%d dead-lettered, %d delivered, %d suppressed; want 2, 2, 1", len(o.dlq), len(o.del), len(o.sup))
+	}
+	for i, m := range o.dlq {
+		want := fmt.Sprintf("value: not valid UTF-8: byte 0x%x at offset 9", []byte{0xff, 0xfe}[i])
+		if got := headerValue(m, HeaderError); got != want {
+			t.Fatalf("dead letter %d: capper-error %q, want %q", i, got, want)
+		}
+	}
+	if got := string(o.sup[0].Value); !strings.Contains(got, `"x-c"`) {
+		t.Fatalf("suppressed %s, want x-c", got)
+	}
+	e.auditOK(o)
 }

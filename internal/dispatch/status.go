@@ -27,15 +27,8 @@ func (d *Decoder) DecodeStatus(value []byte) (Status, error) {
 		return Status{}, err
 	}
 	var s Status
-	id, err := f.str("id", f.id, true)
-	if err != nil {
-		return Status{}, err
-	}
-	if len(id) == 0 || len(id) > maxIDBytes {
-		return Status{}, invalid("id", "must be 1 to %d bytes, got %d", maxIDBytes, len(id))
-	}
-	s.ID = id
-	if s.UserID, err = parseUserID(f.userID); err != nil {
+	var err error
+	if s.ID, s.UserID, err = f.who(); err != nil {
 		return Status{}, err
 	}
 	if s.Status, err = f.str("status", f.status, false); err != nil {

@@ -46,26 +46,14 @@ func Open(ctx context.Context, from string, brokers []string) (Source, error) {
 
 // jsonl reads one intent per line.
 type jsonl struct {
-	name  string
-	f     *os.File
-	size  int64
-	count *countingReader
-	gz    *gzip.Reader
-	r     *bufio.Reader
-	line  int64
-	long  []byte // a line longer than the buffer
-	rec   Record
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
+	name string
+	f    *os.File
+	size int64
+	gz   *gzip.Reader
+	r    *bufio.Reader
+	line int64
+	long []byte // a line longer than the buffer
+	rec  Record
 }
 
 // OpenJSONL opens an intents.jsonl file, gzipped when its name ends in .gz.
@@ -79,10 +67,10 @@ func OpenJSONL(path string) (Source, error) {
 		f.Close()
 		return nil, fmt.Errorf("--from: %w", err)
 	}
-	s := &jsonl{name: path, f: f, size: st.Size(), count: &countingReader{r: f}}
-	var r io.Reader = s.count
+	s := &jsonl{name: path, f: f, size: st.Size()}
+	var r io.Reader = f
 	if strings.HasSuffix(path, ".gz") {
-		if s.gz, err = gzip.NewReader(bufio.NewReaderSize(s.count, 1<<16)); err != nil {
+		if s.gz, err = gzip.NewReader(bufio.NewReaderSize(f, 1<<16)); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("--from %s: not a gzip file: %w", path, err)
 		}
@@ -94,7 +82,12 @@ func OpenJSONL(path string) (Source, error) {
 
 func (s *jsonl) Name() string { return s.name }
 
-func (s *jsonl) Progress() (done, total int64, unit string) { return s.count.n, s.size, "bytes" }
+// Progress is how far into the file reading has got (read-ahead included):
+// the file's offset, which only the reader moves.
+func (s *jsonl) Progress() (done, total int64, unit string) {
+	done, _ = s.f.Seek(0, io.SeekCurrent)
+	return done, s.size, "bytes"
+}
 
 func (s *jsonl) Next(context.Context) (*Record, error) {
 	line, err := s.r.ReadSlice('\n')
