@@ -71,7 +71,7 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 			continue
 		case w.tiers[m.Topic]:
 			rec.delayed = true
-			if rec.def, rec.invalid = readDeferral(m.Headers); rec.invalid != nil {
+			if rec.def, rec.invalid = readDeferral(m.Headers, &w.names); rec.invalid != nil {
 				rec.decision.Outcome = capping.Invalid
 				continue
 			}

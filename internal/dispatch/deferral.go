@@ -64,45 +64,129 @@ var reasons = map[string]capping.Reason{
 
 // readDeferral reads a delay tier's record's headers (capper wrote them; a
 // record that lacks them was not written by capper and is dead-lettered).
-func readDeferral(h []kafka.Header) (deferral, *InvalidError) {
+// It runs for every record of every hop, so it reads the headers in one
+// pass and parses views of their bytes.
+func readDeferral(h []kafka.Header, names *interner) (deferral, *InvalidError) {
 	var d deferral
-	var err error
-	bad := func(name string, e error) *InvalidError {
-		return &InvalidError{Field: "header " + name, Reason: e.Error()}
+	var notBefore, since, count, reason, limit, segment []byte
+	first := func(dst *[]byte, v []byte) {
+		if *dst == nil {
+			*dst = nonNull(v)
+		}
 	}
-	if d.notBefore, err = headerTime(h, HeaderNotBefore); err != nil {
-		return d, bad(HeaderNotBefore, err)
-	}
-	if d.since, err = headerTime(h, HeaderDeferredSince); err != nil {
-		return d, bad(HeaderDeferredSince, err)
-	}
-	if d.count, err = strconv.Atoi(findHeader(h, HeaderDeferredCount)); err != nil || d.count < 1 {
-		return d, bad(HeaderDeferredCount, fmt.Errorf("%q is not a count of 1 or more", findHeader(h, HeaderDeferredCount)))
-	}
-	var ok bool
-	if d.reason, ok = reasons[findHeader(h, HeaderReason)]; !ok {
-		return d, bad(HeaderReason, fmt.Errorf("%q is not cap or quiet-hours", findHeader(h, HeaderReason)))
-	}
-	d.limit, d.segment = findHeader(h, HeaderLimit), findHeader(h, HeaderSegment)
 	for _, x := range h {
-		if x.Key == HeaderSource {
+		switch x.Key {
+		case HeaderNotBefore:
+			first(&notBefore, x.Value)
+		case HeaderDeferredSince:
+			first(&since, x.Value)
+		case HeaderDeferredCount:
+			first(&count, x.Value)
+		case HeaderReason:
+			first(&reason, x.Value)
+		case HeaderLimit:
+			first(&limit, x.Value)
+		case HeaderSegment:
+			first(&segment, x.Value)
+		case HeaderSource:
 			d.source = x.Value
 		}
 	}
+	bad := func(name string, e error) *InvalidError {
+		return &InvalidError{Field: "header " + name, Reason: e.Error()}
+	}
+	var err error
+	if d.notBefore, err = parseHeaderTime(notBefore); err != nil {
+		return d, bad(HeaderNotBefore, err)
+	}
+	if d.since, err = parseHeaderTime(since); err != nil {
+		return d, bad(HeaderDeferredSince, err)
+	}
+	if d.count, err = strconv.Atoi(view(count)); err != nil || d.count < 1 {
+		return d, bad(HeaderDeferredCount, fmt.Errorf("%q is not a count of 1 or more", count))
+	}
+	var ok bool
+	if d.reason, ok = reasons[string(reason)]; !ok {
+		return d, bad(HeaderReason, fmt.Errorf("%q is not cap or quiet-hours", reason))
+	}
+	d.limit, d.segment = names.get(limit), names.get(segment)
 	return d, nil
+}
+
+// interner hands out one string per name: a policy's limits and a
+// snapshot's segments are few, and every tier record names them. Up to
+// maxInterned names are kept (tier records come from capper, but a
+// topic is writable by others: junk must not grow it without end).
+type interner struct{ m map[string]string }
+
+const maxInterned = 4096
+
+func (n *interner) get(b []byte) string {
+	if s, ok := n.m[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if n.m == nil {
+		n.m = map[string]string{}
+	}
+	if len(n.m) < maxInterned {
+		n.m[s] = s
+	}
+	return s
 }
 
 // dueAt is when a delay tier hands its record over.
 func dueAt(h []kafka.Header) (time.Time, error) { return headerTime(h, HeaderDueAt) }
 
 func headerTime(h []kafka.Header, key string) (time.Time, error) {
-	v := findHeader(h, key)
-	if v == "" {
+	for _, x := range h {
+		if x.Key == key {
+			return parseHeaderTime(nonNull(x.Value))
+		}
+	}
+	return parseHeaderTime(nil)
+}
+
+// parseHeaderTime reads a time capper wrote (nil: the header is missing).
+func parseHeaderTime(v []byte) (time.Time, error) {
+	if len(v) == 0 {
 		return time.Time{}, errors.New("missing: not a record capper deferred")
 	}
-	t, err := time.Parse(TimeLayout, v)
+	if t, ok := parseUTCMillis(v); ok {
+		return t, nil
+	}
+	// A view: Parse keeps no part of its input.
+	t, err := time.Parse(TimeLayout, view(v))
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%q is not a time like %s", v, TimeLayout)
 	}
 	return t, nil
+}
+
+// parseUTCMillis reads the form capper writes, 2006-01-02T15:04:05.000Z,
+// without time.Parse's generality: every record of every hop carries
+// several. Anything else (ok false) is left to time.Parse.
+func parseUTCMillis(v []byte) (t time.Time, ok bool) {
+	if len(v) != 24 || v[4] != '-' || v[7] != '-' || v[10] != 'T' || v[13] != ':' || v[16] != ':' || v[19] != '.' || v[23] != 'Z' {
+		return time.Time{}, false
+	}
+	num := func(b []byte) int {
+		n := 0
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				return -1
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n
+	}
+	year, month, day, hour, minute, sec, ms := num(v[0:4]), num(v[5:7]), num(v[8:10]), num(v[11:13]), num(v[14:16]), num(v[17:19]), num(v[20:23])
+	if year < 0 || month < 1 || month > 12 || day < 1 || hour < 0 || hour > 23 || minute < 0 || minute > 59 || sec < 0 || sec > 59 || ms < 0 {
+		return time.Time{}, false
+	}
+	t = time.Date(year, time.Month(month), day, hour, minute, sec, ms*int(time.Millisecond), time.UTC)
+	if t.Day() != day { // February 30th and the like: time.Parse says why
+		return time.Time{}, false
+	}
+	return t, true
 }

@@ -83,8 +83,7 @@ type headerBuilder struct {
 	version []byte
 	policy  string            // for records the engine did not decide
 	names   map[string][]byte // segment and limit names
-	lastAt  time.Time
-	lastAtB []byte
+	times   map[int64][]byte  // formatted times, by Unix millisecond
 	arena   []byte
 	backing []kafka.Header // the records' header slices are cut from it
 	scratch []kafka.Header
@@ -110,7 +109,7 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 			kafka.Header{Key: HeaderDecision, Value: decisionValue[d.Outcome]},
 			kafka.Header{Key: HeaderSegment, Value: hb.name(rec.segment)},
 			kafka.Header{Key: HeaderSnapshot, Value: hb.version},
-			kafka.Header{Key: HeaderDecidedAt, Value: hb.at(d.At)})
+			kafka.Header{Key: HeaderDecidedAt, Value: hb.time(d.At)})
 		switch d.Outcome {
 		case capping.Duplicate:
 			add = append(add, kafka.Header{Key: HeaderDuplicate, Value: vTrue})
@@ -139,7 +138,12 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 	}
 	hb.scratch = add
 
-	n := len(m.Headers) + len(add) + 1
+	n := len(add) + 1
+	for _, x := range m.Headers {
+		if !strings.HasPrefix(x.Key, capperPrefix) {
+			n++
+		}
+	}
 	if cap(hb.backing)-len(hb.backing) < n {
 		hb.backing = make([]kafka.Header, 0, max(n, 1024))
 	}
@@ -173,12 +177,10 @@ func (hb *headerBuilder) deferral(add []kafka.Header, rec *record) []kafka.Heade
 		add = append(add, kafka.Header{Key: HeaderReason, Value: hb.name(d.Reason.String())})
 	}
 	count, since := rec.def.count, rec.def.since
-	if d.Outcome == capping.Deferred {
-		if !rec.hop {
-			count++
-			if since.IsZero() {
-				since = d.At
-			}
+	if d.Outcome == capping.Deferred { // deferred again, or for the first time (hops do not come here)
+		count++
+		if since.IsZero() {
+			since = d.At
 		}
 		add = append(add,
 			kafka.Header{Key: HeaderNotBefore, Value: hb.time(d.NotBefore)},
@@ -195,9 +197,36 @@ func (hb *headerBuilder) deferral(add []kafka.Header, rec *record) []kafka.Heade
 	return add
 }
 
-// time formats t like capper-decided-at, in the arena.
+// hop returns the headers of a record that hops to the next tier: its own
+// (capper wrote them when it deferred the intent, and a hop decides
+// nothing, so they stay as they are) with capper-due-at set for the next
+// tier. A hop is most of the delay path's traffic: the slice, which only
+// this batch holds, is changed in place rather than rebuilt.
+func (hb *headerBuilder) hop(m *kafka.Message, dueAt time.Time) []kafka.Header {
+	v := hb.time(dueAt)
+	for i := range m.Headers {
+		if m.Headers[i].Key == HeaderDueAt {
+			m.Headers[i].Value = v
+			return m.Headers
+		}
+	}
+	return append(m.Headers, kafka.Header{Key: HeaderDueAt, Value: v})
+}
+
+// time formats t like capper-decided-at. The times of a batch's deferred
+// intents repeat (a blast's sends share their seconds), so each is
+// formatted once per batch.
 func (hb *headerBuilder) time(t time.Time) []byte {
-	return hb.bytes(func(b []byte) []byte { return t.UTC().AppendFormat(b, TimeLayout) })
+	k := t.UnixMilli() // TimeLayout's precision
+	if b, ok := hb.times[k]; ok {
+		return b
+	}
+	if hb.times == nil {
+		hb.times = map[int64][]byte{}
+	}
+	b := hb.bytes(func(b []byte) []byte { return t.UTC().AppendFormat(b, TimeLayout) })
+	hb.times[k] = b
+	return b
 }
 
 func (hb *headerBuilder) name(s string) []byte {
@@ -207,13 +236,6 @@ func (hb *headerBuilder) name(s string) []byte {
 		hb.names[s] = b
 	}
 	return b
-}
-
-func (hb *headerBuilder) at(t time.Time) []byte {
-	if !t.Equal(hb.lastAt) || hb.lastAtB == nil {
-		hb.lastAt, hb.lastAtB = t, []byte(t.UTC().Format(TimeLayout))
-	}
-	return hb.lastAtB
 }
 
 // bytes appends to the arena and returns the appended part; a full arena

@@ -22,30 +22,55 @@ type outputs struct {
 // delivery status has no output. Keys and values are the input's bytes,
 // untouched.
 func (w *Worker) route(b *batch) outputs {
-	o := outputs{delayed: make([][]kafka.Message, len(w.o.Tiers))}
-	hb := newHeaderBuilder(b.snap, b.policy)
-	for i := range b.msgs {
-		m, rec := &b.msgs[i], &b.records[i]
-		if rec.status && rec.invalid == nil {
-			continue // a delivery status: counted, nothing to write
-		}
-		var dst *[]kafka.Message
-		switch rec.decision.Outcome {
-		case capping.Invalid:
-			dst = &o.deadLetter
-		case capping.Capped:
-			if w.suppressed.wr == nil {
-				continue
+	// Where each record goes, first: the slices are then made to size
+	// (a batch's messages are large, and growing them copies each twice).
+	const (
+		none = iota
+		deliveries
+		suppressed
+		deadLetter
+		tier0
+	)
+	dst := make([]uint8, len(b.msgs))
+	counts := make([]int, tier0+len(w.o.Tiers))
+	for i := range b.records {
+		rec := &b.records[i]
+		switch {
+		case rec.status && rec.invalid == nil:
+			// a delivery status: counted, nothing to write
+		case rec.decision.Outcome == capping.Invalid:
+			dst[i] = deadLetter
+		case rec.decision.Outcome == capping.Capped:
+			if w.suppressed.wr != nil {
+				dst[i] = suppressed
 			}
-			dst = &o.suppressed
-		case capping.Deferred:
+		case rec.decision.Outcome == capping.Deferred:
 			d := &rec.decision
 			t := w.tierFor(d.NotBefore.Sub(d.At))
 			rec.dueAt = minTime(d.At.Add(w.o.Tiers[t].Delay), d.NotBefore)
-			dst = &o.delayed[t]
+			dst[i] = uint8(tier0 + t)
 		default:
-			dst = &o.deliveries
+			dst[i] = deliveries
 		}
+		counts[dst[i]]++
+	}
+	o := outputs{delayed: make([][]kafka.Message, len(w.o.Tiers))}
+	lists := make([]*[]kafka.Message, len(counts))
+	lists[deliveries], lists[suppressed], lists[deadLetter] = &o.deliveries, &o.suppressed, &o.deadLetter
+	for t := range o.delayed {
+		lists[tier0+t] = &o.delayed[t]
+	}
+	for k, n := range counts {
+		if k != none && n > 0 {
+			*lists[k] = make([]kafka.Message, 0, n)
+		}
+	}
+	hb := newHeaderBuilder(b.snap, b.policy)
+	for i := range b.msgs {
+		if dst[i] == none {
+			continue
+		}
+		m, rec := &b.msgs[i], &b.records[i]
 		key, value := m.Key, m.Value
 		if rec.decision.Outcome == capping.Invalid && len(value) > w.o.Decoder.maxBytes {
 			// An oversize intent: its dead-letter copy (value and headers)
@@ -53,7 +78,14 @@ func (w *Worker) route(b *batch) outputs {
 			// the value goes along.
 			value, rec.truncated = value[:w.o.Decoder.maxBytes], true
 		}
-		*dst = append(*dst, kafka.Message{Key: nonNull(key), Value: nonNull(value), Headers: hb.build(m, rec)})
+		var h []kafka.Header
+		if rec.hop {
+			h = hb.hop(m, rec.dueAt)
+		} else {
+			h = hb.build(m, rec)
+		}
+		l := lists[dst[i]]
+		*l = append(*l, kafka.Message{Key: nonNull(key), Value: nonNull(value), Headers: h})
 	}
 	return o
 }

@@ -160,6 +160,9 @@ type Worker struct {
 	// tiers: the delay tiers' topics.
 	tiers   map[string]bool
 	refunds map[string]bool // delivery statuses that refund
+	// names: the segment and limit names tier records carry, shared
+	// (only the decide stage touches it).
+	names interner
 
 	mu       sync.Mutex
 	notReady map[string]error // by what fails: "redis", "kafka <topic>"
