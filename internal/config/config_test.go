@@ -41,6 +41,7 @@ var badFiles = map[string][]string{
 		`capping.default_policy.limits[0] (limit "d").channel: "fax" is not one of the channels`,
 		`worker.batch_size: must be between 1 and 10000, got 0`,
 	},
+	"defer-no-tiers.bad.yaml":  {"kafka.delay_tiers: the policy under capping defers intents (on_cap: defer or quiet_hours), so at least one delay tier is required"},
 	"unknown-channel.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "daily").channel: "fax" is not one of the channels`},
 
 	// The cap policy (package policy, capping.Rules).

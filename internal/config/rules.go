@@ -18,7 +18,13 @@ func (c *Config) Rules() capping.Rules {
 // path under capping (capping.segments[0] (segment "new").limits[2] (limit
 // "x").max).
 func (c *Config) validateRules(p *problems) {
-	for _, pr := range c.Capping.Problems() {
+	problems := c.Capping.Problems()
+	for _, pr := range problems {
 		p.add("capping."+pr.Path, "%s", pr.Msg)
+	}
+	// A policy under capping that defers needs somewhere to defer to (a
+	// policy from policy.source is checked by the worker when it loads).
+	if len(problems) == 0 && c.Policy.Source == "" && len(c.Kafka.DelayTiers) == 0 && c.Rules().Defers() {
+		p.add("kafka.delay_tiers", "the policy under capping defers intents (on_cap: defer or quiet_hours), so at least one delay tier is required")
 	}
 }
