@@ -333,6 +333,26 @@ capping.Rules.Problems) */ -}}
 {{- fail (printf "config.capping.categories[%d]: %q must be non-empty, at most 64 bytes, without spaces, braces or colons" $i $cat) -}}
 {{- end -}}
 {{- end -}}
+{{- /* A policy under capping that defers needs delay tiers (capper's own check). */ -}}
+{{- $policySource := "" -}}
+{{- with $c.policy -}}{{- $policySource = .source | default "" -}}{{- end -}}
+{{- $tiers := list -}}
+{{- with $c.kafka -}}{{- $tiers = .delay_tiers | default list -}}{{- end -}}
+{{- if and (not $policySource) (not $tiers) -}}
+{{- $defers := false -}}
+{{- $pols := list -}}
+{{- with $capping.default_policy -}}{{- $pols = append $pols . -}}{{- end -}}
+{{- range ($capping.segments | default list) -}}{{- $pols = append $pols . -}}{{- end -}}
+{{- range $p := $pols -}}
+{{- if $p.quiet_hours -}}{{- $defers = true -}}{{- end -}}
+{{- range $l := ($p.limits | default list) -}}
+{{- if eq ($l.on_cap | default $p.on_cap | default "suppress") "defer" -}}{{- $defers = true -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $defers -}}
+{{- fail "config.kafka.delay_tiers: the policy under capping defers intents (on_cap: defer or quiet_hours), so at least one delay tier is required" -}}
+{{- end -}}
+{{- end -}}
 {{- if not (has $capping.default_category $categories) -}}
 {{- fail (printf "config.capping.default_category: %q is not one of the categories (%s)" $capping.default_category (join ", " $categories)) -}}
 {{- end -}}
