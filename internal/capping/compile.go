@@ -96,7 +96,7 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 				}
 				i = len(ps.scopes)
 				byCanon[canon] = i
-				ps.scopes = append(ps.scopes, &scope{canon: canon, id: id, per: l.Per, where: compileWhere(l.Where)})
+				ps.scopes = append(ps.scopes, &scope{canon: canon, id: id, per: l.Per, where: compileWhere(l.Where), rolling: -1})
 			}
 			s := ps.scopes[i]
 			s.limits = append(s.limits, struct{ pol, limit int }{pi, li})
@@ -104,8 +104,10 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 			if l.Calendar == None {
 				cl.window = int64(l.Window / time.Second)
 				s.retention = max(s.retention, cl.window+1+skewMargin)
+				s.rolling = max(s.rolling, cl.window)
 			} else {
 				s.retention = max(s.retention, periodRetention(l.Calendar)+skewMargin)
+				s.calendars |= 1 << (l.Calendar - 1)
 			}
 			s.keep = max(s.keep, l.Max)
 			cp.limits = append(cp.limits, cl)
@@ -182,6 +184,7 @@ func (ps *policySet) generate() (string, error) {
 			ID           uint32
 			PerCampaign  bool
 			RetS         int64
+			From         string // Lua: the earliest start of a limit's window on the scope
 			Used         bool
 			Header       string
 		}
@@ -246,13 +249,30 @@ func (ps *policySet) generate() (string, error) {
 	}
 	for i, s := range ps.scopes {
 		d.Scopes = append(d.Scopes, scopeData{I: i + 1, Bit: 1 << i, Keep: s.keep, ID: s.id, PerCampaign: s.per == PerCampaign,
-			RetS: s.retention, Used: used[i], Header: luaBytes(byte(s.id>>16), byte(s.id>>8), byte(s.id))})
+			RetS: s.retention, From: ps.fromExpr(s), Used: used[i], Header: luaBytes(byte(s.id>>16), byte(s.id>>8), byte(s.id))})
 	}
 	var b bytes.Buffer
 	if err := scriptTemplate.Execute(&b, d); err != nil {
 		return "", fmt.Errorf("generate the script: %w", err)
 	}
 	return b.String(), nil
+}
+
+// fromExpr is the script's expression of scope.from.
+func (ps *policySet) fromExpr(s *scope) string {
+	var parts []string
+	if s.rolling >= 0 {
+		parts = append(parts, "now - "+strconv.FormatInt(s.rolling, 10))
+	}
+	for i, v := range []string{"cday", "cweek", "cmonth"} {
+		if s.calendars&(1<<i) != 0 {
+			parts = append(parts, v)
+		}
+	}
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return "math.min(" + strings.Join(parts, ", ") + ")"
 }
 
 // luaBytes writes bytes as a Lua string literal's body (decimal escapes).

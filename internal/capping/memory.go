@@ -112,6 +112,12 @@ func sectionAt(rec string, p int) (id uint32, h, cnt, b int) {
 	return id, h, cnt, b
 }
 
+// trimmedAt reports whether the section whose cnt times start at b is
+// trimmed: its first time is the mark, 0 (record.go).
+func trimmedAt(rec string, b, cnt int) bool {
+	return cnt > 0 && rec[b:b+4] == "\x00\x00\x00\x00"
+}
+
 // run is packed.lua.tmpl for one request: its reply, code * 2^40 + limit *
 // 2^32 + t. The steps and their order are the script's; keep them in step.
 func (m *Memory) run(r *Request, c callPlan, bypass bool) int64 {
@@ -146,6 +152,9 @@ func (m *Memory) run(r *Request, c callPlan, bypass bool) int64 {
 		var sp, sc [MaxScopes]int
 		for p := sb; p < len(rec); {
 			id, _, cnt, b := sectionAt(rec, p)
+			if trimmedAt(rec, b, cnt) { // the mark is no send
+				b, cnt = b+4, cnt-1
+			}
 			for i, s := range set.scopes {
 				if id == s.id && (s.per != PerCampaign || rec[p+3:p+6] == camp) {
 					sp[i], sc[i] = b, cnt
@@ -202,20 +211,29 @@ func (m *Memory) run(r *Request, c callPlan, bypass bool) int64 {
 		id, h, cnt, b := sectionAt(rec, p)
 		e := b + 4*cnt
 		hz, keep, add := now-unknownRetention, 32767, false
+		from := hz // the earliest time a limit on the scope counts from
 		for i, s := range set.scopes {
 			if id != s.id {
 				continue
 			}
-			hz, keep = now-s.retention, s.keep
+			hz, keep, from = now-s.retention, s.keep, s.from(now, &c.cal)
 			bit := uint32(1) << i
 			if c.records&bit != 0 && (s.per != PerCampaign || rec[p+3:p+6] == camp) && done&bit == 0 {
 				add, done = true, done|bit
 			}
 			break
 		}
-		j := b
+		// A trimmed section's mark (record.go) goes when its oldest kept
+		// send is before every window of its scope: the dropped are older.
+		j, trimmed := b, trimmedAt(rec, b, cnt)
+		if trimmed {
+			j += 4
+		}
 		for j < e && u32(rec, j) < hz {
 			j += 4
+		}
+		if trimmed && (j == e || u32(rec, j) < from) {
+			trimmed = false
 		}
 		// The section's times after trimming, with now in time order (a
 		// worker whose clock was ahead may have written later ones).
@@ -230,9 +248,17 @@ func (m *Memory) run(r *Request, c callPlan, bypass bool) int64 {
 			n++
 		}
 		skip := max(n-keep, 0) // the oldest beyond the scope's largest max
+		if skip > 0 && nth(rec, j, q, now, add, skip-1) >= from {
+			trimmed = true // a limit still counts the newest dropped
+		}
 		if n -= skip; n > 0 {
 			out = append(out, rec[p:h]...)
-			out = appendVarint(out, n)
+			if trimmed {
+				out = appendVarint(out, n+1)
+				out = append(out, 0, 0, 0, 0)
+			} else {
+				out = appendVarint(out, n)
+			}
 			out = appendTimes(out, rec, j, q, e, nowb[:], add, skip)
 		}
 		p = e
@@ -272,6 +298,19 @@ func (m *Memory) run(r *Request, c callPlan, bypass bool) int64 {
 	}
 	m.users[r.UserID] = string(out)
 	return codeAllowed
+}
+
+// nth is the i-th (from 0) of a section's times from j, with now inserted
+// before q when add (as appendTimes writes them).
+func nth(rec string, j, q int, now int64, add bool, i int) int64 {
+	switch before := (q - j) / 4; {
+	case !add || i < before:
+		return u32(rec, j+4*i)
+	case i == before:
+		return now
+	default:
+		return u32(rec, j+4*(i-1))
+	}
 }
 
 // appendTimes appends a section's times from j to e, now inserted before q

@@ -51,7 +51,11 @@ func refundRecord(rec, d5 string) (string, RefundResult) {
 		_, h, cnt, b := sectionAt(rec, p)
 		e := b + 4*cnt
 		c, first := 0, -1
-		for j := b; j < e; j += 4 {
+		from := b
+		if trimmedAt(rec, b, cnt) { // it may not hold every send counted: it keeps them all
+			from = e
+		}
+		for j := from; j < e; j += 4 {
 			if rec[j:j+4] == tb {
 				c++
 				if first < 0 {

@@ -206,8 +206,8 @@ func (e *Engine) migrateUsers(ctx context.Context, o MigrateOptions, sources []v
 					sec.times = append(sec.times, at)
 				}
 			}
-			if len(sec.times) > s.keep {
-				sec.times = sec.times[len(sec.times)-s.keep:]
+			if len(sec.times) > s.keep { // dropped sends still in the retention
+				sec.times, sec.trimmed = sec.times[len(sec.times)-s.keep:], true
 			}
 			if len(sec.times) > 0 {
 				rec.sections = append(rec.sections, sec)

@@ -22,17 +22,23 @@ var modelSeed = flag.Uint64("capping.seed", 20261121, "seed of the random model 
 // refModel is the reference for the engine, in plain Go and written apart
 // from it: every send a user was allowed, with all its attributes, counted
 // by scanning; calendar periods found by searching for the instant the
-// local date changes (not with the engine's calendar code). It ignores
-// trimming, bucket sweeps and key expiry, which must not change any answer.
+// local date changes (not with the engine's calendar code). Its decisions
+// ignore trimming, bucket sweeps and key expiry, which must not change any
+// answer; its refunds follow what a log holds (refModel.refund).
 type refModel struct {
 	rules Rules
 	idem  int64 // s
 	users map[uint64]*refUser
+	// scopeInfo: the rules' scopes (model_trim_test.go), built when first
+	// needed.
+	scopeInfo map[string]*refScopeInfo
 }
 
 type refUser struct {
 	sends  []refSend // counted sends, in decision order
 	writes []refSend // every write (the idempotency entries), in order
+	// trimmed: the user's logs (logKey) a refund takes nothing from.
+	trimmed map[string]bool
 }
 
 type refSend struct {
@@ -184,6 +190,7 @@ func (m *refModel) decide(r Request) Decision {
 			}
 		}
 	}
+	m.mark(u, &r)
 	s := refSend{at: now, r: r, gone: map[string]bool{}}
 	u.sends = append(u.sends, s)
 	u.writes = append(u.writes, s)
@@ -249,9 +256,12 @@ func refScope(w Where, per Per) string {
 // stated on sends: among the user's recognised ids (those written within
 // the idempotency window before the last write), the latest with this id
 // was allowed at t along with k sends in all (itself included); it leaves
-// the count of each scope (and campaign, per campaign) that counts all k of
-// them at t, and stays in the others. The user's record must not have been
-// swept (a write within the idempotency window of the test's time).
+// the log of each scope (and campaign, per campaign) that holds all k of
+// them at t and is not trimmed (model_trim_test.go), and stays in the
+// others. A log holds, as of the user's last write, the newest sends it
+// counts inside its retention, at most its scope's largest max. The user's
+// record must not have been swept (a write within the idempotency window
+// of the test's time).
 func (m *refModel) refund(uid uint64, id string) RefundResult {
 	u := m.users[uid]
 	if u == nil || len(u.writes) == 0 {
@@ -289,18 +299,23 @@ func (m *refModel) refund(uid uint64, id string) RefundResult {
 			continue
 		}
 		done[scope] = true
+		info := m.scopes()[scope]
 		// A scope that only max-0 limits look at has no section.
-		if !slices.ContainsFunc(all, func(o Limit) bool { return o.Max > 0 && refScope(o.Where, o.Per) == scope }) {
+		if info.keep == 0 || u.trimmed[logKey(scope, info, &target.r)] {
 			continue
 		}
-		c := 0
+		// The log holds its newest sends inside its retention at the
+		// user's last write, at most keep.
+		var held []int64
 		for _, s := range u.sends {
-			if s.at == target.at && refMatches(l.Where, &s.r) && !s.gone[scope] &&
+			if s.at >= last-info.retention() && refMatches(l.Where, &s.r) && !s.gone[scope] &&
 				(l.Per != PerCampaign || s.r.Campaign == target.r.Campaign) {
-				c++
+				held = append(held, s.at)
 			}
 		}
-		if c == k {
+		slices.Sort(held)
+		held = held[max(len(held)-info.keep, 0):]
+		if c := len(held) - len(slices.DeleteFunc(held, func(t int64) bool { return t == target.at })); c == k {
 			target.gone[scope], res = true, RefundApplied
 		}
 	}
@@ -344,7 +359,6 @@ type gen struct {
 	invalid  bool // also make a few invalid requests
 	noMoves  bool // users keep their segment
 	noBypass bool // no intent asks to bypass the caps
-	noZones  bool // users keep their time zone
 }
 
 func newGen(t testing.TB, seed uint64, users int, start time.Time) *gen {
@@ -453,7 +467,7 @@ func (g *gen) batch(n int) []Request {
 		case k < 6:
 			r.Override = BypassUncounted
 		}
-		if !g.noZones && g.rng.IntN(30) == 0 { // the user moved to another time zone
+		if g.rng.IntN(30) == 0 { // the user moved to another time zone
 			r.TimeZone = g.zones[g.rng.IntN(len(g.zones))]
 		}
 		if !g.noMoves && g.rng.IntN(20) == 0 { // the user moved to another segment
@@ -619,7 +633,7 @@ func checkStored(t *testing.T, c redis.UniversalClient, e *Engine, m *refModel) 
 			bucketLast[k] = max(bucketLast[k], u.writes[len(u.writes)-1].at)
 		}
 	}
-	checked, swept := 0, 0
+	checked, swept, trimmed := 0, 0, 0
 	for uid, u := range m.users {
 		key := e.keys.bucket(uid)
 		raw, err := c.HGet(ctx, key, field(uid)).Bytes()
@@ -667,10 +681,11 @@ func checkStored(t *testing.T, c redis.UniversalClient, e *Engine, m *refModel) 
 			id       uint32
 			campaign [3]byte
 		}
-		wantSecs := map[sectionKey][]int64{}
+		wantSecs, wantTrimmed := map[sectionKey][]int64{}, map[sectionKey]bool{}
 		for i, s := range set.scopes {
+			l := scopeLimit[i]
 			for _, send := range u.sends {
-				if send.at < last-s.retention || !refMatches(scopeLimit[i].Where, &send.r) {
+				if send.at < last-s.retention || !refMatches(l.Where, &send.r) {
 					continue
 				}
 				k := sectionKey{id: s.id}
@@ -678,6 +693,8 @@ func checkStored(t *testing.T, c redis.UniversalClient, e *Engine, m *refModel) 
 					k.campaign = campaignHash(send.r.Campaign)
 				}
 				wantSecs[k] = append(wantSecs[k], send.at)
+				scope := refScope(l.Where, l.Per)
+				wantTrimmed[k] = u.trimmed[logKey(scope, m.scopes()[scope], &send.r)]
 			}
 			for k, times := range wantSecs {
 				if k.id == s.id && len(times) > s.keep {
@@ -693,8 +710,11 @@ func checkStored(t *testing.T, c redis.UniversalClient, e *Engine, m *refModel) 
 		}
 		for _, s := range got.sections {
 			k := sectionKey{id: s.id, campaign: s.campaign}
-			if !slices.Equal(s.times, wantSecs[k]) {
-				t.Fatalf("user %d: section %06x/%x holds %v, want %v", uid, s.id, s.campaign, s.times, wantSecs[k])
+			if !slices.Equal(s.times, wantSecs[k]) || s.trimmed != wantTrimmed[k] {
+				t.Fatalf("user %d: section %06x/%x holds %v trimmed %t, want %v trimmed %t", uid, s.id, s.campaign, s.times, s.trimmed, wantSecs[k], wantTrimmed[k])
+			}
+			if s.trimmed {
+				trimmed++
 			}
 		}
 		x, err := c.HGet(ctx, key, "x").Int64()
@@ -709,7 +729,7 @@ func checkStored(t *testing.T, c redis.UniversalClient, e *Engine, m *refModel) 
 	if checked == 0 {
 		t.Fatal("no stored record checked")
 	}
-	t.Logf("%d records checked, %d swept by a later write into their bucket", checked, swept)
+	t.Logf("%d records checked, %d swept by a later write into their bucket, %d trimmed sections", checked, swept, trimmed)
 }
 
 // Model runs start before the spring and autumn DST changes of the test
@@ -847,11 +867,10 @@ func refundTraffic(t *testing.T, g *gen, seed uint64, intents int, got, want ref
 
 // TestRefundModel: random traffic with refunds, on a single node (with the
 // refusal cache) and a cluster, answered as the reference model does. The
-// traffic keeps every send under the caps of one policy and time zone per
-// user (no bypass, no moves between segments or zones): the older times the decide script drops from
-// a section beyond its largest max are then counted by no limit of the
-// user's, and a refund from such a section frees no slot they hold (see
-// Engine.Refund).
+// traffic has bypasses and users who move between segments and time zones,
+// so logs get trimmed (more sends in a window than the scope keeps) and
+// refunds meet trimmed logs: no refund may let through an intent the
+// model's full log caps.
 func TestRefundModel(t *testing.T) {
 	single := testenv.StartRedis(t, testenv.RedisOptions{}).Client()
 	cluster := testenv.StartCluster(t, 3).Client()
@@ -866,7 +885,7 @@ func TestRefundModel(t *testing.T) {
 			m := newRefModel(e.set.Load().rules, idem)
 			seed := *modelSeed + uint64(i) + 40
 			g := newGen(t, seed, 300, autumn)
-			g.invalid, g.noBypass, g.noMoves, g.noZones = true, true, true, true
+			g.invalid = true
 			model := oneByOne(func(r *Request) Decision { return m.decide(*r) },
 				func(r RefundRequest) RefundResult { return m.refund(r.UserID, r.IntentID) })
 			// A record is never swept while its user wrote within the

@@ -15,6 +15,15 @@ package capping
 //	    campaign[3]            the campaign's hash
 //	    count c (varint), then c times[4], oldest first
 //
+// A trimmed section starts with a mark, the time 0 (counted in c): to stay
+// within its scope's largest max it dropped sends that were still inside
+// the scope's retention, so it may not hold every send a limit counts, and
+// a refund takes nothing from it (taking a kept send could free a slot a
+// dropped one holds). The decide script sets the mark when it drops such a
+// send and removes it when a kept send leaves the retention (every dropped
+// one, older, has then left too). Readers that predate the mark see an old
+// time no window counts; their writes drop it.
+//
 // A varint is one byte below 128, else two: 0x80|hi, lo (at most 32767).
 
 import (
@@ -36,7 +45,8 @@ type (
 	section struct {
 		id       uint32 // with perCampaignFlag for a per-campaign scope
 		campaign [3]byte
-		times    []int64
+		trimmed  bool    // it starts with the mark (the layout above)
+		times    []int64 // the sends, without the mark
 	}
 )
 
@@ -110,9 +120,14 @@ func decodeRecord(b []byte) (record, error) {
 		if p+4*c > len(b) {
 			return r, fmt.Errorf("section %06x: %d times do not fit", s.id, c)
 		}
-		for range c {
-			s.times = append(s.times, int64(binary.BigEndian.Uint32(b[p:])))
+		for i := range c {
+			t := int64(binary.BigEndian.Uint32(b[p:]))
 			p += 4
+			if i == 0 && t == 0 {
+				s.trimmed = true
+				continue
+			}
+			s.times = append(s.times, t)
 		}
 		r.sections = append(r.sections, s)
 	}
@@ -130,7 +145,12 @@ func (r record) encode() []byte {
 		if s.id&perCampaignFlag != 0 {
 			b = append(b, s.campaign[:]...)
 		}
-		b = appendVarint(b, len(s.times))
+		if s.trimmed {
+			b = appendVarint(b, len(s.times)+1)
+			b = append(b, 0, 0, 0, 0)
+		} else {
+			b = appendVarint(b, len(s.times))
+		}
 		for _, t := range s.times {
 			b = binary.BigEndian.AppendUint32(b, uint32(t))
 		}

@@ -20,7 +20,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		sections: []section{
 			{id: 0x12345, times: []int64{1795276800, 1795276801}},
 			{id: 0x54321 | perCampaignFlag, campaign: [3]byte{7, 8, 9}, times: []int64{1795276801}},
-			{id: 0x1, times: make([]int64, 300)}, // a two-byte count
+			{id: 0x1, times: slices.Repeat([]int64{1795276700}, 300)}, // a two-byte count
+			{id: 0x2, trimmed: true, times: []int64{1795276700, 1795276801}},
 		},
 	}
 	b := rec.encode()
@@ -28,9 +29,14 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(got.idem, rec.idem) || len(got.sections) != 3 || !slices.Equal(got.sections[2].times, rec.sections[2].times) ||
+	if !slices.Equal(got.idem, rec.idem) || len(got.sections) != 4 || !slices.Equal(got.sections[2].times, rec.sections[2].times) ||
 		got.sections[1].campaign != rec.sections[1].campaign || !bytes.Equal(got.encode(), b) {
 		t.Fatalf("round trip: %+v", got)
+	}
+	// The trimmed section: its count holds the mark, a time 0 first.
+	if tr := got.sections[3]; !tr.trimmed || !slices.Equal(tr.times, rec.sections[3].times) || got.sections[0].trimmed ||
+		!bytes.Contains(b, []byte{0, 0, 2, 3, 0, 0, 0, 0}) { // id 000002, 3 times
+		t.Fatalf("trimmed section: %+v in %x", tr, b)
 	}
 	if got.newest() != 1795276801 {
 		t.Fatalf("newest %d", got.newest())

@@ -71,13 +71,12 @@ type refundCall struct {
 // send only where that is exact: where it cannot tell, it keeps the send,
 // which only over-counts.
 //
-// One case under-counts: a section holds at most the largest max of the
-// limits on its scope, and drops older times beyond it. With more sends in
-// a scope than that (bypasses, or a user whose policy did not cap the scope
-// before moving to one that does), a dropped send may still be inside a
-// window, and a refund from the full section lets it go uncounted: one more
-// send than the caps allow. The record does not show that a section dropped
-// times; telling would need a change of its layout.
+// A section holds at most the largest max of the limits on its scope and
+// drops older times beyond it. When it drops one a limit still counts
+// (bypassed sends, a tightened policy, a user who moved from a looser
+// segment), it is marked trimmed (record.go) and refunds take nothing from
+// it until its oldest kept send is before every window of its scope: a
+// kept send taken out could free a slot the dropped one still holds.
 //
 // With Options.WaitReplicas, a refund does not wait for replicas: a refund a
 // failover loses leaves the send counted, which only over-counts.

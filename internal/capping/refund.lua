@@ -54,7 +54,12 @@ while p <= n do
   if c >= 128 then c, b = (c - 128) * 256 + byte(rec, h + 1), h + 2 end
   local e = b + 4 * c
   local m, first = 0, nil
-  for j = b, e - 1, 4 do
+  -- A trimmed section (it starts with the mark, time 0) may have dropped
+  -- older sends a limit still counts: taking a kept one could free a slot
+  -- they hold, so it keeps every send.
+  local from = b
+  if c > 0 and sub(rec, b, b + 3) == '\0\0\0\0' then from = e end
+  for j = from, e - 1, 4 do
     if sub(rec, j, j + 3) == tb then
       m = m + 1
       first = first or j

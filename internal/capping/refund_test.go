@@ -32,6 +32,7 @@ func TestRefundRules(t *testing.T) {
 			t.Run("frees a slot", func(t *testing.T) { testRefundFreesSlot(t, c.client) })
 			t.Run("ambiguous", func(t *testing.T) { testRefundAmbiguous(t, c.client) })
 			t.Run("invalid", func(t *testing.T) { testRefundInvalid(t, c.client) })
+			t.Run("trimmed", func(t *testing.T) { testRefundTrimmed(t, c.client) })
 		})
 	}
 }
@@ -118,6 +119,75 @@ func testRefundFreesSlot(t *testing.T, c redis.UniversalClient) {
 	if err != nil || out[0].Err != nil || out[0].Result != RefundUnknown {
 		t.Fatalf("refund of a user without a record: %+v %v", out, err)
 	}
+}
+
+// testRefundTrimmed: a policy tightened while the user is above the new
+// max trims the scope's section at the next write; a refund then takes
+// nothing from it (an older, dropped send still counts) until a kept send
+// has left the retention.
+func testRefundTrimmed(t *testing.T, c redis.UniversalClient) {
+	ctx := context.Background()
+	week := 7 * day
+	push := func(max int) Limit {
+		return Limit{Name: "push-week", Where: Where{Channels: []string{"push"}}, Window: week, Max: max}
+	}
+	email := Limit{Name: "email-day", Where: Where{Channels: []string{"email"}}, Window: day, Max: 10}
+	v := newRefundEnv(t, c, push(3), email)
+	for i := range 3 {
+		v.decide(fmt.Sprint("p", i+1), "push", T0.Add(time.Duration(i)*time.Minute), Allowed)
+	}
+	v.decide("p4", "push", T0.Add(3*time.Minute), Capped)
+	rules := v.e.set.Load().rules
+	rules.Default.Limits = []Limit{push(2), email}
+	if err := v.e.SetPolicy(ctx, rules, "tight"); err != nil {
+		t.Fatal(err)
+	}
+	v.decide("e1", "email", T0.Add(4*time.Minute), Allowed) // rewrites the push section: 3 sends, keep 2
+	section := func(id string) section {
+		t.Helper()
+		raw, err := v.e.client.HGet(ctx, v.e.keys.bucket(7), field(7)).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := decodeRecord(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range rec.sections {
+			if len(s.times) > 0 && s.times[len(s.times)-1] == T0.Add(time.Minute*map[string]time.Duration{"push": 2, "email": 4}[id]).Unix() {
+				return s
+			}
+		}
+		t.Fatalf("no %s section in %+v", id, rec.sections)
+		return section{}
+	}
+	if s := section("push"); !s.trimmed || len(s.times) != 2 {
+		t.Fatalf("push section after the tightening: %+v, want the 2 newest sends and trimmed", s)
+	}
+	v.decide("p5", "push", T0.Add(5*time.Minute), Capped)
+	// p3 is one of the kept sends; taking it would leave one time, under
+	// the max of 2, while p1, p2 and p3 minus one (two sends) still count.
+	v.refund("p3", RefundNothing)
+	v.decide("p6", "push", T0.Add(6*time.Minute), Capped)
+	if s := section("push"); !s.trimmed || len(s.times) != 2 {
+		t.Fatalf("push section after the refund: %+v", s)
+	}
+	// Past the retention of p2 (the oldest kept), a write drops it and the
+	// mark with it: refunds apply again.
+	later := T0.Add(week + 10*time.Minute)
+	v.decide("p7", "push", later, Allowed)
+	raw, err := v.e.client.HGet(ctx, v.e.keys.bucket(7), field(7)).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := decodeRecord(raw)
+	if err != nil || len(rec.sections) != 1 || rec.sections[0].trimmed || len(rec.sections[0].times) != 1 {
+		t.Fatalf("record a week later: %+v (%v), want one untrimmed push section", rec.sections, err)
+	}
+	v.refund("p7", RefundApplied)
+	v.decide("p8", "push", later.Add(time.Minute), Allowed)
+	v.decide("p9", "push", later.Add(2*time.Minute), Allowed)
+	v.decide("p10", "push", later.Add(3*time.Minute), Capped)
 }
 
 // testRefundAmbiguous: sends of one user in the same second are told apart
@@ -265,7 +335,7 @@ func randomRefundRecord(rng *rand.Rand) (rec, d5 string) {
 		r.idem = append(r.idem, idemEntry{digest: digests[rng.IntN(len(digests))], at: times[rng.IntN(spread)]})
 	}
 	for s := range rng.IntN(5) {
-		sec := section{id: uint32(s + 1)}
+		sec := section{id: uint32(s + 1), trimmed: rng.IntN(4) == 0}
 		if rng.IntN(3) == 0 {
 			sec.id |= perCampaignFlag
 			sec.campaign = [3]byte{byte(rng.IntN(256)), 0, byte(s)}

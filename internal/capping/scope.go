@@ -8,6 +8,7 @@ package capping
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -26,8 +27,31 @@ type scope struct {
 	// keep: the most times a section needs, the largest max of a limit on
 	// it (a limit looks at its max-th newest send, no further).
 	keep int
+	// rolling is the longest rolling window (s) of a limit on it, -1 for
+	// none; calendars has bit c-1 set for a limit of Calendar c. They say
+	// from when a limit counts (from).
+	rolling   int64
+	calendars uint8
 	// limits on this scope, by policy (index in policySet.pols) and limit.
 	limits []struct{ pol, limit int }
+}
+
+// from is the earliest time a limit on the scope counts from at now: the
+// start of its longest rolling window or of a calendar period (cal, as
+// callPlan.cal). A later decision's windows start later, so a send before
+// it is counted by no limit on the scope again (for a user who keeps their
+// time zone).
+func (s *scope) from(now int64, cal *[3]struct{ start, end int64 }) int64 {
+	f := int64(math.MaxInt64)
+	if s.rolling >= 0 {
+		f = now - s.rolling
+	}
+	for i := range cal {
+		if s.calendars&(1<<i) != 0 {
+			f = min(f, cal[i].start)
+		}
+	}
+	return f
 }
 
 // perCampaignFlag marks the section of a per-campaign scope in a record: its

@@ -6,6 +6,7 @@ package policy
 // a limit counts: where and per), not the name.
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,8 +14,9 @@ import (
 )
 
 // Diff returns one line per change from old to new: the segments (added,
-// removed, reordered) and their limits, default_policy, then the
-// document's settings. No lines: the two decide alike.
+// removed, reordered), their limits and what they hold back (on_cap,
+// max_defer, quiet_hours), default_policy, then the document's settings.
+// No lines: the two decide alike.
 func Diff(old, new *Document) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
@@ -25,11 +27,14 @@ func Diff(old, new *Document) []string {
 		if o == nil {
 			add("segment %q: added, %s", s.Name, countLimits(s.Limits))
 			for _, l := range s.Limits {
-				add("segment %q: limit %q: %s", s.Name, l.Name, Describe(l))
+				add("segment %q: limit %q: %s", s.Name, l.Name, describeIn(l, s.Holding))
+			}
+			if q := s.QuietHours; q != nil {
+				add("segment %q: quiet_hours: %s", s.Name, quiet(q))
 			}
 			continue
 		}
-		for _, line := range diffLimits(o.Limits, s.Limits) {
+		for _, line := range diffPolicy(Policy{Limits: o.Limits, Holding: o.Holding}, Policy{Limits: s.Limits, Holding: s.Holding}) {
 			add("segment %q: %s", s.Name, line)
 		}
 	}
@@ -41,7 +46,7 @@ func Diff(old, new *Document) []string {
 	if common := keepOrder(oldNames, newNames); !slices.Equal(common, keepOrder(newNames, oldNames)) {
 		add("segment priority order: %s -> %s", strings.Join(common, ", "), strings.Join(keepOrder(newNames, oldNames), ", "))
 	}
-	for _, line := range diffLimits(old.DefaultPolicy.Limits, new.DefaultPolicy.Limits) {
+	for _, line := range diffPolicy(old.DefaultPolicy, new.DefaultPolicy) {
 		add("default_policy: %s", line)
 	}
 
@@ -72,8 +77,10 @@ func Diff(old, new *Document) []string {
 	return out
 }
 
-// diffLimits compares two lists of limits of one policy.
-func diffLimits(old, new []Limit) []string {
+// diffPolicy compares two versions of one policy: its limits (on_cap and
+// max_defer as each limit ends up with them) and its quiet hours.
+func diffPolicy(op, np Policy) []string {
+	old, new := op.Limits, np.Limits
 	var out []string
 	var gone, born []Limit
 	for _, l := range old {
@@ -88,7 +95,9 @@ func diffLimits(old, new []Limit) []string {
 	}
 	// A rename: the same limit under another name keeps its counts.
 	for i := 0; i < len(gone); i++ {
-		j := slices.IndexFunc(born, func(b Limit) bool { return sameBut(gone[i], b) })
+		j := slices.IndexFunc(born, func(b Limit) bool {
+			return sameBut(gone[i], b) && onCap(gone[i], op.Holding) == onCap(b, np.Holding)
+		})
 		if j < 0 {
 			continue
 		}
@@ -101,21 +110,68 @@ func diffLimits(old, new []Limit) []string {
 		o := findLimit(old, l.Name)
 		if o == nil {
 			if slices.ContainsFunc(born, func(b Limit) bool { return b.Name == l.Name }) {
-				out = append(out, fmt.Sprintf("limit %q: added: %s", l.Name, Describe(l)))
+				out = append(out, fmt.Sprintf("limit %q: added: %s", l.Name, describeIn(l, np.Holding)))
 			}
 			continue
 		}
 		for _, c := range limitChanges(*o, l) {
 			out = append(out, fmt.Sprintf("limit %q: %s", l.Name, c))
 		}
+		if a, b := onCap(*o, op.Holding), onCap(l, np.Holding); a != b {
+			out = append(out, fmt.Sprintf("limit %q: capped intents: %s -> %s", l.Name, a, b))
+		}
 	}
 	for _, l := range gone {
-		out = append(out, fmt.Sprintf("limit %q: removed (was %s)", l.Name, Describe(l)))
+		out = append(out, fmt.Sprintf("limit %q: removed (was %s)", l.Name, describeIn(l, op.Holding)))
 	}
 	if order(old, new) {
 		out = append(out, "limit order (the first that denies is named): "+names(old)+" -> "+names(new))
 	}
+	switch oq, nq := op.QuietHours, np.QuietHours; {
+	case oq == nil && nq != nil:
+		out = append(out, "quiet_hours: added, "+quiet(nq))
+	case oq != nil && nq == nil:
+		out = append(out, "quiet_hours: removed (was "+quiet(oq)+")")
+	case oq != nil && quiet(oq) != quiet(nq):
+		out = append(out, "quiet_hours: "+quiet(oq)+" -> "+quiet(nq))
+	}
 	return out
+}
+
+// onCap says what becomes of the intents a limit caps, its policy's
+// on_cap and max_defer filling what it leaves out (as the worker reads
+// them).
+func onCap(l Limit, h Holding) string {
+	if cmp.Or(l.OnCap, h.OnCap, "suppress") == "suppress" {
+		return "suppressed"
+	}
+	return "deferred for up to " + shortDuration(cmp.Or(l.MaxDefer, h.MaxDefer, DefaultMaxDefer).D())
+}
+
+// describeIn is Describe with what becomes of a capped intent when it is
+// deferred.
+func describeIn(l Limit, h Holding) string {
+	if d := onCap(l, h); d != "suppressed" {
+		return Describe(l) + ", capped intents " + d
+	}
+	return Describe(l)
+}
+
+// quiet says when quiet hours hold intents back, in words.
+func quiet(q *QuietHours) string {
+	s := q.From + "-" + q.To + " in the user's time zone, "
+	if len(q.Channels) == 0 {
+		s += "every channel"
+	} else {
+		c := slices.Clone(q.Channels)
+		slices.Sort(c)
+		s += "channels " + strings.Join(c, "|")
+	}
+	s += ", released over " + shortDuration(cmp.Or(q.Jitter, DefaultJitter).D())
+	if q.IncludeExempt {
+		s += ", exempt categories too"
+	}
+	return s
 }
 
 // limitChanges says what changed in one limit.

@@ -50,6 +50,10 @@ func (r *Report) rows() []row {
 		{"duplicate", func(s *Stats) int64 { return s.Duplicate }},
 		{"exempt", func(s *Stats) int64 { return s.Exempt }},
 		{"invalid", func(s *Stats) int64 { return s.Invalid }},
+		{"deferred", func(s *Stats) int64 { return s.Deferred }},
+		{"deferred again", func(s *Stats) int64 { return s.Hops }},
+		{"defer expired", func(s *Stats) int64 { return s.DeferExpired }},
+		{"waiting at end", func(s *Stats) int64 { return s.Waiting }},
 		{"users", func(s *Stats) int64 { return s.Users }},
 	} {
 		rows = append(rows, row{"total", t.k, get(t.f)})
@@ -92,6 +96,10 @@ func (r *Report) rows() []row {
 	return rows
 }
 
+// deferRows are the total rows about deferral, shown in the table only
+// when a side deferred.
+var deferRows = map[string]bool{"deferred": true, "deferred again": true, "defer expired": true, "waiting at end": true}
+
 // MaxTableRows bounds each "capped per" section of the table (JSON and CSV
 // have every row).
 const MaxTableRows = 15
@@ -129,8 +137,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	section, shown := "", 0
 	for _, x := range rows {
-		if x.section == "candidate vs baseline" {
-			continue
+		if x.section == "candidate vs baseline" || deferRows[x.key] && !slices.ContainsFunc(x.vals, func(v int64) bool { return v != 0 }) {
+			continue // (the deferral rows only where a policy deferred)
 		}
 		if x.section != section {
 			section, shown = x.section, 0

@@ -37,8 +37,9 @@ type Options struct {
 	Snapshot string
 	// IdempotencyWindow: the worker's capping.idempotency_window.
 	IdempotencyWindow time.Duration
-	// Observe, when set, sees every record with what each side decided
-	// (baseline first when there is one).
+	// Observe, when set, sees every record with what each side first
+	// decided (baseline first when there is one; a deferred intent's later
+	// decisions are counted in the report only).
 	Observe func(rec *Record, ds []Outcome)
 	// Progress, when set, is called now and then with the records read.
 	Progress func(records int64)
@@ -80,6 +81,10 @@ type side struct {
 	dec    *dispatch.Decoder
 	shared int // index of the side whose decoding this one reuses, or -1
 	stats  *Stats
+	// waiting: what the side's policy deferred, decided again when due
+	// (defer.go); seq numbers the deferrals.
+	waiting waitQueue
+	seq     int64
 }
 
 // Run replays src through the policies and returns the report. Records
@@ -153,8 +158,11 @@ func Run(ctx context.Context, src Source, o Options) (*Report, error) {
 			if errs[i] == nil && (!looked || segUser != intents[i].UserID) {
 				seg, segUser, looked = lookup(intents[i].UserID), intents[i].UserID, true
 			}
+			if errs[i] == nil {
+				s.release(decisionTime(rec, &intents[i]), users, i)
+			}
 			outs[i] = decideOne(s, &intents[i], errs[i], rec, seg)
-			s.stats.add(&intents[i], &outs[i])
+			s.stats.add(intents[i].Channel, intents[i].CampaignID, &outs[i])
 			if outs[i].Invalid == nil {
 				users.add(intents[i].UserID, i, outs[i].Decision.Outcome == capping.Allowed)
 			}
@@ -174,6 +182,7 @@ func Run(ctx context.Context, src Source, o Options) (*Report, error) {
 	}
 	rep.Records = n
 	for i, s := range sides {
+		s.stats.Waiting = int64(len(s.waiting))
 		s.stats.Users = int64(users.len())
 		s.stats.PerUser = users.distribution(i)
 		s.stats.finish()
@@ -213,7 +222,8 @@ func decisionTime(rec *Record, in *dispatch.Intent) time.Time {
 	return in.CreatedAt.Truncate(time.Millisecond)
 }
 
-// decideOne decides a decoded intent of a user in segment seg.
+// decideOne decides a decoded intent of a user in segment seg; the side
+// holds it when its policy defers it.
 func decideOne(s *side, in *dispatch.Intent, err error, rec *Record, seg string) Outcome {
 	if err != nil {
 		return Outcome{Decision: capping.Decision{Outcome: capping.Invalid}, Invalid: err}
@@ -226,6 +236,9 @@ func decideOne(s *side, in *dispatch.Intent, err error, rec *Record, seg string)
 		// refuses anyway (a time before 1970) is dead-lettered like one
 		// that does not decode.
 		return Outcome{Segment: seg, Decision: capping.Decision{Outcome: capping.Invalid}, Invalid: d.Err}
+	}
+	if d.Outcome == capping.Deferred {
+		s.hold(&r, &d)
 	}
 	return Outcome{Segment: seg, Decision: d}
 }

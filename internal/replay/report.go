@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/capping"
-	"github.com/capper-dev/capper/internal/dispatch"
 )
 
 // MaxListed is how many invalid records a report lists (all are counted).
@@ -40,6 +39,15 @@ type Stats struct {
 	Duplicate int64  `json:"duplicate"`
 	Exempt    int64  `json:"exempt"`
 	Invalid   int64  `json:"invalid"`
+	// Deferred intents waited (on_cap: defer, quiet hours) and were decided
+	// again when due, then counted above as what they ended as; Hops are
+	// the times one was deferred again; DeferExpired ended capped because
+	// max_defer passed (counted in Capped too); Waiting were still deferred
+	// when the records ended (counted in none of the outcomes above).
+	Deferred     int64 `json:"deferred"`
+	Hops         int64 `json:"deferred_again"`
+	DeferExpired int64 `json:"defer_expired"`
+	Waiting      int64 `json:"waiting_at_end"`
 	// Capped per segment (the snapshot's, "none"), per limit (segment/limit),
 	// per channel and per campaign.
 	CappedBySegment  map[string]int64 `json:"capped_by_segment"`
@@ -104,8 +112,18 @@ func (s *Stats) finish() {
 	}
 }
 
-func (s *Stats) add(in *dispatch.Intent, o *Outcome) {
+// add counts a record's first decision.
+func (s *Stats) add(channel, campaign string, o *Outcome) {
 	s.Intents++
+	if o.Decision.Outcome == capping.Deferred {
+		s.Deferred++
+		return
+	}
+	s.count(channel, campaign, o)
+}
+
+// count counts what an intent ended as.
+func (s *Stats) count(channel, campaign string, o *Outcome) {
 	switch o.Decision.Outcome {
 	case capping.Allowed:
 		s.Allowed++
@@ -117,10 +135,13 @@ func (s *Stats) add(in *dispatch.Intent, o *Outcome) {
 		s.Invalid++
 	case capping.Capped:
 		s.Capped++
+		if o.Decision.Reason == capping.ReasonExpired {
+			s.DeferExpired++
+		}
 		inc(s.counts[0], o.Segment)
 		inc(s.counts[1], o.Segment+"/"+o.Decision.Limit)
-		inc(s.counts[2], in.Channel)
-		inc(s.counts[3], in.CampaignID)
+		inc(s.counts[2], channel)
+		inc(s.counts[3], campaign)
 	}
 }
 

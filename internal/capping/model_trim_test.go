@@ -1,0 +1,127 @@
+package capping
+
+// The reference model's trimmed sections, stated on sends: a user's log of
+// a scope holds at most the scope's largest max; when a write leaves more
+// of its sends inside some limit's window than that, the log is trimmed
+// and refunds take nothing from it, until its oldest kept send is before
+// every window of the scope.
+
+import (
+	"slices"
+	"time"
+)
+
+// refScopeInfo is what the model knows of a scope: its where and per, its
+// largest max, its longest rolling window (-1: none) and calendar kinds.
+type refScopeInfo struct {
+	where   Where
+	per     Per
+	keep    int
+	rolling int64
+	cals    map[Calendar]bool
+}
+
+// retention is how long (s) a log keeps a send: its longest window (a
+// calendar period at its longest: 25 hours, 7 days and an hour, 31 days and
+// an hour), one second, and 5 minutes for clock skew.
+func (s *refScopeInfo) retention() int64 {
+	r := s.rolling
+	for c, span := range map[Calendar]int64{Day: 25 * 3600, Week: 7*86400 + 3600, Month: 31*86400 + 3600} {
+		if s.cals[c] {
+			r = max(r, span)
+		}
+	}
+	return r + 1 + 300
+}
+
+// scopes are the rules' scopes by refScope.
+func (m *refModel) scopes() map[string]*refScopeInfo {
+	if m.scopeInfo != nil {
+		return m.scopeInfo
+	}
+	m.scopeInfo = map[string]*refScopeInfo{}
+	for _, l := range m.allLimits() {
+		k := refScope(l.Where, l.Per)
+		s := m.scopeInfo[k]
+		if s == nil {
+			s = &refScopeInfo{where: l.Where, per: l.Per, rolling: -1, cals: map[Calendar]bool{}}
+			m.scopeInfo[k] = s
+		}
+		s.keep = max(s.keep, l.Max)
+		if l.Calendar == None {
+			s.rolling = max(s.rolling, int64(l.Window/time.Second))
+		} else {
+			s.cals[l.Calendar] = true
+		}
+	}
+	return m.scopeInfo
+}
+
+// logKey names one log of a user: a scope, and the campaign for a
+// per-campaign one.
+func logKey(scope string, s *refScopeInfo, r *Request) string {
+	if s.per == PerCampaign {
+		return scope + "|" + r.Campaign
+	}
+	return scope + "|"
+}
+
+// from is the earliest time a limit of the scope counts from, for a
+// decision of r: the start of its longest rolling window or of a calendar
+// period in r's time zone.
+func (m *refModel) from(s *refScopeInfo, r *Request) int64 {
+	f := int64(1) << 62
+	if s.rolling >= 0 {
+		f = r.At.Unix() - s.rolling
+	}
+	for c := range s.cals {
+		start, _ := refPeriod(c, r.At, m.location(r), m.rules.WeekStart)
+		f = min(f, start)
+	}
+	return f
+}
+
+// mark updates which of the user's logs are trimmed for a write of r (not
+// yet in u.sends). A log holds the newest keep of the sends counted in it
+// (refunded ones are not); it is trimmed when this write leaves more than
+// keep of them, r included, at or after from, and stops being trimmed
+// when, before the write, the oldest it holds is before from.
+func (m *refModel) mark(u *refUser, r *Request) {
+	if u.trimmed == nil {
+		u.trimmed = map[string]bool{}
+	}
+	for scope, s := range m.scopes() {
+		if s.keep == 0 {
+			continue
+		}
+		logs := map[string][]int64{}
+		for _, o := range u.sends {
+			if !o.gone[scope] && refMatches(s.where, &o.r) {
+				k := logKey(scope, s, &o.r)
+				logs[k] = append(logs[k], o.at)
+			}
+		}
+		into := ""
+		if refMatches(s.where, r) {
+			into = logKey(scope, s, r)
+			if _, ok := logs[into]; !ok {
+				logs[into] = nil // r starts a log
+			}
+		}
+		from := m.from(s, r)
+		for k, times := range logs {
+			slices.Sort(times)
+			kept := times[max(len(times)-s.keep, 0):]
+			if u.trimmed[k] && (len(kept) == 0 || kept[0] < from) {
+				u.trimmed[k] = false
+			}
+			n := len(kept) - len(slices.DeleteFunc(slices.Clone(kept), func(t int64) bool { return t >= from }))
+			if k == into {
+				n++
+			}
+			if n > s.keep {
+				u.trimmed[k] = true
+			}
+		}
+	}
+}
