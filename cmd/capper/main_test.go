@@ -532,6 +532,7 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 			Reserved int     `json:"reserved"`
 			For      *string `json:"reserved_for"`
 			NextFree *string `json:"next_free"`
+			Trimmed  *bool   `json:"trimmed"`
 		} `json:"limits"`
 	}
 	dec := json.NewDecoder(strings.NewReader(out))
@@ -558,7 +559,8 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 		}
 		want := policy.Limits[i]
 		rolling := want.Calendar == capping.None
-		if l.Count == nil || l.Max == nil || *l.Max != want.Max || l.Scope == "" ||
+		// (Sends under the caps trim no log.)
+		if l.Count == nil || l.Max == nil || *l.Max != want.Max || l.Scope == "" || l.Trimmed == nil || *l.Trimmed ||
 			rolling != (l.Window != nil && *l.Window == config.Duration(want.Window).String()) ||
 			!rolling != (l.Calendar != nil && *l.Calendar == want.Calendar.String()) || l.Reserved != want.Reserve.Slots {
 			t.Errorf("limit %d: %+v, want %+v", i, l, want)

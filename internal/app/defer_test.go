@@ -101,9 +101,16 @@ func holdIntents(wave, channel, category string, users, n int) []kafka.Message {
 // order, each once the window frees a slot: not before, and at most the
 // shortest tier's delay (plus processing) after. The worker is stopped
 // while they wait and another one finishes the job. Every input has
-// exactly one outcome and the audit finds no cap broken.
+// exactly one outcome and the audit finds no cap broken. On a single
+// Redis and on a 3-master cluster (the users' records on every master).
 func TestDeferDeliversWhenTheWindowFrees(t *testing.T) {
-	e := newE2E(t, "single")
+	for _, mode := range []string{"single", "cluster"} {
+		t.Run(mode, func(t *testing.T) { testDeferDelivers(t, mode) })
+	}
+}
+
+func testDeferDelivers(t *testing.T, mode string) {
+	e := newE2E(t, mode)
 	e.clock = newFastClock(60) // 10 minutes = 10 s
 	e.publish(100, 7)
 	const pol = `

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -119,8 +120,12 @@ func (in *Inspection) WriteTable(w io.Writer) error {
 		if s.Reserved > 0 {
 			reserved = fmt.Sprintf("%d for %s+", s.Reserved, s.Limit.Reserve.Below)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.Limit.Name, scope(s), window(s.Limit),
-			local(s.From), local(s.To), s.Count, s.Limit.Max, reserved, next)
+		count := strconv.Itoa(s.Count)
+		if s.Trimmed {
+			count += " (trimmed)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.Limit.Name, scope(s), window(s.Limit),
+			local(s.From), local(s.To), count, s.Limit.Max, reserved, next)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("print inspection: %w", err)
@@ -152,6 +157,7 @@ type limitJSON struct {
 	Reserved int     `json:"reserved"`     // slots kept for reserved_for and up
 	For      *string `json:"reserved_for"` // the lowest priority that may use them; null without
 	NextFree *string `json:"next_free"`    // null: never (max 0); At when a slot is free now
+	Trimmed  bool    `json:"trimmed"`      // refunds take nothing from this log for now
 }
 
 // rfc3339ms is the format of every time in the JSON form.
@@ -166,7 +172,8 @@ func (in *Inspection) WriteJSON(w io.Writer) error {
 	}
 	str := func(s string) *string { return &s }
 	for _, s := range in.Limits {
-		l := limitJSON{Name: s.Limit.Name, Scope: s.Scope, From: f(s.From), To: f(s.To), Count: s.Count, Max: s.Limit.Max, Reserved: s.Reserved}
+		l := limitJSON{Name: s.Limit.Name, Scope: s.Scope, From: f(s.From), To: f(s.To), Count: s.Count, Max: s.Limit.Max, Reserved: s.Reserved,
+			Trimmed: s.Trimmed}
 		if s.Campaign != "" {
 			l.Campaign = str(s.Campaign)
 		}

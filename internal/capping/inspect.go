@@ -28,6 +28,10 @@ type LimitState struct {
 	Count    int
 	// Reserved slots are for priority Limit.Reserve.Below and up.
 	Reserved int
+	// Trimmed: the log dropped sends this scope's limits still count (more
+	// than its largest max in a window): refunds take nothing from it for
+	// now (record.go).
+	Trimmed bool
 	// NextFree is when the limit admits one more intent of the highest
 	// priority: the time asked about if Count < Max, later if the window is
 	// full, and the zero Time if Max is 0 (never).
@@ -82,6 +86,7 @@ func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, o I
 		}
 		for _, sec := range secs {
 			row := st
+			row.Trimmed = sec.trimmed
 			switch {
 			case s.per != PerCampaign:
 			case o.Campaign != "":

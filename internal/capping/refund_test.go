@@ -164,6 +164,10 @@ func testRefundTrimmed(t *testing.T, c redis.UniversalClient) {
 	if s := section("push"); !s.trimmed || len(s.times) != 2 {
 		t.Fatalf("push section after the tightening: %+v, want the 2 newest sends and trimmed", s)
 	}
+	states, err := v.e.Inspect(ctx, 7, "", InspectOptions{At: T0.Add(5 * time.Minute)})
+	if err != nil || len(states) != 2 || !states[0].Trimmed || states[0].Count != 2 || states[1].Trimmed {
+		t.Fatalf("inspect: %+v (%v), want push-week trimmed at 2, email-day not", states, err)
+	}
 	v.decide("p5", "push", T0.Add(5*time.Minute), Capped)
 	// p3 is one of the kept sends; taking it would leave one time, under
 	// the max of 2, while p1, p2 and p3 minus one (two sends) still count.
