@@ -75,8 +75,9 @@ type refundCall struct {
 // drops older times beyond it. When it drops one a limit still counts
 // (bypassed sends, a tightened policy, a user who moved from a looser
 // segment), it is marked trimmed (record.go) and refunds take nothing from
-// it until its oldest kept send is before every window of its scope: a
-// kept send taken out could free a slot the dropped one still holds.
+// it until a later write finds its oldest kept send before every window of
+// its scope: a kept send taken out could free a slot the dropped one still
+// holds.
 //
 // With Options.WaitReplicas, a refund does not wait for replicas: a refund a
 // failover loses leaves the send counted, which only over-counts.
