@@ -315,7 +315,13 @@ func (m *refModel) refund(uid uint64, id string) RefundResult {
 		}
 		slices.Sort(held)
 		held = held[max(len(held)-info.keep, 0):]
-		if c := len(held) - len(slices.DeleteFunc(held, func(t int64) bool { return t == target.at })); c == k {
+		c := 0
+		for _, t := range held {
+			if t == target.at {
+				c++
+			}
+		}
+		if c == k {
 			target.gone[scope], res = true, RefundApplied
 		}
 	}

@@ -115,7 +115,12 @@ func (m *refModel) mark(u *refUser, r *Request) {
 			if u.trimmed[k] && (len(kept) == 0 || kept[0] < from) {
 				u.trimmed[k] = false
 			}
-			n := len(kept) - len(slices.DeleteFunc(slices.Clone(kept), func(t int64) bool { return t >= from }))
+			n := 0 // the sends the log holds after the write that a limit counts
+			for _, t := range kept {
+				if t >= from {
+					n++
+				}
+			}
 			if k == into {
 				n++
 			}

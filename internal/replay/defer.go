@@ -39,7 +39,8 @@ func (q *waitQueue) Pop() any {
 	return w
 }
 
-// hold queues r, deferred by d, to be decided again at d.NotBefore.
+// hold queues a record's r, deferred by d, to be decided again at
+// d.NotBefore.
 func (s *side) hold(r *capping.Request, d *capping.Decision) {
 	w := waiting{req: *r, seq: s.seq}
 	s.seq++
@@ -65,9 +66,11 @@ func (s *side) release(t time.Time, users *userCounts, i int) {
 		if d.Err != nil { // it was valid when first decided
 			d = capping.Decision{Outcome: capping.Invalid}
 		}
-		if d.Outcome == capping.Deferred {
+		if d.Outcome == capping.Deferred { // its strings are already its own
 			s.stats.Hops++
-			s.hold(&w.req, &d)
+			w.req.At, w.seq = d.NotBefore, s.seq
+			s.seq++
+			heap.Push(&s.waiting, w)
 			continue
 		}
 		o := Outcome{Segment: w.req.Segment, Decision: d}
