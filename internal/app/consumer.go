@@ -108,6 +108,7 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 		Suppressed:      writers.suppressedOutput(cfg.Kafka.Topics.Suppressed),
 		DeadLetter:      dispatch.Output{Topic: cfg.Kafka.Topics.DeadLetter, Writer: writers.deadLetter},
 		Decider:         engine,
+		Policy:          engine.PolicyVersion,
 		Snapshots:       snaps,
 		Decoder:         dec,
 		Segments:        cfg.SegmentNames(),

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/capper-dev/capper/internal/demo"
 )
 
@@ -45,9 +47,22 @@ func TestEndToEnd(t *testing.T) {
 			if allowed == 0 || exempt == 0 || capped == 0 || dups == 0 || len(o.dlq) == 0 {
 				t.Fatalf("the blast did not exercise every outcome")
 			}
+			// Every output record names the policy in use: a dead letter
+			// the one in use when it was read (one version in this run).
+			policy := header(o.deliveries[0], "capper-policy")
+			if !strings.HasPrefix(policy, "inline-") {
+				t.Fatalf("capper-policy %q on a delivery, want the inline policy's version", policy)
+			}
 			for _, m := range o.dlq {
 				if header(m, "capper-error") == "" {
 					t.Fatalf("dead-letter record without capper-error")
+				}
+			}
+			for topic, list := range map[string][]kafka.Message{"deliveries": o.deliveries, "suppressed": o.suppressed, "dead-letter": o.dlq} {
+				for _, m := range list {
+					if got := header(m, "capper-policy"); got != policy {
+						t.Fatalf("%s record with capper-policy %q, want %q (error %q)", topic, got, policy, header(m, "capper-error"))
+					}
 				}
 			}
 			for _, m := range o.suppressed {

@@ -30,7 +30,9 @@ type LimitState struct {
 	Reserved int
 	// Trimmed: the log dropped sends this scope's limits still count (more
 	// than its largest max in a window): refunds take nothing from it for
-	// now (record.go).
+	// now, and a limit whose max is above what it holds (raised since)
+	// counts it full until its oldest kept send leaves the window
+	// (record.go). Count is then what the log holds.
 	Trimmed bool
 	// NextFree is when the limit admits one more intent of the highest
 	// priority: the time asked about if Count < Max, later if the window is
@@ -101,14 +103,20 @@ func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, o I
 					break
 				}
 			}
+			// The decision's view: a trimmed log with fewer sends than the
+			// max counts its dropped ones as at its oldest kept send.
+			full, nth := row.Count >= l.Max, len(sec.times)-l.Max
+			if !full && row.Trimmed && len(sec.times) > 0 && sec.times[0] >= from {
+				full, nth = true, 0
+			}
 			row.NextFree = at
 			switch {
 			case l.Max == 0:
 				row.NextFree = time.Time{}
-			case row.Count >= l.Max && l.Calendar != None:
+			case full && l.Calendar != None:
 				row.NextFree = st.To
-			case row.Count >= l.Max:
-				row.NextFree = time.Unix(sec.times[len(sec.times)-l.Max]+l.window+1, 0)
+			case full:
+				row.NextFree = time.Unix(sec.times[max(nth, 0)]+l.window+1, 0)
 			}
 			out = append(out, row)
 		}

@@ -150,14 +150,16 @@ func (m *Memory) run(r *Request, c callPlan, bypass bool) int64 {
 		// Where the logs the limits read are (the last section that
 		// matches, as the script's loop leaves it).
 		var sp, sc [MaxScopes]int
+		var st [MaxScopes]bool
 		for p := sb; p < len(rec); {
 			id, _, cnt, b := sectionAt(rec, p)
-			if trimmedAt(rec, b, cnt) { // the mark is no send
+			tr := trimmedAt(rec, b, cnt)
+			if tr { // the mark is no send
 				b, cnt = b+4, cnt-1
 			}
 			for i, s := range set.scopes {
 				if id == s.id && (s.per != PerCampaign || rec[p+3:p+6] == camp) {
-					sp[i], sc[i] = b, cnt
+					sp[i], sc[i], st[i] = b, cnt, tr
 				}
 			}
 			p = b + 4*cnt
@@ -174,10 +176,16 @@ func (m *Memory) run(r *Request, c callPlan, bypass bool) int64 {
 			if l.Reserve.Slots > 0 && r.Priority < l.Reserve.Below {
 				mx = l.Max - l.Reserve.Slots
 			}
-			if sc[l.scope] < mx {
+			// The mx-th newest send; a trimmed log holding fewer counts
+			// its dropped sends as at its oldest.
+			i := sc[l.scope] - mx
+			if i < 0 && st[l.scope] && sc[l.scope] > 0 {
+				i = 0
+			}
+			if i < 0 {
 				continue
 			}
-			t := u32(rec, sp[l.scope]+4*(sc[l.scope]-mx))
+			t := u32(rec, sp[l.scope]+4*i)
 			start := now - l.window
 			if l.Calendar != None {
 				start = c.cal[l.Calendar-1].start
@@ -232,7 +240,7 @@ func (m *Memory) run(r *Request, c callPlan, bypass bool) int64 {
 		for j < e && u32(rec, j) < hz {
 			j += 4
 		}
-		if trimmed && (j == e || u32(rec, j) < from) {
+		if trimmed && (j > b+4 || j == e || u32(rec, j) < from) {
 			trimmed = false
 		}
 		// The section's times after trimming, with now in time order (a

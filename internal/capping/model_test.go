@@ -39,6 +39,8 @@ type refUser struct {
 	writes []refSend // every write (the idempotency entries), in order
 	// trimmed: the user's logs (logKey) a refund takes nothing from.
 	trimmed map[string]bool
+	// held: what each log holds as of the user's last write (mark).
+	held map[string][]int64
 }
 
 type refSend struct {
@@ -230,13 +232,22 @@ func (m *refModel) limitState(u *refUser, r Request, l Limit) (bool, RetryAfter)
 	if l.Reserve.Slots > 0 && r.Priority < l.Reserve.Below {
 		allow -= l.Reserve.Slots
 	}
+	nth := int64(0) // the allow-th newest send
+	if in >= allow {
+		nth = times[len(times)-allow]
+	}
+	// A trimmed log holding fewer than allow (a max raised since it
+	// dropped sends): its dropped sends count as if at its oldest.
+	if t, full := u.heldFull(logKey(scope, m.scopes()[scope], &r), allow, start); full {
+		in, nth = allow, t
+	}
 	if in < allow {
 		return false, RetryAfter{}
 	}
 	if l.Calendar != None {
 		return true, RetryAfter{In: time.Unix(end, 0).Sub(r.At)}
 	}
-	return true, RetryAfter{In: time.Unix(times[len(times)-allow]+w+1, 0).Sub(r.At)}
+	return true, RetryAfter{In: time.Unix(nth+w+1, 0).Sub(r.At)}
 }
 
 // refScope names what a limit counts: its where (each dimension as a set)
@@ -305,16 +316,9 @@ func (m *refModel) refund(uid uint64, id string) RefundResult {
 			continue
 		}
 		// The log holds its newest sends inside its retention at the
-		// user's last write, at most keep.
-		var held []int64
-		for _, s := range u.sends {
-			if s.at >= last-info.retention() && refMatches(l.Where, &s.r) && !s.gone[scope] &&
-				(l.Per != PerCampaign || s.r.Campaign == target.r.Campaign) {
-				held = append(held, s.at)
-			}
-		}
-		slices.Sort(held)
-		held = held[max(len(held)-info.keep, 0):]
+		// user's last write, at most keep (mark).
+		key := logKey(scope, info, &target.r)
+		held := u.held[key]
 		c := 0
 		for _, t := range held {
 			if t == target.at {
@@ -323,6 +327,8 @@ func (m *refModel) refund(uid uint64, id string) RefundResult {
 		}
 		if c == k {
 			target.gone[scope], res = true, RefundApplied
+			i := slices.Index(held, target.at)
+			u.held[key] = slices.Delete(slices.Clone(held), i, i+1)
 		}
 	}
 	return res

@@ -8,6 +8,7 @@ package capping
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -81,52 +82,79 @@ func (m *refModel) from(s *refScopeInfo, r *Request) int64 {
 	return f
 }
 
-// mark updates which of the user's logs are trimmed for a write of r (not
-// yet in u.sends). A log holds the newest keep of the sends counted in it
-// (refunded ones are not); it is trimmed when this write leaves more than
-// keep of them, r included, at or after from, and stops being trimmed
-// when, before the write, the oldest it holds is before from.
+// setRules changes the rules from the next decision on (a policy swap):
+// what the user's logs hold stays as written under the old ones.
+func (m *refModel) setRules(r Rules) {
+	m.rules, m.scopeInfo = r, nil
+}
+
+// mark updates the user's logs for a write of r (not yet in u.sends). A
+// log holds, as of the user's last write, the newest keep (the scope's
+// largest max then) of its sends inside the retention then: those it held
+// before and r. It is trimmed when the write leaves more than keep of them
+// at or after from (it drops one a limit counts), and stops being trimmed
+// when, before the write, the oldest it holds is before from (the dropped
+// ones are older still).
 func (m *refModel) mark(u *refUser, r *Request) {
 	if u.trimmed == nil {
-		u.trimmed = map[string]bool{}
+		u.trimmed, u.held = map[string]bool{}, map[string][]int64{}
 	}
+	now := r.At.Unix()
 	for scope, s := range m.scopes() {
 		if s.keep == 0 {
 			continue
 		}
-		logs := map[string][]int64{}
-		for _, o := range u.sends {
-			if !o.gone[scope] && refMatches(s.where, &o.r) {
-				k := logKey(scope, s, &o.r)
-				logs[k] = append(logs[k], o.at)
-			}
-		}
 		into := ""
 		if refMatches(s.where, r) {
 			into = logKey(scope, s, r)
-			if _, ok := logs[into]; !ok {
-				logs[into] = nil // r starts a log
+			if _, ok := u.held[into]; !ok {
+				u.held[into] = nil // r starts a log
 			}
 		}
-		from := m.from(s, r)
-		for k, times := range logs {
-			slices.Sort(times)
-			kept := times[max(len(times)-s.keep, 0):]
-			if u.trimmed[k] && (len(kept) == 0 || kept[0] < from) {
+		from, since := m.from(s, r), now-s.retention()
+		for k, prev := range u.held {
+			if !strings.HasPrefix(k, scope+"|") {
+				continue
+			}
+			if u.trimmed[k] && (len(prev) == 0 || prev[0] < from) {
 				u.trimmed[k] = false
 			}
-			n := 0 // the sends the log holds after the write that a limit counts
+			var kept []int64
+			for _, t := range prev {
+				if t >= since {
+					kept = append(kept, t)
+				}
+			}
+			if k == into {
+				kept = append(kept, now)
+				slices.Sort(kept)
+			}
+			n := 0 // the sends a limit counts
 			for _, t := range kept {
 				if t >= from {
 					n++
 				}
 			}
-			if k == into {
-				n++
-			}
 			if n > s.keep {
 				u.trimmed[k] = true
 			}
+			if kept = kept[max(len(kept)-s.keep, 0):]; len(kept) == 0 {
+				delete(u.held, k)
+				delete(u.trimmed, k)
+				continue
+			}
+			u.held[k] = kept
 		}
 	}
+}
+
+// heldFull reports whether a trimmed log holding fewer than allow sends
+// counts as full at start (the engine's rule: its dropped sends count as if
+// at its oldest kept one), and that oldest send.
+func (u *refUser) heldFull(key string, allow int, start int64) (int64, bool) {
+	h := u.held[key]
+	if !u.trimmed[key] || len(h) >= allow || len(h) == 0 || h[0] < start {
+		return 0, false
+	}
+	return h[0], true
 }

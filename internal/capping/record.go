@@ -18,12 +18,16 @@ package capping
 // A trimmed section starts with a mark, the time 0 (counted in c): to stay
 // within its scope's largest max it dropped a send that some limit on the
 // scope still counted (inside that limit's window), so it may not hold
-// every send a limit counts, and a refund takes nothing from it (taking a
-// kept send could free a slot a dropped one holds). The decide script sets
-// the mark when it drops such a send, and removes it at a later write that
-// finds the oldest kept send before every window of the scope (the dropped
-// ones are older: no limit counts them any more). Readers that predate the
-// mark see an old time no window counts; their writes drop it.
+// every send a limit counts. A refund takes nothing from it (taking a kept
+// send could free a slot a dropped one holds), and a limit whose max is
+// above the sends it holds (a max raised since) counts the dropped ones as
+// if they were at its oldest kept send: full while that send is inside its
+// window, never fewer sends than the user got. The decide script sets the
+// mark when it drops such a send, and removes it at a later write that
+// finds the oldest kept send before every window of the scope, or drops
+// kept sends past the scope's retention (the dropped ones are older: no
+// limit counts them any more). Readers that predate the mark see an old
+// time no window counts; their writes drop it.
 //
 // A varint is one byte below 128, else two: 0x80|hi, lo (at most 32767).
 

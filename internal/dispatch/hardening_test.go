@@ -190,7 +190,18 @@ func TestEmptyValues(t *testing.T) {
 			t.Fatalf("capper-error %q, want %q", headerValue(m, HeaderError), want)
 		}
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kafka.Addrs...), kgo.ConsumeTopics(tDLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	for _, r := range readRaw(t, e.kafka.Addrs, tDLQ, 3) {
+		if r.Value == nil || r.Key == nil {
+			t.Fatalf("dead letter key %q (nil %v), value %q (nil %v): want 0 bytes, not null", r.Key, r.Key == nil, r.Value, r.Value == nil)
+		}
+	}
+}
+
+// readRaw reads n records of topic with franz-go, which (unlike kafka-go)
+// tells a null field from a 0-byte one.
+func readRaw(t *testing.T, addrs []string, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,15 +209,46 @@ func TestEmptyValues(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var got []*kgo.Record
-	for len(got) < 3 && ctx.Err() == nil {
+	for len(got) < n && ctx.Err() == nil {
 		got = append(got, cl.PollFetches(ctx).Records()...)
 	}
-	if len(got) != 3 {
-		t.Fatalf("read %d dead letters back", len(got))
+	if len(got) != n {
+		t.Fatalf("read %d records of %s back, want %d", len(got), topic, n)
 	}
-	for _, r := range got {
-		if r.Value == nil || r.Key == nil {
-			t.Fatalf("dead letter key %q (nil %v), value %q (nil %v): want 0 bytes, not null", r.Key, r.Key == nil, r.Value, r.Value == nil)
+	return got
+}
+
+// TestEmptyHeaderValues: an input header with an empty value comes out
+// with an empty value (not null) on every output topic, beside the other
+// input headers, byte for byte; read back with franz-go, which tells the
+// two apart (kafka-go reads both as nil).
+func TestEmptyHeaderValues(t *testing.T) {
+	e := newEnv(t)
+	in := []kafka.Header{{Key: "x-empty", Value: []byte{}}, {Key: "x-trace", Value: []byte("t-1")}, {Key: "x-empty", Value: []byte{}}}
+	e.kafka.Produce(t, tIn, []kafka.Message{
+		{Key: []byte("7"), Value: intentValue("h1", 7, "push", ""), Headers: in}, // allowed
+		{Key: []byte("7"), Value: intentValue("h2", 7, "push", ""), Headers: in}, // allowed
+		{Key: []byte("7"), Value: intentValue("h3", 7, "push", ""), Headers: in}, // capped (2 a day)
+		{Key: []byte("7"), Value: intentValue("h4", 7, "fax", ""), Headers: in},  // dead-lettered
+	})
+	e.start(nil)
+	e.waitOutcomes(4)
+	for _, topic := range []string{tDel, tSup, tDLQ} {
+		n := map[string]int{tDel: 2}[topic]
+		r := readRaw(t, e.kafka.Addrs, topic, max(n, 1))[0]
+		var got []kgo.RecordHeader
+		for _, h := range r.Headers {
+			if !strings.HasPrefix(h.Key, "capper-") {
+				got = append(got, h)
+			}
+		}
+		if len(got) != len(in) {
+			t.Fatalf("%s: input headers %v, want %v", topic, got, in)
+		}
+		for i, h := range got {
+			if h.Key != in[i].Key || string(h.Value) != string(in[i].Value) || h.Value == nil {
+				t.Fatalf("%s: header %d is %q=%q (null %v), want %q=%q, not null", topic, i, h.Key, h.Value, h.Value == nil, in[i].Key, in[i].Value)
+			}
 		}
 	}
 }

@@ -95,7 +95,9 @@ func newHeaderBuilder(version, policy string) *headerBuilder {
 
 // build returns the output headers of a record: the input's own headers
 // except capper-* ones (capper owns that namespace, so an upstream producer
-// cannot forge a decision), then the outcome's, then capper-source.
+// cannot forge a decision), then the outcome's, then capper-source. An
+// input header's empty value stays empty: kafka-go reads it as nil, and
+// would write nil as a null value.
 func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 	add := hb.scratch[:0]
 	d := &rec.decision
@@ -151,7 +153,7 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 	hb.backing = hb.backing[:len(hb.backing)+n]
 	for _, x := range m.Headers {
 		if !strings.HasPrefix(x.Key, capperPrefix) {
-			h = append(h, x)
+			h = append(h, kafka.Header{Key: x.Key, Value: nonNull(x.Value)})
 		}
 	}
 	h = append(h, add...)
@@ -204,11 +206,16 @@ func (hb *headerBuilder) deferral(add []kafka.Header, rec *record) []kafka.Heade
 // this batch holds, is changed in place rather than rebuilt.
 func (hb *headerBuilder) hop(m *kafka.Message, dueAt time.Time) []kafka.Header {
 	v := hb.time(dueAt)
+	set := false
 	for i := range m.Headers {
-		if m.Headers[i].Key == HeaderDueAt {
-			m.Headers[i].Value = v
-			return m.Headers
+		x := &m.Headers[i]
+		if x.Key == HeaderDueAt {
+			x.Value, set = v, true
 		}
+		x.Value = nonNull(x.Value) // an empty value read back stays empty
+	}
+	if set {
+		return m.Headers
 	}
 	return append(m.Headers, kafka.Header{Key: HeaderDueAt, Value: v})
 }
