@@ -19,9 +19,7 @@ import (
 
 type consumer struct {
 	worker  *dispatch.Worker
-	reader  *kafka.Reader
-	delay   *dispatch.DelayReader // nil without delay tiers
-	merged  *dispatch.Merged      // reader and delay, as the worker reads them
+	reader  *dispatch.Consumer // the intents, statuses and due tier records
 	writers *writerSet
 	lag     []*dispatch.LagReporter // the input's, then each tier's
 }
@@ -47,7 +45,9 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 	}
 	lags := []*dispatch.LagReporter{lag}
 	dispatch.RegisterDeferredWaiting(reg)
-	for _, t := range cfg.Kafka.DelayTiers {
+	tiers := make([]string, len(cfg.Kafka.DelayTiers))
+	for i, t := range cfg.Kafka.DelayTiers {
+		tiers[i] = t.Topic
 		l, err := dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: cfg.Kafka.DelayGroup(), Topic: t.Topic, Waiting: true,
 			Interval: cfg.Kafka.LagInterval.D(), Registerer: reg, Logger: log})
 		if err != nil {
@@ -55,19 +55,6 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 		}
 		lags = append(lags, l)
 	}
-	topics := []string{cfg.Kafka.Topics.Input}
-	if s := cfg.Kafka.Topics.DeliveryStatus; s != "" {
-		topics = append(topics, s)
-	}
-	reader, err := dispatch.NewReader(kopts, topics...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			_ = reader.Close()
-		}
-	}()
 	writers, err := newWriters(kopts, cfg.Kafka.Topics, cfg.Kafka.DelayTiers)
 	if err != nil {
 		return nil, err
@@ -77,29 +64,20 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 			writers.close()
 		}
 	}()
-	c := &consumer{reader: reader, writers: writers, lag: lags}
-	var in dispatch.Reader = reader
-	if len(cfg.Kafka.DelayTiers) > 0 {
-		topics := make([]string, len(cfg.Kafka.DelayTiers))
-		for i, t := range cfg.Kafka.DelayTiers {
-			topics[i] = t.Topic
-		}
-		if c.delay, err = dispatch.NewDelayReader(dispatch.DelayOptions{Kafka: kopts, GroupID: cfg.Kafka.DelayGroup(), Topics: topics,
-			Now: now, Sleep: sleep}); err != nil {
-			return nil, err
-		}
-		c.merged = dispatch.Merge(reader, c.delay)
-		in = c.merged
-		defer func() {
-			if err != nil {
-				c.merged.Close()
-				_ = c.delay.Close()
-			}
-		}()
+	reader, err := dispatch.NewConsumer(dispatch.ConsumerOptions{Kafka: kopts, Input: cfg.Kafka.Topics.Input,
+		Status: cfg.Kafka.Topics.DeliveryStatus, Tiers: tiers, DelayGroupID: cfg.Kafka.DelayGroup(), Now: now, Sleep: sleep})
+	if err != nil {
+		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			_ = reader.Close()
+		}
+	}()
+	c := &consumer{reader: reader, writers: writers, lag: lags}
 	w := cfg.Worker
 	worker, err := dispatch.New(dispatch.Options{
-		Reader:          in,
+		Reader:          reader,
 		Tiers:           writers.tiers,
 		StatusTopic:     cfg.Kafka.Topics.DeliveryStatus,
 		RefundStatuses:  cfg.Refunds.Statuses,
@@ -171,16 +149,8 @@ func (c *consumer) run(ctx context.Context, log *slog.Logger) error {
 }
 
 func (c *consumer) close(log *slog.Logger) {
-	if c.merged != nil {
-		c.merged.Close()
-	}
-	if c.delay != nil {
-		if err := c.delay.Close(); err != nil {
-			log.Warn("close the delay tiers' reader", "error", err)
-		}
-	}
 	if err := c.reader.Close(); err != nil {
-		log.Warn("close kafka reader", "error", err)
+		log.Warn("close the kafka consumer", "error", err)
 	}
 	c.writers.close()
 }
@@ -246,7 +216,7 @@ func newWriters(o dispatch.KafkaOptions, t config.Topics, tiers []config.DelayTi
 		*w.dst = kw
 	}
 	for _, d := range tiers {
-		kw, err := dispatch.NewWriter(o, d.Topic)
+		kw, err := dispatch.NewTierWriter(o, d.Topic)
 		if err != nil {
 			return nil, fmt.Errorf("writer for %s: %w", d.Topic, err)
 		}

@@ -43,6 +43,9 @@ type record struct {
 	// is what became of it.
 	status bool
 	refund string
+	// home: the user's input partition, the index of the tier partition a
+	// deferral of it waits in (copartition.go).
+	home int
 }
 
 // decideBatch decodes the messages, resolves segments from one snapshot and
@@ -62,6 +65,7 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 	var refunds []refundReq
 	for i := range msgs {
 		m, rec := &msgs[i], &b.records[i]
+		rec.home = m.Partition
 		switch {
 		case m.Topic == w.o.StatusTopic:
 			rec.status = true
@@ -75,10 +79,14 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 				rec.decision.Outcome = capping.Invalid
 				continue
 			}
-			if rec.def.notBefore.After(now) {
+			if h := homeOf(rec.def.source); h >= 0 {
+				rec.home = h
+			}
+			if rec.def.notBefore.After(now) || w.misplaced(m, rec.home) {
 				// Not due yet (its tier was shorter than its wait): on to
 				// the next tier, undecided. Its value was checked when it
-				// was first deferred.
+				// was first deferred. One in another partition than its
+				// user's (an earlier version wrote it) moves there first.
 				rec.hop, rec.segment = true, rec.def.segment
 				rec.decision = capping.Decision{Outcome: capping.Deferred, At: now, NotBefore: rec.def.notBefore,
 					Reason: rec.def.reason, Limit: rec.def.limit}
@@ -95,7 +103,7 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		}
 		rec.segment = snap.Lookup(in.UserID)
 		r := NewRequest(&in, rec.segment)
-		r.Redelivered = w.redelivered(m)
+		r.Redelivered = !w.cacheable(m, rec)
 		r.DeferredSince = rec.def.since
 		reqs = append(reqs, r)
 		rec.asked = true
@@ -141,7 +149,7 @@ func engineInvalid(err error) *InvalidError {
 
 // NewRequest is the engine's request for a decoded intent of a user in
 // segment (the snapshot's Lookup), without its decision time (the caller's
-// clock) and Redelivered (the worker's takeover bookkeeping). The worker
+// clock) and Redelivered (where the worker's refusal cache may answer). The worker
 // and capper replay build requests with it alike.
 func NewRequest(in *Intent, segment string) capping.Request {
 	return capping.Request{
@@ -156,38 +164,43 @@ type topicPartition struct {
 	partition int
 }
 
-// rebalanceCounter is a Reader that counts its group's rebalances
-// (*kafka.Reader: Stats counts them since the last call).
+// rebalanceCounter is a Reader that counts its groups' rebalances
+// (*Consumer: Stats counts them since the last call).
 type rebalanceCounter interface{ Stats() kafka.ReaderStats }
 
 // refusalForgetter is a Decider that remembers refusals (*capping.Engine).
 type refusalForgetter interface{ ForgetRefusals() }
 
-// noteRebalance starts the takeover bookkeeping over, and empties the
-// Decider's refusal cache, when the worker's partitions may have changed
-// since the last batch (the group's first join counts).
+// noteRebalance empties the Decider's refusal cache when the worker's
+// partitions may have changed since the last batch (the first join
+// counts): users of a partition it lost are decided elsewhere now.
 func (w *Worker) noteRebalance() {
 	r, ok := w.o.Reader.(rebalanceCounter)
 	if !ok || r.Stats().Rebalances == 0 {
 		return
 	}
-	clear(w.takeover)
 	if f, ok := w.o.Decider.(refusalForgetter); ok {
 		f.ForgetRefusals()
 	}
 }
 
-// redelivered reports whether m may have been decided by the partition's
-// previous owner: it existed when this worker took the partition over
-// (below the high-water mark of the first fetch since). Such an intent
-// that worker allowed must be answered a duplicate, which only Redis knows,
-// so the refusal cache may not answer it (capping.Request.Redelivered).
-func (w *Worker) redelivered(m *kafka.Message) bool {
-	tp := topicPartition{m.Topic, m.Partition}
-	h, ok := w.takeover[tp]
-	if !ok {
-		h = m.HighWaterMark
-		w.takeover[tp] = h
+// cacheable reports whether the refusal cache may answer m: only where no
+// other worker can have decided the same id or changed its user's record
+// since this worker's refusal (Consumer.Cacheable); its Request is marked
+// Redelivered otherwise.
+func (w *Worker) cacheable(m *kafka.Message, rec *record) bool {
+	g, ok := w.o.Reader.(cacheGate)
+	return ok && g.Cacheable(m, rec.home)
+}
+
+// misplaced reports whether a tier record waits in another partition than
+// its user's (written by an earlier version): it moves there, undecided,
+// so that the worker of its user decides it.
+func (w *Worker) misplaced(m *kafka.Message, home int) bool {
+	g, ok := w.o.Reader.(cacheGate)
+	if !ok || home < 0 {
+		return false
 	}
-	return m.Offset < h
+	n := g.TierPartitions(m.Topic)
+	return n > 0 && home%n != m.Partition
 }

@@ -57,12 +57,7 @@ func BenchmarkDeferredBlast(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		kopts := testKafkaOptions([]string{"127.0.0.1:1"}, "bench")
-		reader, err := NewReader(kopts, tIn) // never read: the batches are handed to the stages
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { reader.Close() })
+		var reader unread // the batches are handed to the stages
 		nop := &kafka.Writer{}
 		m.w, err = New(Options{Reader: reader, Deliveries: Output{tDel, nop}, Suppressed: Output{tSup, nop}, DeadLetter: Output{tDLQ, nop},
 			Tiers:   []Tier{{Delay: time.Hour, Output: Output{"delay-1h", nop}}, {Delay: 6 * time.Hour, Output: Output{"delay-6h", nop}}},
@@ -178,3 +173,13 @@ func commandCalls(b *testing.B, c *redis.Client, cmd string) int64 {
 	}
 	return 0
 }
+
+// unread is a Reader never read from.
+type unread struct{}
+
+func (unread) FetchMessage(ctx context.Context) (kafka.Message, error) {
+	<-ctx.Done()
+	return kafka.Message{}, ctx.Err()
+}
+
+func (unread) CommitMessages(context.Context, ...kafka.Message) error { return nil }

@@ -1,6 +1,7 @@
 package dispatch
 
-// kafka-go reader and writers set up not to lose intents.
+// kafka-go writers set up not to lose outcomes; the options the consumer
+// (consumer.go) shares with them.
 
 import (
 	"crypto/tls"
@@ -102,55 +103,6 @@ func (o KafkaOptions) dialer() *kafka.Dialer {
 	return &kafka.Dialer{ClientID: o.ClientID, Timeout: 10 * time.Second, DualStack: true, TLS: o.TLS, SASLMechanism: o.SASL}
 }
 
-// NewReader returns a consumer-group reader for topic, set up against
-// kafka-go's defaults that do not fit a worker that must not lose intents:
-//   - CommitInterval 0: commits are synchronous, so CommitMessages returns the
-//     commit's error (with an interval, errors are only logged).
-//   - MaxWait lowered from 10s: a long fetch wait also stalls rebalances and
-//     Close.
-//   - QueueCapacity above the batch size, so a batch fills from memory.
-func NewReader(o KafkaOptions, topics ...string) (*kafka.Reader, error) {
-	if err := o.validate(); err != nil {
-		return nil, err
-	}
-	if o.GroupID == "" {
-		return nil, errors.New("kafka options: GroupID is required for a reader")
-	}
-	start := kafka.FirstOffset
-	switch o.StartOffset {
-	case "earliest":
-	case "latest":
-		start = kafka.LastOffset
-	default:
-		return nil, fmt.Errorf("kafka start_offset: %q is not earliest or latest", o.StartOffset)
-	}
-	cfg := kafka.ReaderConfig{
-		Brokers:               o.Brokers,
-		GroupID:               o.GroupID,
-		Dialer:                o.dialer(),
-		QueueCapacity:         2 * o.BatchSize,
-		MaxWait:               o.FetchMaxWait,
-		ReadBatchTimeout:      max(o.FetchMaxWait, time.Second),
-		CommitInterval:        0,
-		HeartbeatInterval:     o.HeartbeatInterval,
-		SessionTimeout:        o.SessionTimeout,
-		RebalanceTimeout:      o.RebalanceTimeout,
-		JoinGroupBackoff:      time.Second,
-		WatchPartitionChanges: true,
-		StartOffset:           start,
-		ErrorLogger:           errorLogger(o.Logger, "kafka reader"),
-	}
-	if len(topics) == 1 {
-		cfg.Topic = topics[0]
-	} else {
-		cfg.GroupTopics = topics
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("kafka reader for %v: %w", topics, err)
-	}
-	return kafka.NewReader(cfg), nil
-}
-
 // NewWriter returns a writer for topic, set up against kafka-go's defaults
 // that would lose or slow outcomes:
 //   - RequiredAcks all (the default is none: a write would "succeed" before
@@ -161,6 +113,18 @@ func NewReader(o KafkaOptions, topics ...string) (*kafka.Reader, error) {
 //     client's partitioner, so records keyed by user land where a Java
 //     producer would put them.
 func NewWriter(o KafkaOptions, topic string) (*kafka.Writer, error) {
+	return newWriter(o, topic, &kafka.Murmur2Balancer{})
+}
+
+// NewTierWriter returns a writer for a delay tier: like NewWriter's, but a
+// record goes to the partition of its Partition field's index (its user's
+// input partition), modulo the tier's partitions: the worker that reads
+// the user's intents reads that tier partition too (copartition.go).
+func NewTierWriter(o KafkaOptions, topic string) (*kafka.Writer, error) {
+	return newWriter(o, topic, homeBalancer{})
+}
+
+func newWriter(o KafkaOptions, topic string, balancer kafka.Balancer) (*kafka.Writer, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
@@ -171,7 +135,7 @@ func NewWriter(o KafkaOptions, topic string) (*kafka.Writer, error) {
 	return &kafka.Writer{
 		Addr:         kafka.TCP(o.Brokers...),
 		Topic:        topic,
-		Balancer:     &kafka.Murmur2Balancer{},
+		Balancer:     balancer,
 		RequiredAcks: kafka.RequireAll,
 		BatchSize:    o.BatchSize,
 		BatchTimeout: time.Millisecond,

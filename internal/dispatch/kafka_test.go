@@ -49,7 +49,7 @@ func TestKafkaSecurity(t *testing.T) {
 			if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("1"), Value: []byte("v")}); err != nil {
 				t.Fatalf("write with %s: %v", tc.mechanism, err)
 			}
-			r, err := NewReader(o, "in")
+			r, err := NewConsumer(ConsumerOptions{Kafka: o, Input: "in"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,15 +89,18 @@ func TestKafkaOptionErrors(t *testing.T) {
 	if _, err := NewWriter(with(func(o *KafkaOptions) { o.Compression = "brotli" }), "t"); err == nil || !strings.Contains(err.Error(), "brotli") {
 		t.Errorf("NewWriter(brotli) = %v", err)
 	}
-	if _, err := NewReader(with(func(o *KafkaOptions) { o.StartOffset = "middle" }), "t"); err == nil || !strings.Contains(err.Error(), "middle") {
-		t.Errorf("NewReader(middle) = %v", err)
+	if _, err := NewConsumer(ConsumerOptions{Kafka: with(func(o *KafkaOptions) { o.StartOffset = "middle" }), Input: "t"}); err == nil || !strings.Contains(err.Error(), "middle") {
+		t.Errorf("NewConsumer(middle) = %v", err)
 	}
 	if _, err := NewWriter(with(func(o *KafkaOptions) { o.WriteTimeout, o.BatchSize = 0, 0 }), "t"); err == nil ||
 		!strings.Contains(err.Error(), "WriteTimeout 0s must be above 0") || !strings.Contains(err.Error(), "BatchSize 0") {
 		t.Errorf("NewWriter without WriteTimeout and BatchSize = %v", err)
 	}
-	if _, err := NewReader(with(func(o *KafkaOptions) { o.GroupID = "" }), "t"); err == nil || !strings.Contains(err.Error(), "GroupID is required") {
-		t.Errorf("NewReader without a group = %v", err)
+	if _, err := NewConsumer(ConsumerOptions{Kafka: with(func(o *KafkaOptions) { o.GroupID = "" }), Input: "t"}); err == nil || !strings.Contains(err.Error(), "a group id is required") {
+		t.Errorf("NewConsumer without a group = %v", err)
+	}
+	if _, err := NewConsumer(ConsumerOptions{Kafka: o, Input: "t", Tiers: []string{"d"}}); err == nil || !strings.Contains(err.Error(), "delay tiers need a group id") {
+		t.Errorf("NewConsumer with tiers and no delay group = %v", err)
 	}
 	for _, c := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
 		if _, err := NewWriter(with(func(o *KafkaOptions) { o.Compression = c }), "t"); err != nil {

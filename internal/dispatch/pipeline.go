@@ -113,6 +113,9 @@ func uncommitted(n int, err error) error {
 // fetch blocks for the first intent, then collects more until the batch is
 // full or BatchWait has passed since the first.
 func (w *Worker) fetch(ctx context.Context, msgs []kafka.Message) ([]kafka.Message, error) {
+	if br, ok := w.o.Reader.(batchReader); ok {
+		return w.fetchBatch(ctx, br, msgs)
+	}
 	first, err := w.o.Reader.FetchMessage(ctx)
 	if err != nil {
 		return msgs, err
@@ -132,6 +135,28 @@ func (w *Worker) fetch(ctx context.Context, msgs []kafka.Message) ([]kafka.Messa
 			return msgs, err
 		}
 		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+// fetchBatch is fetch for a Reader that hands over what it has at once.
+func (w *Worker) fetchBatch(ctx context.Context, br batchReader, msgs []kafka.Message) ([]kafka.Message, error) {
+	msgs, err := br.FetchBatch(ctx, msgs, w.o.BatchSize)
+	if err != nil {
+		return msgs, err
+	}
+	bctx, cancel := context.WithTimeout(ctx, w.o.BatchWait)
+	defer cancel()
+	for len(msgs) < w.o.BatchSize {
+		if msgs, err = br.FetchBatch(bctx, msgs, w.o.BatchSize-len(msgs)); err != nil {
+			if ctx.Err() != nil {
+				return msgs, ctx.Err() // stopping: finish what was fetched
+			}
+			if bctx.Err() != nil {
+				return msgs, nil // the batch's wait is over
+			}
+			return msgs, err
+		}
 	}
 	return msgs, nil
 }

@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,26 +64,40 @@ func (f *flagRecorder) Decide(ctx context.Context, reqs []capping.Request) ([]ca
 	return f.Decider.Decide(ctx, reqs)
 }
 
-// TestTakeoverMarksRedelivered: the records that were in a partition when
-// the worker took it over (a previous owner may have decided them) reach
-// the engine marked Redelivered, so its refusal cache does not answer them;
-// records produced afterwards do not.
+// TestTakeoverMarksRedelivered: the records a previous owner of their
+// partition may have decided without committing them (within two batches
+// after the offset committed when the worker took the partition over)
+// reach the engine marked Redelivered, so its refusal cache does not
+// answer them; later records do not.
 func TestTakeoverMarksRedelivered(t *testing.T) {
 	e := newEnv(t)
 	fr := &flagRecorder{Decider: e.engine, redelivered: map[string]bool{}}
-	e.kafka.Produce(t, tIn, intents(100, 10, "before"))
+	in := intents(400, 7, "a")
+	e.kafka.Produce(t, tIn, in)
 	e.start(func(o *Options) { o.Decider = fr })
-	e.waitOutcomes(100)
-	e.kafka.Produce(t, tIn, intents(40, 10, "after"))
-	e.waitOutcomes(140)
+	o := e.waitOutcomes(len(in))
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
-	if len(fr.redelivered) != 140 {
-		t.Fatalf("%d intents decided, want 140", len(fr.redelivered))
-	}
-	for id, marked := range fr.redelivered {
-		if want := strings.HasPrefix(id, "before"); marked != want {
-			t.Errorf("intent %s: Redelivered %v, want %v", id, marked, want)
+	window := int64(2 * testKafkaOptions(nil, "").BatchSize)
+	marked := 0
+	for _, m := range append(o.del, o.sup...) {
+		var offset int64
+		src := headerValue(m, HeaderSource)
+		if _, err := fmt.Sscanf(src[strings.LastIndexByte(src, '/')+1:], "%d", &offset); err != nil {
+			t.Fatalf("capper-source %q: %v", src, err)
 		}
+		var id struct{ ID string }
+		if err := json.Unmarshal(m.Value, &id); err != nil {
+			t.Fatal(err)
+		}
+		if want := offset < window; fr.redelivered[id.ID] != want {
+			t.Errorf("intent %s at offset %d: Redelivered %v, want %v", id.ID, offset, fr.redelivered[id.ID], want)
+		}
+		if fr.redelivered[id.ID] {
+			marked++
+		}
+	}
+	if marked == 0 || marked == len(in) {
+		t.Fatalf("%d of %d intents marked: the test needs both kinds", marked, len(in))
 	}
 }

@@ -85,7 +85,9 @@ func (w *Worker) route(b *batch) outputs {
 			h = hb.build(m, rec)
 		}
 		l := lists[dst[i]]
-		*l = append(*l, kafka.Message{Key: nonNull(key), Value: nonNull(value), Headers: h})
+		// Partition: a delay tier's writer puts the record in the tier
+		// partition of its user's input partition (the others ignore it).
+		*l = append(*l, kafka.Message{Key: nonNull(key), Value: nonNull(value), Headers: h, Partition: rec.home})
 	}
 	return o
 }

@@ -21,10 +21,24 @@ import (
 	"github.com/capper-dev/capper/internal/segments"
 )
 
-// Reader is what the worker needs of a consumer-group reader (*kafka.Reader).
+// Reader is what the worker needs of its input (*Consumer).
 type Reader interface {
 	FetchMessage(ctx context.Context) (kafka.Message, error)
 	CommitMessages(ctx context.Context, msgs ...kafka.Message) error
+}
+
+// batchReader hands over several records at once (*Consumer): up to max,
+// waiting only for the first.
+type batchReader interface {
+	FetchBatch(ctx context.Context, dst []kafka.Message, max int) ([]kafka.Message, error)
+}
+
+// cacheGate says where the refusal cache is exact (*Consumer.Cacheable);
+// a Reader without it gets no answer from the cache. TierPartitions tells
+// a tier record in the partition of its user (see copartition.go).
+type cacheGate interface {
+	Cacheable(m *kafka.Message, home int) bool
+	TierPartitions(topic string) int
 }
 
 // Writer is one output topic (*kafka.Writer with RequiredAcks=all).
@@ -74,8 +88,9 @@ type Options struct {
 	Segments []string
 
 	// Tiers are the delay tiers, shortest first: Deferred intents wait
-	// there. The Reader must give their due records too (Merge with a
-	// DelayReader). None: a policy that defers is not allowed (Deferred
+	// there (their writers put a record in the partition its Partition
+	// names: NewTierWriter). The Reader must give their due records too
+	// (a Consumer with the tiers). None: a policy that defers is not allowed (Deferred
 	// becomes Capped).
 	Tiers []Tier
 	// StatusTopic names the delivery-status topic the Reader also gives
@@ -154,9 +169,6 @@ type Worker struct {
 	o                                  Options
 	m                                  *metrics
 	deliveries, suppressed, deadLetter output
-	// takeover: per partition, the first offset produced after this worker
-	// took it over (see redelivered); only the decide stage touches it.
-	takeover map[topicPartition]int64
 	// tiers: the delay tiers' topics.
 	tiers   map[string]bool
 	refunds map[string]bool // delivery statuses that refund
@@ -179,7 +191,7 @@ func New(o Options) (*Worker, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	w := &Worker{o: o, notReady: map[string]error{}, takeover: map[topicPartition]int64{},
+	w := &Worker{o: o, notReady: map[string]error{}, 
 		tiers: map[string]bool{}, refunds: map[string]bool{},
 		deliveries: output{o.Deliveries.Topic, o.Deliveries.Writer},
 		suppressed: output{o.Suppressed.Topic, o.Suppressed.Writer},

@@ -1,0 +1,285 @@
+package dispatch
+
+// The worker's Kafka input: the intents (and delivery statuses) of its
+// consumer group, and the due records of the delay tiers' group, read by
+// one reader per assigned partition into one queue. Commits go to the group
+// a record came from.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// ConsumerOptions configure NewConsumer.
+type ConsumerOptions struct {
+	Kafka KafkaOptions // GroupID is the intents' group
+	Input string       // the intents' topic
+	// Status is the delivery statuses' topic, read with the intents (empty:
+	// none).
+	Status string
+	// Tiers are the delay tiers' topics (none: no delay path), read as the
+	// group DelayGroupID.
+	Tiers        []string
+	DelayGroupID string
+	// Now is the clock of capper-due-at (nil: time.Now); Sleep waits a
+	// duration of that clock (nil: a timer). Tests speed both up.
+	Now   func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Fetch sizes: an intents' fetch may be large (a backlog drains in big
+// reads); a tier partition waits at its head, so it reads little ahead.
+const (
+	inputFetchBytes = 1 << 20
+	tierFetchBytes  = 256 << 10
+)
+
+
+// Consumer reads the worker's records. It implements Reader.
+type Consumer struct {
+	o      ConsumerOptions
+	dialer *kafka.Dialer
+	log    *slog.Logger
+	q      *queue
+	now    func() time.Time
+	sleep  func(ctx context.Context, d time.Duration) error
+	input  *member
+	delay  *member // nil without tiers
+	tiers  map[string]bool
+	// window is how far past the offset committed when this worker took a
+	// partition over its previous owner may have decided records without
+	// committing them: the two batches of its stages (Kafka.BatchSize, the
+	// worker's batch size, which every worker of the group shares).
+	window int64
+
+	mu        sync.Mutex
+	tierParts map[string]int // partitions per tier topic, as of the delay group's generation
+}
+
+// NewConsumer joins the groups and starts reading.
+func NewConsumer(o ConsumerOptions) (*Consumer, error) {
+	if err := o.Kafka.validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case o.Kafka.GroupID == "":
+		return nil, errors.New("kafka consumer: a group id is required")
+	case o.Input == "":
+		return nil, errors.New("kafka consumer: an input topic is required")
+	case len(o.Tiers) > 0 && o.DelayGroupID == "":
+		return nil, errors.New("kafka consumer: delay tiers need a group id of their own")
+	case o.Kafka.StartOffset != "earliest" && o.Kafka.StartOffset != "latest":
+		return nil, fmt.Errorf("kafka start_offset: %q is not earliest or latest", o.Kafka.StartOffset)
+	}
+	c := &Consumer{o: o, dialer: o.Kafka.dialer(), log: o.Kafka.Logger, now: o.Now, sleep: o.Sleep,
+		q: newQueue(4 * o.Kafka.BatchSize), window: 2 * int64(o.Kafka.BatchSize), tiers: map[string]bool{}, tierParts: map[string]int{}}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.sleep == nil {
+		c.sleep = sleep
+	}
+	topics := []string{o.Input}
+	if o.Status != "" {
+		topics = append(topics, o.Status)
+	}
+	var err error
+	c.input, err = newMember(memberOptions{Kafka: o.Kafka, GroupID: o.Kafka.GroupID, Topics: topics, Log: c.log,
+		Read: func(ctx context.Context, p *partState, offset int64) {
+			c.readPartition(ctx, p, offset, fetchConfig{maxBytes: inputFetchBytes})
+		}})
+	if err != nil {
+		return nil, err
+	}
+	if len(o.Tiers) == 0 {
+		return c, nil
+	}
+	for _, t := range o.Tiers {
+		c.tiers[t] = true
+	}
+	cp := &coPartition{input: o.Input, inputs: func() []int { return c.input.assigned(o.Input) }}
+	c.delay, err = newMember(memberOptions{Kafka: o.Kafka, GroupID: o.DelayGroupID, Topics: o.Tiers, Log: c.log,
+		Balancers: []kafka.GroupBalancer{cp, kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}},
+		Read: func(ctx context.Context, p *partState, offset int64) {
+			c.readPartition(ctx, p, offset, fetchConfig{maxBytes: tierFetchBytes, due: func(m *kafka.Message) (time.Time, bool) {
+				// A record without a readable due time is due at once:
+				// the worker dead-letters it, naming the header.
+				t, err := dueAt(m.Headers)
+				return t, err == nil
+			}})
+		},
+		Started: func(*kafka.Generation) { c.countTierPartitions() },
+		Watch: func(ctx context.Context) {
+			// The input partitions changed: join again, so that the tiers
+			// follow them.
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for !cp.stale() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}})
+	if err != nil {
+		_ = c.input.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// countTierPartitions learns how many partitions each tier has (a user's
+// deferred intents wait in the partition of its input partition's index,
+// modulo that).
+func (c *Consumer) countTierPartitions() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	counts := map[string]int{}
+	for t := range c.tiers {
+		for _, b := range c.o.Kafka.Brokers {
+			ps, err := c.dialer.LookupPartitions(ctx, "tcp", b, t)
+			if err == nil {
+				counts[t] = len(ps)
+				break
+			}
+		}
+	}
+	c.mu.Lock()
+	c.tierParts = counts
+	c.mu.Unlock()
+}
+
+// TierPartitions is how many partitions a tier topic has (0: not known).
+func (c *Consumer) TierPartitions(topic string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tierParts[topic]
+}
+
+// FetchMessage returns the next record.
+func (c *Consumer) FetchMessage(ctx context.Context) (kafka.Message, error) {
+	msgs, err := c.q.take(ctx, make([]kafka.Message, 0, 1), 1)
+	if err != nil {
+		return kafka.Message{}, err
+	}
+	return msgs[0], nil
+}
+
+// FetchBatch appends up to max records to dst, waiting for the first.
+func (c *Consumer) FetchBatch(ctx context.Context, dst []kafka.Message, max int) ([]kafka.Message, error) {
+	return c.q.take(ctx, dst, max)
+}
+
+// CommitMessages commits the records' offsets in the group each came from,
+// for the partitions this worker still has.
+func (c *Consumer) CommitMessages(_ context.Context, msgs ...kafka.Message) error {
+	in, delay := map[topicPartition]int64{}, map[topicPartition]int64{}
+	for i := range msgs {
+		m := &msgs[i]
+		dst := in
+		if c.tiers[m.Topic] {
+			dst = delay
+		}
+		tp := topicPartition{m.Topic, m.Partition}
+		dst[tp] = max(dst[tp], m.Offset+1)
+	}
+	var errs []error
+	if len(in) > 0 {
+		errs = append(errs, c.input.commit(in))
+	}
+	if len(delay) > 0 && c.delay != nil {
+		errs = append(errs, c.delay.commit(delay))
+	}
+	return errors.Join(errs...)
+}
+
+// Stats reports the generations of either group since the last call (the
+// worker empties its refusal cache after a rebalance).
+func (c *Consumer) Stats() kafka.ReaderStats {
+	n := c.input.rebalanced()
+	if c.delay != nil {
+		n += c.delay.rebalanced()
+	}
+	return kafka.ReaderStats{Rebalances: n}
+}
+
+// Cacheable reports whether the refusal cache may answer m (an intent, or a
+// due record of a user whose input partition is home): no other worker can
+// have changed its user's record since this one took over. That holds when
+// m is past the takeover window of its partition (a previous owner may have
+// decided what lies before it without committing), and this worker reads
+// both the user's input partition and the tier partitions that user's
+// deferred intents wait in (a deferred intent is decided by whoever reads
+// its tier partition).
+func (c *Consumer) Cacheable(m *kafka.Message, home int) bool {
+	g, in := c.input, true
+	if c.tiers[m.Topic] {
+		g, in = c.delay, false
+	}
+	p := g.owned(topicPartition{m.Topic, m.Partition})
+	if p == nil || p.closed.Load() || m.Offset < p.start.Load()+c.window || p.start.Load() < 0 {
+		return false
+	}
+	if in {
+		home = m.Partition
+	} else if ip := c.input.owned(topicPartition{c.o.Input, home}); home < 0 || ip == nil || ip.closed.Load() {
+		return false
+	}
+	if c.delay == nil {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t := range c.tiers {
+		n := c.tierParts[t]
+		if n == 0 {
+			return false
+		}
+		tp := c.delay.owned(topicPartition{t, home % n})
+		if tp == nil || tp.closed.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// Close leaves both groups and stops reading.
+func (c *Consumer) Close() error {
+	var errs []error
+	if c.delay != nil {
+		errs = append(errs, c.delay.close())
+	}
+	errs = append(errs, c.input.close())
+	c.q.close()
+	return errors.Join(errs...)
+}
+
+// homeOf is the input partition in a capper-source value
+// (<topic>/<partition>/<offset>), -1 if it names none.
+func homeOf(source []byte) int {
+	end := len(source)
+	for i := end - 1; i >= 0; i-- {
+		if source[i] == '/' {
+			if end != len(source) {
+				p, err := strconv.Atoi(string(source[i+1 : end]))
+				if err != nil || p < 0 {
+					return -1
+				}
+				return p
+			}
+			end = i
+		}
+	}
+	return -1
+}

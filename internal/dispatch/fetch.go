@@ -1,0 +1,165 @@
+package dispatch
+
+// Reading one partition: fetch requests to its leader, each batch decoded
+// into records and put on the worker's queue whole. Broker errors are
+// retried (a new leader, a restarted broker) for as long as the partition
+// is assigned: a partition is never given up.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// fetchConfig is how one partition is read.
+type fetchConfig struct {
+	maxBytes int
+	// due, when set, says when a record may be handed out: the reader
+	// waits for each record's time before it puts it (a delay tier).
+	due func(m *kafka.Message) (time.Time, bool)
+}
+
+// readPartition reads p from offset until ctx ends, putting every record
+// on the queue in order.
+func (c *Consumer) readPartition(ctx context.Context, p *partState, offset int64, fc fetchConfig) {
+	log := c.log.With("topic", p.tp.topic, "partition", p.tp.partition)
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if attempt > 0 && sleep(ctx, backoff(attempt)) != nil {
+			return
+		}
+		conn, next, err := c.open(ctx, p, offset)
+		if err != nil {
+			if ctx.Err() == nil && attempt >= 2 {
+				log.Warn("kafka: cannot read a partition; retrying", "error", err)
+			}
+			continue
+		}
+		offset = next
+		if p.start.Load() < 0 {
+			p.start.Store(offset)
+		}
+		offset, err = c.fetchFrom(ctx, conn, p, offset, fc)
+		_ = conn.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		attempt = 0
+		if !errors.Is(err, errReconnect) {
+			log.Warn("kafka: fetch failed; reconnecting", "error", err)
+			attempt = 1
+		}
+	}
+}
+
+// errReconnect: the partition moved (a new leader) or the connection is
+// done; a new one is opened at once.
+var errReconnect = errors.New("reconnect")
+
+// open connects to the partition's leader and resolves offset (the first
+// or last offset for a partition with none committed; the first when the
+// committed one is gone with retention).
+func (c *Consumer) open(ctx context.Context, p *partState, offset int64) (*kafka.Conn, int64, error) {
+	var err error
+	for _, broker := range c.o.Kafka.Brokers {
+		var conn *kafka.Conn
+		if conn, err = c.dialer.DialLeader(ctx, "tcp", broker, p.tp.topic, p.tp.partition); err != nil {
+			continue
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		first, last, oerr := conn.ReadOffsets()
+		if oerr != nil {
+			_ = conn.Close()
+			return nil, 0, oerr
+		}
+		switch {
+		case offset == kafka.FirstOffset, offset >= 0 && offset < first:
+			offset = first
+		case offset == kafka.LastOffset:
+			offset = last
+		}
+		if _, err = conn.Seek(offset, kafka.SeekAbsolute); err != nil {
+			_ = conn.Close()
+			return nil, 0, err
+		}
+		_ = conn.SetDeadline(time.Time{})
+		return conn, offset, nil
+	}
+	return nil, 0, err
+}
+
+// fetchFrom fetches until ctx ends or the connection must be replaced; it
+// returns the offset to go on from.
+func (c *Consumer) fetchFrom(ctx context.Context, conn *kafka.Conn, p *partState, offset int64, fc fetchConfig) (int64, error) {
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) }) // a fetch in flight ends with the generation
+	defer stop()
+	wait := c.o.Kafka.FetchMaxWait
+	for ctx.Err() == nil {
+		_ = conn.SetReadDeadline(time.Now().Add(wait + 10*time.Second))
+		batch := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: fc.maxBytes, MaxWait: wait})
+		var msgs []kafka.Message
+		for {
+			m, err := batch.ReadMessage()
+			if err != nil {
+				break
+			}
+			msgs = append(msgs, m)
+		}
+		err := batch.Close()
+		if len(msgs) > 0 {
+			offset = msgs[len(msgs)-1].Offset + 1
+			if perr := c.hand(ctx, p, msgs, fc); perr != nil {
+				return offset, perr
+			}
+		}
+		switch {
+		case err == nil, errors.Is(err, io.EOF), errors.Is(err, kafka.RequestTimedOut):
+		case errors.Is(err, kafka.OffsetOutOfRange):
+			return offset, errReconnect // open resolves it against the log's bounds
+		case errors.Is(err, kafka.NotLeaderForPartition), errors.Is(err, kafka.UnknownTopicOrPartition),
+			errors.Is(err, kafka.LeaderNotAvailable), errors.Is(err, io.ErrNoProgress):
+			return offset, errReconnect
+		case ctx.Err() != nil:
+			return offset, ctx.Err()
+		default:
+			return offset, err
+		}
+	}
+	return offset, ctx.Err()
+}
+
+// hand puts a fetch's records on the queue: at once, or for a delay tier
+// each once it is due (a timer, no polling; nothing else waits).
+func (c *Consumer) hand(ctx context.Context, p *partState, msgs []kafka.Message, fc fetchConfig) error {
+	if fc.due == nil {
+		return c.q.put(ctx, chunk{p, msgs})
+	}
+	for len(msgs) > 0 {
+		n := 0 // the records due now
+		for n < len(msgs) {
+			at, ok := fc.due(&msgs[n])
+			if ok && c.now().Before(at) {
+				if n == 0 {
+					if err := c.sleep(ctx, at.Sub(c.now())); err != nil {
+						return err
+					}
+					continue
+				}
+				break
+			}
+			n++
+		}
+		if err := c.q.put(ctx, chunk{p, msgs[:n:n]}); err != nil {
+			return err
+		}
+		msgs = msgs[n:]
+	}
+	return nil
+}
+
+// backoff is the wait before the attempt-th retry: 100ms doubling to 5s.
+func backoff(attempt int) time.Duration {
+	return min(100*time.Millisecond<<min(attempt-1, 6), 5*time.Second)
+}
