@@ -83,8 +83,8 @@ kafka:
     deliveries: deliveries
     suppressed: suppressed
     dead_letter: send-intents-dlq
-  session_timeout: 30s
-  heartbeat_interval: 3s
+  session_timeout: 8s
+  heartbeat_interval: 1s
 redis:
   mode: single
   addrs: ["localhost:6379"]
