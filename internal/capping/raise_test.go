@@ -21,7 +21,9 @@ func TestRaisedMaxCountsTrimmedLog(t *testing.T) {
 		name   string
 		client func(t *testing.T) redis.UniversalClient
 	}{
-		{"single", func(t *testing.T) redis.UniversalClient { return testenv.StartRedis(t, testenv.RedisOptions{}).Client() }},
+		{"single", func(t *testing.T) redis.UniversalClient {
+			return testenv.StartRedis(t, testenv.RedisOptions{}).Client()
+		}},
 		{"cluster", func(t *testing.T) redis.UniversalClient { return testenv.StartCluster(t, 3).Client() }},
 	} {
 		t.Run(c.name, func(t *testing.T) { testRaisedMax(t, c.client(t)) })

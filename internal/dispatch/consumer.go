@@ -41,7 +41,6 @@ const (
 	tierFetchBytes  = 256 << 10
 )
 
-
 // Consumer reads the worker's records. It implements Reader.
 type Consumer struct {
 	o      ConsumerOptions

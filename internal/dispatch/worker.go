@@ -191,7 +191,7 @@ func New(o Options) (*Worker, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	w := &Worker{o: o, notReady: map[string]error{}, 
+	w := &Worker{o: o, notReady: map[string]error{},
 		tiers: map[string]bool{}, refunds: map[string]bool{},
 		deliveries: output{o.Deliveries.Topic, o.Deliveries.Writer},
 		suppressed: output{o.Suppressed.Topic, o.Suppressed.Writer},
