@@ -89,9 +89,10 @@ func rawLimit(b *testing.B, e *Engine, c redis.UniversalClient) float64 {
 	}
 	e.prepare(reqs, calls)
 	cmds := make([][]any, n)
-	for i, c := range calls {
-		args := []any{"evalsha", e.set.Load().script.sha, 1, c.key, c.field, packTime(reqs[i].At.Unix()), c.digest}
-		cmds[i] = e.set.Load().appendArgs(args, &reqs[i], c.plan, false, false)
+	for i := range calls {
+		c := &calls[i]
+		args := []any{"evalsha", e.set.Load().script.sha, 1, c.key}
+		cmds[i] = e.set.Load().appendArgs(args, fixedArgs{field: c.field, now: packTime(reqs[i].At.Unix()), digest: c.digest}, &reqs[i], c)
 	}
 	if err := flushAll(c); err != nil {
 		b.Fatal(err)

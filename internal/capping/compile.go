@@ -7,19 +7,10 @@ package capping
 // script's arguments and its reply into a Decision.
 
 import (
-	"bytes"
-	_ "embed"
 	"fmt"
 	"strconv"
-	"strings"
-	"text/template"
 	"time"
 )
-
-//go:embed packed.lua.tmpl
-var packedTemplate string
-
-var scriptTemplate = template.Must(template.New("packed.lua").Parse(packedTemplate))
 
 // skewMargin (s) is how much longer than its longest window a scope keeps a
 // send: a worker whose clock is ahead trims by its own time, and must not
@@ -27,10 +18,6 @@ var scriptTemplate = template.Must(template.New("packed.lua").Parse(packedTempla
 // times differ by more (the clock check warns far earlier) may count less.
 // It costs little: a section never holds more than its largest max.
 const skewMargin = 300
-
-// maxIdem bounds a user's idempotency entries: the newest maxIdem intents
-// inside the idempotency window are recognised as duplicates.
-const maxIdem = 1000
 
 // unknownRetention (s) is how long a section of a scope the policy does not
 // know is kept: another policy version (a rollout in progress) may count
@@ -51,8 +38,11 @@ type policySet struct {
 	idem    int64            // s: duplicates are recognised this long
 	keyLife int64            // s: the longest any record needs a send
 	slack   int64            // s: a bucket outlives its records by at most this
-	args    argLayout
-	script  *script
+	args    argPlaces
+	// calendars[c-1]: a limit counts per calendar period c (its start
+	// is an argument).
+	calendars [3]bool
+	script    *script
 }
 
 type compiledPolicy struct {
@@ -64,12 +54,6 @@ type compiledLimit struct {
 	Limit
 	scope  int   // index in policySet.scopes
 	window int64 // s (rolling)
-}
-
-// argLayout is where the optional arguments are (0: not passed).
-type argLayout struct {
-	Camp, Prio, Day, Week, Month, Mode, Idem int
-	n                                        int // arguments in all
 }
 
 // compileRules compiles validated rules. idem is the idempotency window; it
@@ -84,8 +68,7 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 	taken := map[uint32]bool{}
 	compile := func(p Policy) compiledPolicy {
 		cp := compiledPolicy{quiet: p.QuietHours}
-		pi := len(ps.pols)
-		for li, l := range p.Limits {
+		for _, l := range p.Limits {
 			canon := canonical(l.Where, l.Per)
 			i, ok := byCanon[canon]
 			if !ok {
@@ -99,7 +82,6 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 				ps.scopes = append(ps.scopes, &scope{canon: canon, id: id, per: l.Per, where: compileWhere(l.Where), rolling: -1})
 			}
 			s := ps.scopes[i]
-			s.limits = append(s.limits, struct{ pol, limit int }{pi, li})
 			cl := compiledLimit{Limit: l, scope: i}
 			if l.Calendar == None {
 				cl.window = int64(l.Window / time.Second)
@@ -108,6 +90,7 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 			} else {
 				s.retention = max(s.retention, periodRetention(l.Calendar)+skewMargin)
 				s.calendars |= 1 << (l.Calendar - 1)
+				ps.calendars[l.Calendar-1] = true
 			}
 			s.keep = max(s.keep, l.Max)
 			cp.limits = append(cp.limits, cl)
@@ -123,7 +106,7 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 	for _, s := range ps.scopes {
 		ps.keyLife = max(ps.keyLife, s.retention)
 	}
-	ps.layout()
+	ps.placeArgs()
 	src, err := ps.generate()
 	if err != nil {
 		return nil, err
@@ -132,156 +115,10 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 	return ps, nil
 }
 
-// layout places the optional arguments the rules need after the six every
-// call has.
-func (ps *policySet) layout() {
-	a := &ps.args
-	a.n = 6
-	next := func() int { a.n++; return a.n }
-	var camp, prio, mode bool
-	cal := map[Calendar]bool{}
-	for _, s := range ps.scopes {
-		camp = camp || s.per == PerCampaign
-	}
-	for _, p := range ps.pols {
-		for _, l := range p.limits {
-			prio = prio || l.Reserve.Slots > 0
-			cal[l.Calendar] = true
-		}
-	}
-	mode = len(ps.rules.Overrides.Campaigns)+len(ps.rules.Overrides.Categories) > 0
-	if camp {
-		a.Camp = next()
-	}
-	if prio {
-		a.Prio = next()
-	}
-	if cal[Day] {
-		a.Day = next()
-	}
-	if cal[Week] {
-		a.Week = next()
-	}
-	if cal[Month] {
-		a.Month = next()
-	}
-	if mode {
-		a.Mode = next()
-	}
-	a.Idem = next()
-}
-
 // version names the compiled set in the script's first line (its SHA is
 // what Redis knows it by).
 func (ps *policySet) version() string {
 	return strconv.Itoa(len(ps.pols)) + " policies, " + strconv.Itoa(len(ps.scopes)) + " scopes"
-}
-
-func (ps *policySet) generate() (string, error) {
-	type (
-		scopeData struct {
-			I, Bit, Keep int
-			ID           uint32
-			PerCampaign  bool
-			RetS         int64
-			From         string // Lua: the earliest start of a limit's window on the scope
-			Used         bool
-			Header       string
-		}
-		limitData struct {
-			I, Bit, S, Max, ReserveMax, Below int
-			Name, Start                       string
-			Rolling                           bool
-		}
-		policyData struct {
-			I      int
-			Limits []limitData
-		}
-		extra struct {
-			Pos int
-			Doc string
-		}
-	)
-	d := struct {
-		Version                                     string
-		IdemS, KeyLife, Slack, UnknownRetS, MaxIdem int64
-		Args                                        argLayout
-		Extra                                       []extra
-		Scopes                                      []scopeData
-		Policies                                    []policyData
-	}{Version: ps.version(), IdemS: ps.idem, KeyLife: ps.keyLife, Slack: ps.slack,
-		UnknownRetS: unknownRetention, MaxIdem: maxIdem, Args: ps.args}
-	for _, e := range []extra{
-		{ps.args.Camp, "campaign (3-byte hash), for the per-campaign scopes"},
-		{ps.args.Prio, "priority (0 low, 1 normal, 2 high), for reserved slots"},
-		{ps.args.Day, "start of the intent's calendar day (unix s)"},
-		{ps.args.Week, "start of the intent's calendar week (unix s)"},
-		{ps.args.Month, "start of the intent's calendar month (unix s)"},
-		{ps.args.Mode, "'b': an honoured bypass, recorded without checking"},
-		{ps.args.Idem, "'i': a refusal also returns the idempotency entries (for the worker's refusal cache)"},
-	} {
-		if e.Pos > 0 {
-			d.Extra = append(d.Extra, e)
-		}
-	}
-	used := map[int]bool{}
-	for pi, p := range ps.pols {
-		pd := policyData{I: pi + 1}
-		for li, l := range p.limits {
-			used[l.scope] = true
-			ld := limitData{I: li + 1, Bit: 1 << li, S: l.scope + 1, Max: l.Max, Name: strings.ReplaceAll(l.Name, "\n", " "), Rolling: l.Calendar == None}
-			if l.Reserve.Slots > 0 {
-				ld.ReserveMax, ld.Below = l.Max-l.Reserve.Slots, int(l.Reserve.Below)
-			}
-			switch l.Calendar {
-			case None:
-				ld.Start = "now - " + strconv.FormatInt(l.window, 10)
-			case Day:
-				ld.Start = "cday"
-			case Week:
-				ld.Start = "cweek"
-			case Month:
-				ld.Start = "cmonth"
-			}
-			pd.Limits = append(pd.Limits, ld)
-		}
-		d.Policies = append(d.Policies, pd)
-	}
-	for i, s := range ps.scopes {
-		d.Scopes = append(d.Scopes, scopeData{I: i + 1, Bit: 1 << i, Keep: s.keep, ID: s.id, PerCampaign: s.per == PerCampaign,
-			RetS: s.retention, From: ps.fromExpr(s), Used: used[i], Header: luaBytes(byte(s.id>>16), byte(s.id>>8), byte(s.id))})
-	}
-	var b bytes.Buffer
-	if err := scriptTemplate.Execute(&b, d); err != nil {
-		return "", fmt.Errorf("generate the script: %w", err)
-	}
-	return b.String(), nil
-}
-
-// fromExpr is the script's expression of scope.from.
-func (ps *policySet) fromExpr(s *scope) string {
-	var parts []string
-	if s.rolling >= 0 {
-		parts = append(parts, "now - "+strconv.FormatInt(s.rolling, 10))
-	}
-	for i, v := range []string{"cday", "cweek", "cmonth"} {
-		if s.calendars&(1<<i) != 0 {
-			parts = append(parts, v)
-		}
-	}
-	if len(parts) == 1 {
-		return parts[0]
-	}
-	return "math.min(" + strings.Join(parts, ", ") + ")"
-}
-
-// luaBytes writes bytes as a Lua string literal's body (decimal escapes).
-func luaBytes(bs ...byte) string {
-	var s strings.Builder
-	for _, b := range bs {
-		fmt.Fprintf(&s, "\\%03d", b)
-	}
-	return s.String()
 }
 
 // policyIndex is the compiled policy of a segment (the default one for a
@@ -309,8 +146,8 @@ func (ps *policySet) plan(r *Request, known *periods) callPlan {
 			c.records |= 1 << i
 		}
 	}
-	for i, pos := range []int{ps.args.Day, ps.args.Week, ps.args.Month} {
-		if pos > 0 {
+	for i, used := range ps.calendars {
+		if used {
 			start, end := known.of(Calendar(i+1), r.At, ps.location(r), ps.rules.WeekStart)
 			c.cal[i].start, c.cal[i].end = start.Unix(), end.Unix()
 		}
@@ -324,37 +161,6 @@ func (ps *policySet) plan(r *Request, known *periods) callPlan {
 	return c
 }
 
-// appendArgs appends the script's ARGV after the field, now and digest
-// (which the caller owns): policy, masks and the optional ones.
-func (ps *policySet) appendArgs(args []any, r *Request, c callPlan, bypass, wantIdem bool) []any {
-	args = append(args, strconv.Itoa(c.pol+1), int64(c.applies), int64(c.records))
-	if ps.args.Camp > 0 {
-		h := campaignHash(r.Campaign)
-		args = append(args, string(h[:]))
-	}
-	if ps.args.Prio > 0 {
-		args = append(args, int64(r.Priority))
-	}
-	for i, pos := range []int{ps.args.Day, ps.args.Week, ps.args.Month} {
-		if pos > 0 {
-			args = append(args, c.cal[i].start)
-		}
-	}
-	if ps.args.Mode > 0 {
-		m := "c"
-		if bypass {
-			m = "b"
-		}
-		args = append(args, m)
-	}
-	if wantIdem {
-		args = append(args, "i")
-	} else {
-		args = append(args, "-")
-	}
-	return args
-}
-
 // location is the time zone a request's calendar periods are in.
 func (ps *policySet) location(r *Request) *time.Location {
 	if r.TimeZone != nil {
@@ -363,22 +169,21 @@ func (ps *policySet) location(r *Request) *time.Location {
 	return ps.rules.TimeZone
 }
 
-// decision reads the script's reply for a request decided at r.At: code,
-// limit and time packed in one integer (see packed.lua.tmpl).
-func (ps *policySet) decision(res int64, r *Request, c callPlan) (Decision, error) {
-	code, limit, t := res>>40, res>>32&0xff, res&0xffffffff
+// decision is the Decision of a request decided at r.At that the script
+// (or its port) answered rep.
+func (ps *policySet) decision(rep reply, r *Request, c callPlan) (Decision, error) {
 	d := Decision{At: r.At}
-	switch code {
+	switch rep.code {
 	case codeAllowed:
 		d.Outcome = Allowed
 	case codeDuplicate:
-		d.Outcome, d.At = Duplicate, time.Unix(t, 0)
+		d.Outcome, d.At = Duplicate, time.Unix(rep.t, 0)
 	case codeCapped:
 		limits := ps.pols[c.pol].limits
-		if limit < 1 || limit > int64(len(limits)) {
-			return Decision{}, fmt.Errorf("script named limit %d of %d", limit, len(limits))
+		if rep.limit < 1 || rep.limit > int64(len(limits)) {
+			return Decision{}, fmt.Errorf("script named limit %d of %d", rep.limit, len(limits))
 		}
-		l := limits[limit-1]
+		l := limits[rep.limit-1]
 		d.Outcome, d.Limit = Capped, l.Name
 		switch {
 		case l.Max == 0:
@@ -387,11 +192,11 @@ func (ps *policySet) decision(res int64, r *Request, c callPlan) (Decision, erro
 			d.RetryAfter.In = time.Unix(c.cal[l.Calendar-1].end, 0).Sub(r.At)
 		default:
 			// The send at t (s) counts while now_s - window <= t.
-			free := time.Unix(t+l.window+1, 0)
+			free := time.Unix(rep.t+l.window+1, 0)
 			d.RetryAfter.In = max(free.Sub(r.At), 0)
 		}
 	default:
-		return Decision{}, fmt.Errorf("script answered outcome %d", code)
+		return Decision{}, fmt.Errorf("script answered outcome %d", rep.code)
 	}
 	return d, nil
 }

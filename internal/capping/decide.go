@@ -12,21 +12,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// call is one request on its way to Redis. Its key, field and digest are
-// substrings of one string built per batch (see prepare), and its arguments
-// point to them.
-type call struct {
-	i      int
-	plan   callPlan
-	bypass bool
-	// wantIdem: a refusal should return the user's idempotency entries
-	// (the refusal cache does not know them).
-	wantIdem bool
-	key      string // the user's bucket
-	field    string // the user's field in it
-	digest   string // 5 bytes of the intent id's hash
-	// cmd reads the script's answer: one integer, and for a refusal the
-	// user's idempotency entries (see reply).
+// redisCall is a call's side in Redis. Its key, field and digest are
+// substrings of one string built per batch (see prepare), and its
+// arguments point to them.
+type redisCall struct {
+	key    string // the user's bucket
+	field  string // the user's field in it
+	digest string // digestSize bytes of the intent id's hash
+	// cmd reads the script's answer (see decodeReply).
 	cmd *redis.Cmd
 	// notReplicated (WaitReplicas): the replicas did not acknowledge what
 	// the answer rests on.
@@ -56,126 +49,42 @@ type call struct {
 // LOADING/TRYAGAIN/CLUSTERDOWN on its first command. The script's duplicate
 // check makes that safe: an intent already allowed answers Duplicate.
 func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error) {
-	out := make([]Decision, len(reqs))
-	calls := make([]call, 0, len(reqs))
 	set := e.set.Load()
-	defer set.finish(reqs, out) // out's elements, whatever the return
-	asked := 0                  // valid requests, exempt ones included
+	var a assembly
 	var known periods
-	var pending map[uint64]bool
-	if e.refusals != nil {
-		pending = make(map[uint64]bool, len(reqs))
+	set.assemble(&a, reqs, e.refusals, &known)
+	defer a.finish() // a.out's elements, whatever the return
+	defer e.m.observeCalls(a.asked)
+	e.m.refusalHits.Add(float64(a.hits))
+	if len(a.calls) == 0 {
+		return a.out, nil
 	}
-	for i := range reqs {
-		r := &reqs[i]
-		d, bypass, err := set.check(r)
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		asked++
-		if d != nil {
-			out[i] = *d
-			continue
-		}
-		c := call{i: i, plan: set.plan(r, &known), bypass: bypass}
-		if e.refusals != nil {
-			m := e.refusals.memoOf(r.UserID)
-			// Not for a user with an earlier call in this batch: it may be
-			// allowed, and move the remembered retry-after.
-			if !bypass && !r.Redelivered && !pending[r.UserID] {
-				if d, ok := e.refusals.lookup(set, r, c.plan, m); ok {
-					out[i] = d
-					out[i].OverrideRefused = r.Override != NoOverride
-					e.m.refusalHits.Inc()
-					continue
-				}
-			}
-			// A refusal brings the user's ids when the cache lacks them.
-			c.wantIdem = m == nil || !m.known
-		}
-		calls = append(calls, c)
-		out[i].OverrideRefused = r.Override != NoOverride && !bypass
-		if e.refusals != nil {
-			pending[r.UserID] = true
-		}
-	}
-	defer e.m.observeCalls(asked)
-	if len(calls) == 0 {
-		return out, nil
-	}
-	e.prepare(reqs, calls)
+	e.prepare(reqs, a.calls)
 	if err := ctx.Err(); err != nil {
-		for _, c := range calls {
-			out[c.i].Err = fmt.Errorf("decide: %w", err)
+		for _, c := range a.calls {
+			a.out[c.i].Err = fmt.Errorf("decide: %w", err)
 		}
-		return out, err
+		return a.out, err
 	}
-	all := ptrs(calls)
+	all := ptrs(a.calls)
 	e.send(ctx, set, reqs, all, false)
 	e.resend(ctx, set, reqs, all)
-
-	for k := range calls {
-		c := &calls[k]
-		res, idem, withIdem, err := reply(c.cmd)
-		refused := out[c.i].OverrideRefused
-		if err == nil {
-			out[c.i], err = set.decision(res, &reqs[c.i], c.plan)
-			out[c.i].OverrideRefused = refused
-			// A redelivered bypass is marked too: it is the same message,
-			// and a reader counting sends must not check it against the caps.
-			if c.bypass && (out[c.i].Outcome == Allowed || out[c.i].Outcome == Duplicate) {
-				out[c.i].Override = Bypass
-			}
+	for k := range a.calls {
+		c := &a.calls[k]
+		rep, err := decodeReply(c.cmd)
+		if err == nil && c.notReplicated != nil && (rep.code == codeAllowed || rep.code == codeDuplicate) {
+			err = c.notReplicated
 		}
 		if err != nil {
 			e.m.errors.WithLabelValues(errorKind(err)).Inc()
-			out[c.i] = Decision{Err: fmt.Errorf("decide: %w", err)}
+			err = fmt.Errorf("decide: %w", err)
 		}
-		if d := &out[c.i]; c.notReplicated != nil && d.Err == nil && (d.Outcome == Allowed || d.Outcome == Duplicate) {
-			*d = Decision{Err: fmt.Errorf("decide: %w", c.notReplicated)}
-		}
-		if d := &out[c.i]; e.refusals != nil && d.Err == nil {
-			e.refusals.remember(set, &reqs[c.i], c.plan, *d, idem, withIdem)
-		}
+		a.answer(k, rep, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return out, err
+		return a.out, err
 	}
-	return out, nil
-}
-
-// reply reads a script call's answer: the packed integer, and for a
-// refusal asked with wantIdem the user's idempotency entries (9 bytes
-// each: the 5-byte digest of an id allowed, and when, unix s).
-func reply(cmd *redis.Cmd) (res int64, idem string, withIdem bool, err error) {
-	v, err := cmd.Result()
-	if err != nil {
-		return 0, "", false, err
-	}
-	switch v := v.(type) {
-	case int64:
-		return v, "", false, nil
-	case []any:
-		if len(v) == 2 {
-			res, ok1 := v[0].(int64)
-			idem, ok2 := v[1].(string)
-			if ok1 && ok2 && len(idem)%idemEntrySize == 0 {
-				return res, idem, true, nil
-			}
-		}
-	}
-	return 0, "", false, fmt.Errorf("script answered %v", v)
-}
-
-// finish names the policy on every decision and defers the capped ones
-// whose limit says so (after the refusal cache saw them: it remembers what
-// Redis said, a capped limit).
-func (set *policySet) finish(reqs []Request, out []Decision) {
-	for i := range out {
-		out[i].Policy = set.name
-		set.deferral(&reqs[i], &out[i])
-	}
+	return a.out, nil
 }
 
 // Re-sends of calls refused without running, after the pipeline: a few
@@ -263,8 +172,12 @@ func (e *Engine) send(ctx context.Context, set *policySet, reqs []Request, calls
 	_, _ = pipe.Exec(ctx) // errors are per command
 }
 
-// queue adds the calls' script commands to pipe: EVALSHA sha 1 key field
-// now (4 bytes) digest policy applies records [optional...], the strings as pointers
+// cmdArgs are a script command's words before its ARGV: the command, the
+// script (SHA or source), the number of keys and the key.
+const cmdArgs = 4
+
+// queue adds the calls' script commands to pipe: EVALSHA sha 1 key, then
+// the ARGV (args.go), the strings as pointers
 // (no boxing allocation per value); one backing array for the pipeline,
 // since go-redis keeps each command's arguments until it has run.
 func (e *Engine) queue(ctx context.Context, set *policySet, reqs []Request, pipe redis.Pipeliner, calls []*call, eval bool) {
@@ -273,7 +186,7 @@ func (e *Engine) queue(ctx context.Context, set *policySet, reqs []Request, pipe
 	if eval {
 		name, body = any("eval"), any(&s.src)
 	}
-	per := 6 + set.args.n
+	per := cmdArgs + set.args.n
 	backing := make([]any, 0, per*len(calls))
 	var lastAt int64
 	var boxedAt any
@@ -283,8 +196,8 @@ func (e *Engine) queue(ctx context.Context, set *policySet, reqs []Request, pipe
 			lastAt, boxedAt = at, packTime(at)
 		}
 		start := len(backing)
-		backing = append(backing, name, body, 1, &c.key, &c.field, boxedAt, &c.digest)
-		backing = set.appendArgs(backing, r, c.plan, c.bypass, c.wantIdem)
+		backing = append(backing, name, body, 1, &c.key)
+		backing = set.appendArgs(backing, fixedArgs{field: &c.field, now: boxedAt, digest: &c.digest}, r, c)
 		args := backing[start:len(backing):len(backing)]
 		c.cmd = redis.NewCmd(ctx, args...)
 		c.cmd.SetFirstKeyPos(3)

@@ -126,12 +126,12 @@ func (r Rules) Defers() bool {
 
 // quiet returns the decision for an intent inside its policy's quiet
 // hours (nil outside them).
-func (set *policySet) quiet(r *Request, exempt bool) *Decision {
-	q := set.pols[set.policyIndex(r.Segment)].quiet
+func (ps *policySet) quiet(r *Request, exempt bool) *Decision {
+	q := ps.pols[ps.policyIndex(r.Segment)].quiet
 	if q == nil || exempt && !q.IncludeExempt || len(q.Channels) > 0 && !slices.Contains(q.Channels, r.Channel) {
 		return nil
 	}
-	end, in := q.end(r.At.In(set.location(r)))
+	end, in := q.end(r.At.In(ps.location(r)))
 	if !in {
 		return nil
 	}
@@ -167,11 +167,11 @@ func (q *QuietHours) end(t time.Time) (time.Time, bool) {
 // capped says on_cap: defer and its slot frees within max_defer of the
 // intent's first deferral; a deferred intent whose slot frees later is
 // capped with ReasonExpired.
-func (set *policySet) deferral(r *Request, d *Decision) {
+func (ps *policySet) deferral(r *Request, d *Decision) {
 	if d.Err != nil || d.Outcome != Capped || d.RetryAfter.Never {
 		return
 	}
-	limits := set.pols[set.policyIndex(r.Segment)].limits
+	limits := ps.pols[ps.policyIndex(r.Segment)].limits
 	i := slices.IndexFunc(limits, func(l compiledLimit) bool { return l.Name == d.Limit })
 	if i < 0 || limits[i].OnCap != Defer {
 		return

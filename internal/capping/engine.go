@@ -219,8 +219,8 @@ func (e *Engine) load(ctx context.Context, set *policySet) error {
 // quiet hours hold back overrides too: they bypass caps, not the night);
 // bypass reports
 // an honoured bypass that is counted.
-func (set *policySet) check(r *Request) (d *Decision, bypass bool, err error) {
-	rules := &set.rules
+func (ps *policySet) check(r *Request) (d *Decision, bypass bool, err error) {
+	rules := &ps.rules
 	switch {
 	case len(r.IntentID) == 0 || len(r.IntentID) > MaxIntentID:
 		return nil, false, invalidRequest("id", "intent id of %d bytes (want 1-%d)", len(r.IntentID), MaxIntentID)
@@ -236,7 +236,7 @@ func (set *policySet) check(r *Request) (d *Decision, bypass bool, err error) {
 		return nil, false, invalidRequest("created_at", "no decision time")
 	}
 	exempt := rules.IsExempt(r.Category)
-	if q := set.quiet(r, exempt); q != nil {
+	if q := ps.quiet(r, exempt); q != nil {
 		return q, false, nil
 	}
 	if exempt {

@@ -36,6 +36,8 @@ type Memory struct {
 	// until when its expiry covers every record in it.
 	buckets map[uint64]int64
 	known   periods
+	asm     assembly // reused by every Decide
+	reqs    [1]Request
 	out     []byte // the record being written
 }
 
@@ -55,72 +57,34 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 // Users is the number of users with a record.
 func (m *Memory) Users() int { return len(m.users) }
 
-// Decide decides one request and, when it is allowed, records it. Invalid
+// Decide decides one request and, when it is allowed, records it, with the
+// engine's steps (assemble.go) around run, the script's Go port. Invalid
 // requests are answered with an Err wrapping ErrInvalidRequest.
 func (m *Memory) Decide(r *Request) Decision {
-	set := m.set
-	d, bypass, err := set.check(r)
-	if err != nil {
-		return Decision{Err: err, Policy: set.name}
-	}
-	if d != nil {
-		d.Policy = set.name
-		return *d
-	}
 	// The memo holds a batch's periods in the engine; a replay's time
 	// moves on, so it starts over when full.
 	if len(m.known.list) >= 64 {
 		m.known.list = m.known.list[:0]
 	}
-	c := set.plan(r, &m.known)
-	res := m.run(r, c, bypass)
-	out, err := set.decision(res, r, c)
-	if err != nil { // the reply is built here; this would be a bug in run
-		return Decision{Err: fmt.Errorf("decide: %w", err), Policy: set.name}
+	m.reqs[0] = *r
+	a := &m.asm
+	m.set.assemble(a, m.reqs[:], nil, &m.known)
+	for k := range a.calls {
+		c := &a.calls[k]
+		var err error
+		rep := m.run(r, c.plan, c.bypass)
+		if rep.code > codeDuplicate { // the reply is built here; this would be a bug in run
+			err = fmt.Errorf("decide: run answered code %d", rep.code)
+		}
+		a.answer(k, rep, err)
 	}
-	out.OverrideRefused = r.Override != NoOverride && !bypass
-	if bypass && (out.Outcome == Allowed || out.Outcome == Duplicate) {
-		out.Override = Bypass
-	}
-	out.Policy = set.name
-	set.deferral(r, &out)
-	return out
+	a.finish()
+	return a.out[0]
 }
 
-// u32 is the big-endian 4 bytes at i.
-func u32(s string, i int) int64 {
-	return int64(uint32(s[i])<<24 | uint32(s[i+1])<<16 | uint32(s[i+2])<<8 | uint32(s[i+3]))
-}
-
-// varint reads a record count at p (record.go): the count and the next byte.
-func varint(s string, p int) (n, next int) {
-	if s[p] < 128 {
-		return int(s[p]), p + 1
-	}
-	return int(s[p]-128)<<8 | int(s[p+1]), p + 2
-}
-
-// sectionAt reads the header of the section at p: its scope id, where its
-// count ends (h: the count's first byte), its count and its first time.
-func sectionAt(rec string, p int) (id uint32, h, cnt, b int) {
-	id = uint32(rec[p])<<16 | uint32(rec[p+1])<<8 | uint32(rec[p+2])
-	h = p + 3
-	if id&perCampaignFlag != 0 {
-		h = p + 6
-	}
-	cnt, b = varint(rec, h)
-	return id, h, cnt, b
-}
-
-// trimmedAt reports whether the section whose cnt times start at b is
-// trimmed: its first time is the mark, 0 (record.go).
-func trimmedAt(rec string, b, cnt int) bool {
-	return cnt > 0 && rec[b:b+4] == "\x00\x00\x00\x00"
-}
-
-// run is packed.lua.tmpl for one request: its reply, code * 2^40 + limit *
-// 2^32 + t. The steps and their order are the script's; keep them in step.
-func (m *Memory) run(r *Request, c callPlan, bypass bool) int64 {
+// run is packed.lua.tmpl for one request: its reply. The steps and their
+// order are the script's; keep them in step.
+func (m *Memory) run(r *Request, c callPlan, bypass bool) reply {
 	set := m.set
 	now := r.At.Unix()
 	rec, ok := m.users[r.UserID]
@@ -128,130 +92,142 @@ func (m *Memory) run(r *Request, c callPlan, bypass bool) int64 {
 		rec = "\x00" // no entries, no sections
 	}
 	dg := digest(r.IntentID)
-	d5 := string(dg[:5])
-	ni, ib := varint(rec, 0)
-	sb := ib + 9*ni
+	d5 := string(dg[:digestSize])
+	cur := cursor{rec: rec}
+	ib, sb := cur.entries()
 	var camp string
-	if set.args.Camp > 0 {
+	if set.args.pos[argCampaign] > 0 {
 		h := campaignHash(r.Campaign)
 		camp = string(h[:])
 	}
 
 	// A duplicate: the first entry with this digest that is young enough.
-	for p := ib; p < sb; p += 9 {
-		if rec[p:p+5] == d5 {
-			if t := u32(rec, p+5); t >= now-set.idem {
-				return codeDuplicate<<40 + t
+	for p := ib; p < sb; p += idemEntrySize {
+		if rec[p:p+digestSize] == d5 {
+			if t := u32(rec, p+digestSize); t >= now-set.idem {
+				return reply{code: codeDuplicate, t: t}
 			}
 		}
 	}
 
 	if !bypass {
-		// Where the logs the limits read are (the last section that
-		// matches, as the script's loop leaves it).
-		var sp, sc [MaxScopes]int
-		var st [MaxScopes]bool
-		for p := sb; p < len(rec); {
-			id, _, cnt, b := sectionAt(rec, p)
-			tr := trimmedAt(rec, b, cnt)
-			if tr { // the mark is no send
-				b, cnt = b+4, cnt-1
-			}
-			for i, s := range set.scopes {
-				if id == s.id && (s.per != PerCampaign || rec[p+3:p+6] == camp) {
-					sp[i], sc[i], st[i] = b, cnt, tr
-				}
-			}
-			p = b + 4*cnt
-		}
-		for li, l := range set.pols[c.pol].limits {
-			if c.applies&(1<<li) == 0 {
-				continue
-			}
-			reply := int64(codeCapped)<<40 + int64(li+1)<<32
-			if l.Max == 0 {
-				return reply
-			}
-			mx := l.Max
-			if l.Reserve.Slots > 0 && r.Priority < l.Reserve.Below {
-				mx = l.Max - l.Reserve.Slots
-			}
-			// The mx-th newest send; a trimmed log holding fewer counts
-			// its dropped sends as at its oldest.
-			i := sc[l.scope] - mx
-			if i < 0 && st[l.scope] && sc[l.scope] > 0 {
-				i = 0
-			}
-			if i < 0 {
-				continue
-			}
-			t := u32(rec, sp[l.scope]+4*i)
-			start := now - l.window
-			if l.Calendar != None {
-				start = c.cal[l.Calendar-1].start
-			}
-			if t >= start {
-				if l.Calendar == None {
-					reply += t
-				}
-				return reply
-			}
+		if rep, capped := m.check(r, c, rec, sb, camp); capped {
+			return rep
 		}
 	}
+	m.record(r, c, rec, ib, sb, camp)
+	return reply{code: codeAllowed}
+}
 
-	// Allowed: record it. Idempotency entries past the window leave (from
-	// the oldest, up to the first young one), at most maxIdem stay.
-	var nowb [4]byte
+// check is the script's limit checks: the first full limit that applies,
+// in policy order.
+func (m *Memory) check(r *Request, c callPlan, rec string, sb int, camp string) (reply, bool) {
+	set, now := m.set, r.At.Unix()
+	// Where the logs the limits read are (the last section that matches,
+	// as the script's loop leaves it).
+	var logs [MaxScopes]sectionPos
+	cur := cursor{rec: rec, p: sb}
+	var s sectionPos
+	for cur.next(&s) {
+		for i, sc := range set.scopes {
+			if s.id == sc.id && (sc.per != PerCampaign || s.campaign(rec) == camp) {
+				logs[i] = s
+			}
+		}
+	}
+	for li, l := range set.pols[c.pol].limits {
+		if c.applies&(1<<li) == 0 {
+			continue
+		}
+		rep := reply{code: codeCapped, limit: int64(li + 1)}
+		if l.Max == 0 {
+			return rep, true
+		}
+		mx := l.Max
+		if l.Reserve.Slots > 0 && r.Priority < l.Reserve.Below {
+			mx = l.Max - l.Reserve.Slots
+		}
+		// The mx-th newest send; a trimmed log holding fewer counts its
+		// dropped sends as at its oldest.
+		log := &logs[l.scope]
+		i := log.n() - mx
+		if i < 0 && log.trimmed && log.n() > 0 {
+			i = 0
+		}
+		if i < 0 {
+			continue
+		}
+		t := u32(rec, log.times+timeSize*i)
+		start := now - l.window
+		if l.Calendar != None {
+			start = c.cal[l.Calendar-1].start
+		}
+		if t >= start {
+			if l.Calendar == None {
+				rep.t = t
+			}
+			return rep, true
+		}
+	}
+	return reply{}, false
+}
+
+// record is the script's write of an allowed intent: its idempotency
+// entry, its send in the sections of its scopes, each section trimmed to
+// what a limit can still count, and the bucket's sweep.
+func (m *Memory) record(r *Request, c callPlan, rec string, ib, sb int, camp string) {
+	set, now := m.set, r.At.Unix()
+	// Idempotency entries past the window leave (from the oldest, up to
+	// the first young one), at most maxIdem stay.
+	var nowb [timeSize]byte
 	binary.BigEndian.PutUint32(nowb[:], uint32(now))
+	dg := digest(r.IntentID)
 	k := ib
-	for k < sb && u32(rec, k+5) < now-set.idem {
-		k += 9
+	for k < sb && u32(rec, k+digestSize) < now-set.idem {
+		k += idemEntrySize
 	}
-	if sb-k >= maxIdem*9 {
-		k = sb - (maxIdem-1)*9
+	if sb-k >= maxIdem*idemEntrySize {
+		k = sb - (maxIdem-1)*idemEntrySize
 	}
-	out := appendVarint(m.out[:0], (sb-k)/9+1)
+	out := appendVarint(m.out[:0], (sb-k)/idemEntrySize+1)
 	out = append(out, rec[k:sb]...)
-	out = append(out, d5...)
+	out = append(out, dg[:digestSize]...)
 	out = append(out, nowb[:]...)
 	var done uint32
-	for p := sb; p < len(rec); {
-		id, h, cnt, b := sectionAt(rec, p)
-		e := b + 4*cnt
-		hz, keep, add := now-unknownRetention, 32767, false
+	cur := cursor{rec: rec, p: sb}
+	var s sectionPos
+	for cur.next(&s) {
+		hz, keep, add := now-unknownRetention, maxCount, false
 		from := hz // the earliest time a limit on the scope counts from
-		for i, s := range set.scopes {
-			if id != s.id {
+		for i, sc := range set.scopes {
+			if s.id != sc.id {
 				continue
 			}
-			hz, keep, from = now-s.retention, s.keep, s.from(now, &c.cal)
+			hz, keep, from = now-sc.retention, sc.keep, sc.from(now, &c.cal)
 			bit := uint32(1) << i
-			if c.records&bit != 0 && (s.per != PerCampaign || rec[p+3:p+6] == camp) && done&bit == 0 {
+			if c.records&bit != 0 && (sc.per != PerCampaign || s.campaign(rec) == camp) && done&bit == 0 {
 				add, done = true, done|bit
 			}
 			break
 		}
 		// A trimmed section's mark (record.go) goes when its oldest kept
 		// send is before every window of its scope: the dropped are older.
-		j, trimmed := b, trimmedAt(rec, b, cnt)
-		if trimmed {
-			j += 4
-		}
+		j, e, trimmed := s.times, s.end, s.trimmed
 		for j < e && u32(rec, j) < hz {
-			j += 4
+			j += timeSize
 		}
-		if trimmed && (j > b+4 || j == e || u32(rec, j) < from) {
+		if trimmed && (j > s.times || j == e || u32(rec, j) < from) {
 			trimmed = false
 		}
 		// The section's times after trimming, with now in time order (a
 		// worker whose clock was ahead may have written later ones).
 		q := e
 		if add {
-			for q > j && u32(rec, q-4) > now {
-				q -= 4
+			for q > j && u32(rec, q-timeSize) > now {
+				q -= timeSize
 			}
 		}
-		n := (e - j) / 4
+		n := (e - j) / timeSize
 		if add {
 			n++
 		}
@@ -260,52 +236,57 @@ func (m *Memory) run(r *Request, c callPlan, bypass bool) int64 {
 			trimmed = true // a limit still counts the newest dropped
 		}
 		if n -= skip; n > 0 {
-			out = append(out, rec[p:h]...)
+			out = append(out, rec[s.start:s.count]...)
 			if trimmed {
 				out = appendVarint(out, n+1)
-				out = append(out, 0, 0, 0, 0)
+				out = append(out, trimMark...)
 			} else {
 				out = appendVarint(out, n)
 			}
 			out = appendTimes(out, rec, j, q, e, nowb[:], add, skip)
 		}
-		p = e
 	}
-	for i, s := range set.scopes {
+	for i, sc := range set.scopes {
 		bit := uint32(1) << i
-		if s.keep > 0 && c.records&bit != 0 && done&bit == 0 {
-			out = append(out, byte(s.id>>16), byte(s.id>>8), byte(s.id))
-			if s.per == PerCampaign {
+		if sc.keep > 0 && c.records&bit != 0 && done&bit == 0 {
+			out = append(out, byte(sc.id>>16), byte(sc.id>>8), byte(sc.id))
+			if sc.per == PerCampaign {
 				out = append(out, camp...)
 			}
-			out = append(out, 1)
+			out = appendVarint(out, 1)
 			out = append(out, nowb[:]...)
 		}
 	}
 	m.out = out
+	m.sweep(r.UserID, now)
+	m.users[r.UserID] = string(out)
+}
 
-	// The bucket: extending its life (once per slack) drops the records of
-	// its other users whose latest write is older than the key life.
-	bk := r.UserID / bucketSize
+// sweep is the script's bucket upkeep: extending its life (once per slack)
+// drops the records of its other users whose latest write is older than
+// the key life.
+func (m *Memory) sweep(uid uint64, now int64) {
+	set := m.set
+	bk := uid / bucketSize
 	x, existed := m.buckets[bk]
-	if now+set.keyLife > x {
-		if existed {
-			old := now - set.keyLife
-			for f := range uint64(bucketSize) { // (bk+1)*bucketSize may wrap
-				u := bk*bucketSize + f
-				other, ok := m.users[u]
-				if !ok || u == r.UserID {
-					continue
-				}
-				if c, q := varint(other, 0); c > 0 && u32(other, q+9*c-4) < old {
-					delete(m.users, u)
-				}
+	if now+set.keyLife <= x {
+		return
+	}
+	if existed {
+		old := now - set.keyLife
+		for f := range uint64(bucketSize) { // (bk+1)*bucketSize may wrap
+			u := bk*bucketSize + f
+			other, ok := m.users[u]
+			if !ok || u == uid {
+				continue
+			}
+			c := cursor{rec: other}
+			if start, end := c.entries(); end > start && u32(other, end-timeSize) < old {
+				delete(m.users, u)
 			}
 		}
-		m.buckets[bk] = now + set.keyLife + set.slack
 	}
-	m.users[r.UserID] = string(out)
-	return codeAllowed
+	m.buckets[bk] = now + set.keyLife + set.slack
 }
 
 // nth is the i-th (from 0) of a section's times from j, with now inserted

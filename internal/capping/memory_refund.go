@@ -25,57 +25,53 @@ func (m *Memory) Refund(r RefundRequest) RefundResult {
 // whose digest is d5, and the record after it. The steps are the script's;
 // keep them in step.
 func refundRecord(rec, d5 string) (string, RefundResult) {
-	ni, ib := varint(rec, 0)
-	sb := ib + idemEntrySize*ni
-	// The newest entry with the digest; times compared as their 4 bytes.
+	cur := cursor{rec: rec}
+	ib, sb := cur.entries()
+	// The newest entry with the digest; times compared as their bytes.
 	at := -1
 	for p := ib; p < sb; p += idemEntrySize {
-		if rec[p:p+5] == d5 {
-			at = p + 5
+		if rec[p:p+digestSize] == d5 {
+			at = p + digestSize
 		}
 	}
 	if at < 0 {
 		return rec, RefundUnknown
 	}
-	tb := rec[at : at+4]
+	tb := rec[at : at+timeSize]
 	k := 0 // the sends at that second
-	for q := ib + 5; q < sb; q += idemEntrySize {
-		if rec[q:q+4] == tb {
+	for q := ib + digestSize; q < sb; q += idemEntrySize {
+		if rec[q:q+timeSize] == tb {
 			k++
 		}
 	}
 	out := make([]byte, sb, len(rec))
 	copy(out, rec)
 	removed := false
-	for p := sb; p < len(rec); {
-		_, h, cnt, b := sectionAt(rec, p)
-		e := b + 4*cnt
+	var s sectionPos
+	for cur.next(&s) {
 		c, first := 0, -1
-		from := b
-		if trimmedAt(rec, b, cnt) { // it may not hold every send counted: it keeps them all
-			from = e
-		}
-		for j := from; j < e; j += 4 {
-			if rec[j:j+4] == tb {
-				c++
-				if first < 0 {
-					first = j
+		if !s.trimmed { // a trimmed one may not hold every send counted: it keeps them all
+			for j := s.times; j < s.end; j += timeSize {
+				if rec[j:j+timeSize] == tb {
+					c++
+					if first < 0 {
+						first = j
+					}
 				}
 			}
 		}
 		switch {
 		case c == 0 || c != k: // not there, or maybe not the refunded send's
-			out = append(out, rec[p:e]...)
-		case cnt > 1:
+			out = append(out, rec[s.start:s.end]...)
+		case s.n() > 1:
 			removed = true
-			out = append(out, rec[p:h]...)
-			out = appendVarint(out, cnt-1)
-			out = append(out, rec[b:first]...)
-			out = append(out, rec[first+4:e]...)
+			out = append(out, rec[s.start:s.count]...)
+			out = appendVarint(out, s.n()-1)
+			out = append(out, rec[s.times:first]...)
+			out = append(out, rec[first+timeSize:s.end]...)
 		default: // emptied: the section goes
 			removed = true
 		}
-		p = e
 	}
 	if !removed {
 		return rec, RefundNothing

@@ -1,19 +1,9 @@
 package capping
 
-// A user's record: the packed log the script reads and writes, here decoded
-// and encoded in Go for inspect, the tests and the migration from the old
-// layout. The script (packed.lua.tmpl) is the other reader and writer; the
-// tests check that both agree byte for byte.
-//
-// Layout (big endian, times in unix seconds):
-//
-//	count n (varint), then n idempotency entries, oldest first:
-//	    digest[5] time[4]
-//	sections until the end, one per scope (and campaign) the user has
-//	sends in:
-//	    id[3]                  bit 23 set: a per-campaign scope, then
-//	    campaign[3]            the campaign's hash
-//	    count c (varint), then c times[4], oldest first
+// A user's record decoded: the packed log the script reads and writes
+// (layout.go), as values, for inspect, the tests and the migration from the
+// old layout. The script (packed.lua.tmpl) is the other reader and writer;
+// the tests check that both agree byte for byte.
 //
 // A trimmed section starts with a mark, the time 0 (counted in c): to stay
 // within its scope's largest max it dropped a send that some limit on the
@@ -28,13 +18,9 @@ package capping
 // kept sends past the scope's retention (the dropped ones are older: no
 // limit counts them any more). Readers that predate the mark see an old
 // time no window counts; their writes drop it.
-//
-// A varint is one byte below 128, else two: 0x80|hi, lo (at most 32767).
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
 )
 
 // A record's parts.
@@ -44,49 +30,25 @@ type (
 		sections []section
 	}
 	idemEntry struct {
-		digest [5]byte
+		digest [digestSize]byte
 		at     int64
 	}
 	section struct {
 		id       uint32 // with perCampaignFlag for a per-campaign scope
-		campaign [3]byte
+		campaign [campaignSize]byte
 		trimmed  bool    // it starts with the mark (the layout above)
 		times    []int64 // the sends, without the mark
 	}
 )
 
-func appendVarint(b []byte, n int) []byte {
-	if n < 128 {
-		return append(b, byte(n))
-	}
-	return append(b, byte(0x80|n>>8), byte(n))
-}
-
-func readVarint(b []byte, p int) (n, next int, err error) {
-	if p >= len(b) {
-		return 0, p, errors.New("truncated count")
-	}
-	if b[p] < 128 {
-		return int(b[p]), p + 1, nil
-	}
-	if p+1 >= len(b) {
-		return 0, p, errors.New("truncated count")
-	}
-	return int(b[p]&0x7f)<<8 | int(b[p+1]), p + 2, nil
-}
-
-// idemEntrySize is the size of an idempotency entry: the 5-byte digest of
-// an intent id, and when it was allowed (unix s, 4 bytes).
-const idemEntrySize = 9
-
 // idemEntries decodes consecutive idempotency entries (len(b) a multiple of
 // idemEntrySize).
-func idemEntries(b []byte) []idemEntry {
+func idemEntries(b string) []idemEntry {
 	var out []idemEntry
 	for p := 0; p+idemEntrySize <= len(b); p += idemEntrySize {
 		var e idemEntry
-		copy(e.digest[:], b[p:p+5])
-		e.at = int64(binary.BigEndian.Uint32(b[p+5:]))
+		copy(e.digest[:], b[p:p+digestSize])
+		e.at = u32(b, p+digestSize)
 		out = append(out, e)
 	}
 	return out
@@ -94,49 +56,21 @@ func idemEntries(b []byte) []idemEntry {
 
 func decodeRecord(b []byte) (record, error) {
 	var r record
-	n, p, err := readVarint(b, 0)
-	if err != nil {
-		return r, err
-	}
-	if p+idemEntrySize*n > len(b) {
-		return r, fmt.Errorf("%d idempotency entries do not fit in %d bytes", n, len(b))
-	}
-	r.idem = idemEntries(b[p : p+idemEntrySize*n])
-	p += idemEntrySize * n
-	for p < len(b) {
-		if p+3 > len(b) {
-			return r, errors.New("truncated section header")
-		}
-		var s section
-		s.id = uint32(b[p])<<16 | uint32(b[p+1])<<8 | uint32(b[p+2])
-		p += 3
+	c := cursor{rec: string(b)}
+	start, end := c.entries()
+	r.idem = idemEntries(c.rec[start:end])
+	var s sectionPos
+	for c.next(&s) {
+		sec := section{id: s.id, trimmed: s.trimmed}
 		if s.id&perCampaignFlag != 0 {
-			if p+3 > len(b) {
-				return r, errors.New("truncated campaign")
-			}
-			copy(s.campaign[:], b[p:p+3])
-			p += 3
+			copy(sec.campaign[:], s.campaign(c.rec))
 		}
-		c, q, err := readVarint(b, p)
-		if err != nil {
-			return r, err
+		for j := s.times; j < s.end; j += timeSize {
+			sec.times = append(sec.times, u32(c.rec, j))
 		}
-		p = q
-		if p+4*c > len(b) {
-			return r, fmt.Errorf("section %06x: %d times do not fit", s.id, c)
-		}
-		for i := range c {
-			t := int64(binary.BigEndian.Uint32(b[p:]))
-			p += 4
-			if i == 0 && t == 0 {
-				s.trimmed = true
-				continue
-			}
-			s.times = append(s.times, t)
-		}
-		r.sections = append(r.sections, s)
+		r.sections = append(r.sections, sec)
 	}
-	return r, nil
+	return r, c.err
 }
 
 func (r record) encode() []byte {
@@ -152,7 +86,7 @@ func (r record) encode() []byte {
 		}
 		if s.trimmed {
 			b = appendVarint(b, len(s.times)+1)
-			b = append(b, 0, 0, 0, 0)
+			b = append(b, trimMark...)
 		} else {
 			b = appendVarint(b, len(s.times))
 		}

@@ -242,7 +242,7 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision,
 	case withIdem:
 		// What Redis knows now: every id it would call a duplicate (a user
 		// with more than the cache keeps is not answered).
-		next.allowed, next.known = idemEntries([]byte(idem)), true
+		next.allowed, next.known = idemEntries(idem), true
 		if len(next.allowed) > maxAllowedIDs {
 			next.allowed, next.known = nil, false
 		}

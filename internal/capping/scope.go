@@ -32,8 +32,6 @@ type scope struct {
 	// from when a limit counts (from).
 	rolling   int64
 	calendars uint8
-	// limits on this scope, by policy (index in policySet.pols) and limit.
-	limits []struct{ pol, limit int }
 }
 
 // from is the earliest time a limit on the scope counts from at now: the
@@ -54,16 +52,12 @@ func (s *scope) from(now int64, cal *[3]struct{ start, end int64 }) int64 {
 	return f
 }
 
-// perCampaignFlag marks the section of a per-campaign scope in a record: its
-// header carries the campaign's hash.
-const perCampaignFlag = 1 << 23
-
 // compiledWhere is a Where as sets (nil: the dimension is not set).
 type compiledWhere struct {
 	channels, tags, categories, campaigns map[string]bool
 }
 
-func set(list []string) map[string]bool {
+func setOf(list []string) map[string]bool {
 	if len(list) == 0 {
 		return nil
 	}
@@ -75,7 +69,7 @@ func set(list []string) map[string]bool {
 }
 
 func compileWhere(w Where) compiledWhere {
-	return compiledWhere{set(w.Channels), set(w.Tags), set(w.Categories), set(w.Campaigns)}
+	return compiledWhere{setOf(w.Channels), setOf(w.Tags), setOf(w.Categories), setOf(w.Campaigns)}
 }
 
 // attrs are what scopes look at in an intent.

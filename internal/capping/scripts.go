@@ -1,13 +1,15 @@
 package capping
 
-// What every script shares: its SHA, its reply format, the intent digest.
+// What every script shares: its SHA, its reply, the intent digest.
 
 import (
 	"crypto/sha1"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/redis/go-redis/v9"
 )
 
 // script is a Lua script and its SHA1, which is what EVALSHA names.
@@ -21,12 +23,73 @@ func newScript(src string) *script {
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
-// Outcome codes of the script's reply (its top bits).
+// reply is what the script (or its Go port) answers for one call, what its
+// decision is made from (policySet.decision).
+type reply struct {
+	code  int64 // codeAllowed, codeCapped or codeDuplicate
+	limit int64 // capped: the limit, 1-based in its policy
+	// t: capped by a rolling limit, the send that frees a slot when it
+	// leaves the window (0 for a calendar or max 0 limit); a duplicate,
+	// when it was allowed.
+	t int64
+	// idem, for a refusal asked with wantIdem: the user's idempotency
+	// entries (the refusal cache learns which ids are duplicates).
+	idem     string
+	withIdem bool
+}
+
+// Outcome codes of a reply.
 const (
 	codeAllowed   = 0
 	codeCapped    = 1
 	codeDuplicate = 2
 )
+
+// On the wire a reply is one integer (a table costs Redis more), code <<
+// replyCodeShift | limit << replyLimitShift | t, and for a refusal with the
+// idempotency entries a table {that integer, the entries}.
+const (
+	replyCodeShift  = 40
+	replyLimitShift = 32
+)
+
+// replyData is the reply's packing as the script template writes it.
+type replyData struct{ Code, Duplicate, Capped, Limit string }
+
+var replyText = replyData{
+	Code:      fmt.Sprintf("2^%d", replyCodeShift),
+	Duplicate: fmt.Sprintf("%d * 2^%d", codeDuplicate, replyCodeShift),
+	Capped:    fmt.Sprintf("%d * 2^%d", codeCapped, replyCodeShift),
+	Limit:     fmt.Sprintf("2^%d", replyLimitShift),
+}
+
+// unpackReply reads the packed integer.
+func unpackReply(v int64) reply {
+	return reply{code: v >> replyCodeShift, limit: v >> replyLimitShift & 0xff, t: v & 0xffffffff}
+}
+
+// decodeReply reads a script call's answer.
+func decodeReply(cmd *redis.Cmd) (reply, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return reply{}, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return unpackReply(v), nil
+	case []any:
+		if len(v) == 2 {
+			res, ok1 := v[0].(int64)
+			idem, ok2 := v[1].(string)
+			if ok1 && ok2 && len(idem)%idemEntrySize == 0 {
+				r := unpackReply(res)
+				r.idem, r.withIdem = idem, true
+				return r, nil
+			}
+		}
+	}
+	return reply{}, fmt.Errorf("script answered %v", v)
+}
 
 // digest is what stands for an intent id in Redis: the first 5 bytes of its
 // xxhash64 (see record.go). Only a collision between two intents of the same

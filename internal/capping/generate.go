@@ -1,0 +1,127 @@
+package capping
+
+// Generating the decide script: the template (packed.lua.tmpl) with the
+// compiled set's constants, the record's layout (layout.go), the reply's
+// packing (scripts.go) and the arguments' places (args.go) as its data, so
+// that none of them is written twice. testdata/*.golden.lua hold the script
+// of the example policies: a change of the output shows in review.
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+)
+
+//go:embed packed.lua.tmpl
+var packedTemplate string
+
+var scriptTemplate = template.Must(template.New("packed.lua").Parse(packedTemplate))
+
+// ScriptSource is the decide script generated for rules (what Redis runs
+// for them, as `capper policy script` prints it).
+func ScriptSource(r Rules, idempotencyWindow time.Duration) (string, error) {
+	set, err := compileRules(r, idempotencyWindow)
+	if err != nil {
+		return "", err
+	}
+	return set.script.src, nil
+}
+
+type (
+	scopeData struct {
+		I, Bit, Keep int
+		ID           uint32
+		PerCampaign  bool
+		RetS         int64
+		From         string // Lua: the earliest start of a limit's window on the scope
+		Used         bool
+		Header       string
+	}
+	limitData struct {
+		I, Bit, S, Max, ReserveMax, Below int
+		Name, Start                       string
+		Rolling                           bool
+	}
+	policyData struct {
+		I      int
+		Limits []limitData
+	}
+	scriptData struct {
+		Version                            string
+		IdemS, KeyLife, Slack, UnknownRetS int64
+		L                                  layoutData
+		R                                  replyData
+		Arg                                map[string]int
+		Args                               []argDoc
+		Scopes                             []scopeData
+		Policies                           []policyData
+	}
+)
+
+func (ps *policySet) generate() (string, error) {
+	d := scriptData{Version: ps.version(), IdemS: ps.idem, KeyLife: ps.keyLife, Slack: ps.slack,
+		UnknownRetS: unknownRetention, L: layout, R: replyText}
+	d.Arg, d.Args = ps.argData()
+	used := map[int]bool{}
+	for pi, p := range ps.pols {
+		pd := policyData{I: pi + 1}
+		for li, l := range p.limits {
+			used[l.scope] = true
+			ld := limitData{I: li + 1, Bit: 1 << li, S: l.scope + 1, Max: l.Max, Name: strings.ReplaceAll(l.Name, "\n", " "), Rolling: l.Calendar == None}
+			if l.Reserve.Slots > 0 {
+				ld.ReserveMax, ld.Below = l.Max-l.Reserve.Slots, int(l.Reserve.Below)
+			}
+			switch l.Calendar {
+			case None:
+				ld.Start = "now - " + strconv.FormatInt(l.window, 10)
+			case Day:
+				ld.Start = "cday"
+			case Week:
+				ld.Start = "cweek"
+			case Month:
+				ld.Start = "cmonth"
+			}
+			pd.Limits = append(pd.Limits, ld)
+		}
+		d.Policies = append(d.Policies, pd)
+	}
+	for i, s := range ps.scopes {
+		d.Scopes = append(d.Scopes, scopeData{I: i + 1, Bit: 1 << i, Keep: s.keep, ID: s.id, PerCampaign: s.per == PerCampaign,
+			RetS: s.retention, From: ps.fromExpr(s), Used: used[i], Header: luaBytes(byte(s.id>>16), byte(s.id>>8), byte(s.id))})
+	}
+	var b bytes.Buffer
+	if err := scriptTemplate.Execute(&b, d); err != nil {
+		return "", fmt.Errorf("generate the script: %w", err)
+	}
+	return b.String(), nil
+}
+
+// fromExpr is the script's expression of scope.from.
+func (ps *policySet) fromExpr(s *scope) string {
+	var parts []string
+	if s.rolling >= 0 {
+		parts = append(parts, "now - "+strconv.FormatInt(s.rolling, 10))
+	}
+	for i, v := range []string{"cday", "cweek", "cmonth"} {
+		if s.calendars&(1<<i) != 0 {
+			parts = append(parts, v)
+		}
+	}
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return "math.min(" + strings.Join(parts, ", ") + ")"
+}
+
+// luaBytes writes bytes as a Lua string literal's body (decimal escapes).
+func luaBytes(bs ...byte) string {
+	var s strings.Builder
+	for _, b := range bs {
+		fmt.Fprintf(&s, "\\%03d", b)
+	}
+	return s.String()
+}
