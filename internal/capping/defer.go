@@ -10,6 +10,8 @@ import (
 	"hash/fnv"
 	"slices"
 	"time"
+
+	"github.com/capper-dev/capper/internal/problems"
 )
 
 // OnCap is what becomes of an intent a limit caps.
@@ -75,36 +77,36 @@ type QuietHours struct {
 	IncludeExempt bool
 }
 
-func (q *QuietHours) problems(ps *problems, at string, channels map[string]bool) {
+func (q *QuietHours) problems(ps *problems.List, at problems.Path, channels map[string]bool) {
 	for _, f := range []struct {
 		name string
 		v    int
 	}{{"from", q.From}, {"to", q.To}} {
 		if f.v < 0 || f.v >= 24*60 {
-			ps.add(at+"."+f.name, "%d minutes is not a time of day", f.v)
+			ps.Add(at.Key(f.name), "%d minutes is not a time of day", f.v)
 		}
 	}
 	if q.From == q.To {
-		ps.add(at, "from and to are the same time: quiet hours would never end")
+		ps.Add(at, "from and to are the same time: quiet hours would never end")
 	}
 	for i, c := range q.Channels {
 		if !channels[c] {
-			ps.add(fmt.Sprintf("%s.channels[%d]", at, i), "%q is not one of the channels", c)
+			ps.Add(at.Key("channels").Index(i), "%q is not one of the channels", c)
 		}
 	}
 	if length := time.Duration((q.To-q.From+24*60)%(24*60)) * time.Minute; q.Jitter < 0 || q.Jitter > 24*time.Hour-length {
-		ps.add(at+".jitter", "%s must be from 0 to the hours outside quiet hours (%s)", q.Jitter, 24*time.Hour-length)
+		ps.Add(at.Key("jitter"), "%s must be from 0 to the hours outside quiet hours (%s)", q.Jitter, 24*time.Hour-length)
 	}
 }
 
-func (l Limit) deferProblems(ps *problems, at string) {
+func (l Limit) deferProblems(ps *problems.List, at problems.Path) {
 	switch {
 	case l.OnCap > Defer:
-		ps.add(at+".on_cap", "%s is not one of suppress, defer", l.OnCap)
+		ps.Add(at.Key("on_cap"), "%s is not one of suppress, defer", l.OnCap)
 	case l.OnCap == Defer && (l.MaxDefer < time.Minute || l.MaxDefer > MaxMaxDefer):
-		ps.add(at+".max_defer", "%s out of range [%s, %s]: a deferred intent waits at most this long", l.MaxDefer, time.Minute, MaxMaxDefer)
+		ps.Add(at.Key("max_defer"), "%s out of range [%s, %s]: a deferred intent waits at most this long", l.MaxDefer, time.Minute, MaxMaxDefer)
 	case l.OnCap == Suppress && l.MaxDefer != 0:
-		ps.add(at+".max_defer", "is set but on_cap is suppress: nothing waits")
+		ps.Add(at.Key("max_defer"), "is set but on_cap is suppress: nothing waits")
 	}
 }
 

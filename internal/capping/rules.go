@@ -4,10 +4,11 @@ package capping
 // priorities, overrides) and their validation.
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/capper-dev/capper/internal/problems"
 )
 
 // Window bounds of a rolling limit.
@@ -117,9 +118,14 @@ func ParseOverride(s string) (Override, error) {
 // Where selects the intents a limit applies to, and the past sends it
 // counts: an intent matches when it matches every dimension that is set (a
 // channel of Channels, any tag of Tags, a category of Categories, a campaign
-// of Campaigns). An empty Where matches every intent.
+// of Campaigns). An empty Where matches every intent. The policy document
+// (package policy) holds a limit's where as a Where: the yaml tags are its
+// keys there.
 type Where struct {
-	Channels, Tags, Categories, Campaigns []string
+	Channels   []string `yaml:"channels,omitempty"`
+	Tags       []string `yaml:"tags,omitempty"` // any of them
+	Categories []string `yaml:"categories,omitempty"`
+	Campaigns  []string `yaml:"campaigns,omitempty"`
 }
 
 // Per is what a limit counts for: the user (default) or each of the user's
@@ -188,61 +194,55 @@ type Rules struct {
 	WeekStart        time.Weekday   // first day of a calendar week
 }
 
-// Problem is one thing wrong with the rules, at the path of the field in
-// the policy as configured, e.g.
-// segments[0] (segment "new").limits[2] (limit "x").window.
-type Problem struct{ Path, Msg string }
+// SegmentPath is the path of a segment's policy,
+// segments[i] (segment "name"); the default policy's is default_policy.
+// The rules' problems are at the paths of the policy document (package
+// policy), which reports its own at the same paths.
+func SegmentPath(i int, name string) problems.Path {
+	return problems.Key("segments").Named(i, "segment", name)
+}
 
-func (p Problem) Error() string { return p.Path + ": " + p.Msg }
-
-// SegmentPath names a segment's policy in every message.
-func SegmentPath(i int, name string) string { return fmt.Sprintf("segments[%d] (segment %q)", i, name) }
-
-// LimitPath names a limit of a policy in every message.
-func LimitPath(i int, name string) string { return fmt.Sprintf("limits[%d] (limit %q)", i, name) }
-
-// problems collects Problems.
-type problems []Problem
-
-func (ps *problems) add(path, format string, args ...any) {
-	*ps = append(*ps, Problem{path, fmt.Sprintf(format, args...)})
+// LimitPath is the path of limit i of the policy at policy:
+// <policy>.limits[i] (limit "name").
+func LimitPath(policy problems.Path, i int, name string) problems.Path {
+	return policy.Key("limits").Named(i, "limit", name)
 }
 
 // Problems reports every problem of the rules at once, each at its path.
-func (r Rules) Problems() []Problem {
-	var ps problems
-	channels := names(&ps, "channels", r.Channels, true)
-	categories := names(&ps, "categories", r.Categories, true)
+func (r Rules) Problems() problems.List {
+	var ps problems.List
+	channels := names(&ps, problems.Key("channels"), r.Channels, true)
+	categories := names(&ps, problems.Key("categories"), r.Categories, true)
 	if r.DefaultCategory != "" && !categories[r.DefaultCategory] {
-		ps.add("default_category", "%q is not one of the categories", r.DefaultCategory)
+		ps.Add(problems.Key("default_category"), "%q is not one of the categories", r.DefaultCategory)
 	}
 	for i, c := range r.ExemptCategories {
 		if !categories[c] {
-			ps.add(fmt.Sprintf("exempt_categories[%d]", i), "%q is not one of the categories", c)
+			ps.Add(problems.Key("exempt_categories").Index(i), "%q is not one of the categories", c)
 		}
 	}
 	for i, c := range r.Overrides.Categories {
 		if !categories[c] {
-			ps.add(fmt.Sprintf("overrides.categories[%d]", i), "%q is not one of the categories", c)
+			ps.Add(problems.Key("overrides.categories").Index(i), "%q is not one of the categories", c)
 		}
 	}
-	names(&ps, "overrides.campaigns", r.Overrides.Campaigns, false)
+	names(&ps, problems.Key("overrides.campaigns"), r.Overrides.Campaigns, false)
 	if r.TimeZone == nil {
-		ps.add("time_zone", "is required")
+		ps.Add(problems.Key("time_zone"), "is required")
 	}
 	seen := map[string]bool{}
 	for i, s := range r.Segments {
 		path := SegmentPath(i, s.Name)
 		switch {
 		case s.Name == "":
-			ps.add(path+".name", "is required")
+			ps.Add(path.Key("name"), "is required")
 		case seen[s.Name]:
-			ps.add(path+".name", "segment %q is listed twice", s.Name)
+			ps.Add(path.Key("name"), "segment %q is listed twice", s.Name)
 		}
 		seen[s.Name] = true
 		s.Policy.problems(&ps, path, channels, categories)
 	}
-	r.Default.problems(&ps, "default_policy", channels, categories)
+	r.Default.problems(&ps, problems.Key("default_policy"), channels, categories)
 	scopes := map[string]bool{}
 	for _, p := range r.allPolicies() {
 		for _, l := range p.Limits {
@@ -250,34 +250,27 @@ func (r Rules) Problems() []Problem {
 		}
 	}
 	if len(scopes) > MaxScopes {
-		ps.add("segments", "the policies' limits select %d distinct scopes (where and per), at most %d are supported: limits with the same where and per share one", len(scopes), MaxScopes)
+		ps.Add(problems.Key("segments"), "the policies' limits select %d distinct scopes (where and per), at most %d are supported: limits with the same where and per share one", len(scopes), MaxScopes)
 	}
 	return ps
 }
 
 // Validate is Problems as one error (nil when there is none).
-func (r Rules) Validate() error {
-	ps := r.Problems()
-	errs := make([]error, len(ps))
-	for i, p := range ps {
-		errs[i] = p
-	}
-	return errors.Join(errs...)
-}
+func (r Rules) Validate() error { return r.Problems().Err() }
 
 // names checks a list of names (channels, categories, ...) and returns them
 // as a set; required: at least one.
-func names(ps *problems, path string, list []string, required bool) map[string]bool {
+func names(ps *problems.List, path problems.Path, list []string, required bool) map[string]bool {
 	if required && len(list) == 0 {
-		ps.add(path, "at least one is required")
+		ps.Add(path, "at least one is required")
 	}
 	set := map[string]bool{}
 	for i, c := range list {
 		switch {
 		case !validName(c):
-			ps.add(fmt.Sprintf("%s[%d]", path, i), "%q must be non-empty, at most 64 bytes, without spaces, braces or colons", c)
+			ps.Add(path.Index(i), "%q must be non-empty, at most 64 bytes, without spaces, braces or colons", c)
 		case set[c]:
-			ps.add(fmt.Sprintf("%s[%d]", path, i), "%q is listed twice", c)
+			ps.Add(path.Index(i), "%q is listed twice", c)
 		}
 		set[c] = true
 	}
@@ -285,80 +278,80 @@ func names(ps *problems, path string, list []string, required bool) map[string]b
 }
 
 // problems checks one policy at path.
-func (p Policy) problems(ps *problems, path string, channels, categories map[string]bool) {
+func (p Policy) problems(ps *problems.List, path problems.Path, channels, categories map[string]bool) {
 	if len(p.Limits) == 0 {
-		ps.add(path+".limits", "at least one limit is required")
+		ps.Add(path.Key("limits"), "at least one limit is required")
 		return
 	}
 	if len(p.Limits) > MaxLimits {
-		ps.add(path+".limits", "%d limits, at most %d are supported", len(p.Limits), MaxLimits)
+		ps.Add(path.Key("limits"), "%d limits, at most %d are supported", len(p.Limits), MaxLimits)
 	}
 	seen := map[string]bool{}
 	for i, l := range p.Limits {
-		at := path + "." + LimitPath(i, l.Name)
+		at := LimitPath(path, i, l.Name)
 		switch {
 		case !validName(l.Name):
-			ps.add(at+".name", "%q must be non-empty, at most 64 bytes, without spaces, braces or colons", l.Name)
+			ps.Add(at.Key("name"), "%q must be non-empty, at most 64 bytes, without spaces, braces or colons", l.Name)
 		case seen[l.Name]:
-			ps.add(at+".name", "%q is used by an earlier limit of this policy", l.Name)
+			ps.Add(at.Key("name"), "%q is used by an earlier limit of this policy", l.Name)
 		}
 		seen[l.Name] = true
 		l.problems(ps, at, channels, categories)
 		l.deferProblems(ps, at)
 	}
 	if q := p.QuietHours; q != nil {
-		q.problems(ps, path+".quiet_hours", channels)
+		q.problems(ps, path.Key("quiet_hours"), channels)
 	}
 }
 
-func (l Limit) problems(ps *problems, at string, channels, categories map[string]bool) {
+func (l Limit) problems(ps *problems.List, at problems.Path, channels, categories map[string]bool) {
 	switch {
 	case l.Calendar != None && l.Window != 0:
-		ps.add(at, "has both window and calendar: a limit is rolling or calendar, not both")
+		ps.Add(at, "has both window and calendar: a limit is rolling or calendar, not both")
 	case l.Calendar == None && (l.Window < MinWindow || l.Window > MaxWindow):
-		ps.add(at+".window", "%s out of range [%s, %s]", l.Window, MinWindow, MaxWindow)
+		ps.Add(at.Key("window"), "%s out of range [%s, %s]", l.Window, MinWindow, MaxWindow)
 	case l.Calendar == None && l.Window%time.Second != 0:
-		ps.add(at+".window", "%s is not a whole number of seconds", l.Window)
+		ps.Add(at.Key("window"), "%s is not a whole number of seconds", l.Window)
 	case l.Calendar > Month:
-		ps.add(at+".calendar", "%s is not one of day, week, month", l.Calendar)
+		ps.Add(at.Key("calendar"), "%s is not one of day, week, month", l.Calendar)
 	}
 	switch {
 	case l.Max < 0:
-		ps.add(at+".max", "must not be negative, got %d", l.Max)
+		ps.Add(at.Key("max"), "must not be negative, got %d", l.Max)
 	case l.Max > MaxMax:
-		ps.add(at+".max", "%d is above %d", l.Max, MaxMax)
+		ps.Add(at.Key("max"), "%d is above %d", l.Max, MaxMax)
 	}
 	if l.Reserve.Slots < 0 || (l.Reserve.Slots > 0 && l.Reserve.Slots >= l.Max) {
-		ps.add(at+".reserve.slots", "%d must be from 1 to max-1 (%d): reserved slots leave at least one for everyone", l.Reserve.Slots, l.Max-1)
+		ps.Add(at.Key("reserve.slots"), "%d must be from 1 to max-1 (%d): reserved slots leave at least one for everyone", l.Reserve.Slots, l.Max-1)
 	}
 	if l.Reserve.Slots > 0 && l.Reserve.Below == Low {
-		ps.add(at+".reserve.below", "low reserves nothing: no priority is below it (use normal or high)")
+		ps.Add(at.Key("reserve.below"), "low reserves nothing: no priority is below it (use normal or high)")
 	}
 	if l.Reserve.Below > High {
-		ps.add(at+".reserve.below", "%s is not one of normal, high", l.Reserve.Below)
+		ps.Add(at.Key("reserve.below"), "%s is not one of normal, high", l.Reserve.Below)
 	}
 	if l.Per > PerCampaign {
-		ps.add(at+".per", "%d is not user or campaign", l.Per)
+		ps.Add(at.Key("per"), "%d is not user or campaign", l.Per)
 	}
 	w := l.Where
 	for i, c := range w.Channels {
 		if !channels[c] {
-			ps.add(fmt.Sprintf("%s.where.channels[%d]", at, i), "%q is not one of the channels", c)
+			ps.Add(at.Key("where.channels").Index(i), "%q is not one of the channels", c)
 		}
 	}
 	for i, c := range w.Categories {
 		if !categories[c] {
-			ps.add(fmt.Sprintf("%s.where.categories[%d]", at, i), "%q is not one of the categories", c)
+			ps.Add(at.Key("where.categories").Index(i), "%q is not one of the categories", c)
 		}
 	}
 	for i, t := range w.Tags {
 		if !ValidTag(t) {
-			ps.add(fmt.Sprintf("%s.where.tags[%d]", at, i), "%q must be 1 to %d bytes of printable characters", t, MaxTagBytes)
+			ps.Add(at.Key("where.tags").Index(i), "%q must be 1 to %d bytes of printable characters", t, MaxTagBytes)
 		}
 	}
 	for i, c := range w.Campaigns {
 		if c == "" {
-			ps.add(fmt.Sprintf("%s.where.campaigns[%d]", at, i), "is empty")
+			ps.Add(at.Key("where.campaigns").Index(i), "is empty")
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/policy"
+	"github.com/capper-dev/capper/internal/problems"
 )
 
 // PolicyFile is the path of the policy file policy.source names; "" when
@@ -39,7 +40,7 @@ func (c *Config) PolicyFile() (string, error) {
 // capping section, as a worker config: then the policy is the file its
 // policy.source names, or the one inline. Problems of a policy document
 // are returned, not an error: the caller shows them all.
-func ReadPolicy(path string) (*policy.Document, policy.Problems, error) {
+func ReadPolicy(path string) (*policy.Document, problems.List, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read policy: %w", err)
@@ -71,7 +72,7 @@ func ReadPolicy(path string) (*policy.Document, policy.Problems, error) {
 	return policyDocument(file, data) // a policy document, never a config again
 }
 
-func policyDocument(path string, data []byte) (*policy.Document, policy.Problems, error) {
+func policyDocument(path string, data []byte) (*policy.Document, problems.List, error) {
 	d, err := policy.Parse(data)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/yamldoc"
 )
 
@@ -98,9 +99,11 @@ type Limit struct {
 	Window   Duration `yaml:"window,omitempty"`
 	Calendar string   `yaml:"calendar,omitempty"`
 	// Max is a pointer so that a forgotten max is an error, not "never".
-	Max   *int   `yaml:"max"`
-	Where Where  `yaml:"where,omitempty"`
-	Per   string `yaml:"per,omitempty"` // user (default) or campaign
+	Max *int `yaml:"max"`
+	// Where selects the intents the limit applies to and the sends it
+	// counts; empty, every intent.
+	Where capping.Where `yaml:"where,omitempty"`
+	Per   string        `yaml:"per,omitempty"` // user (default) or campaign
 	// Reserve is a pointer so that a reserve block without slots is an
 	// error, not no reserve.
 	Reserve *Reserve `yaml:"reserve,omitempty"`
@@ -112,16 +115,6 @@ type Limit struct {
 	// Channel is the shorthand of policies before where existed:
 	// channel: sms is where: {channels: [sms]}.
 	Channel string `yaml:"channel,omitempty"`
-}
-
-// Where selects the intents a limit applies to, and the past sends it
-// counts: an intent matches when it matches every list that is set. Empty,
-// it matches every intent.
-type Where struct {
-	Channels   []string `yaml:"channels,omitempty"`
-	Tags       []string `yaml:"tags,omitempty"` // any of them
-	Categories []string `yaml:"categories,omitempty"`
-	Campaigns  []string `yaml:"campaigns,omitempty"`
 }
 
 // Reserve keeps Slots of a limit's max for intents of priority Below or

@@ -213,6 +213,12 @@ func TestProblems(t *testing.T) {
 			[]string{`segments[1] (segment "a").name: segment "a" is listed twice`}},
 		{"segments: [{limits: [{name: d, window: 1d, max: 1}]}]", []string{`segments[0] (segment "").name: is required`}},
 		{"segments: [{name: a}]", []string{`segments[0] (segment "a").limits: at least one limit is required`}},
+		// ordered by the path's items, not by what a name says
+		{`segments: [{name: "limits[5]", limits: [{name: d, window: 30s, max: 1}, {name: e, window: 1d}]}]`, []string{
+			`segments[0] (segment "limits[5]").name: segment name "limits[5]" is invalid (want ^[a-z0-9][a-z0-9_-]{0,62}$)`,
+			`segments[0] (segment "limits[5]").limits[0] (limit "d").window: 30s out of range [1m0s, 744h0m0s]`,
+			`segments[0] (segment "limits[5]").limits[1] (limit "e").max: is required (0 means never)`,
+		}},
 		// lists of names
 		{"default_category: news", []string{`default_category: "news" is not one of the categories (marketing, transactional)`}},
 		{"exempt_categories: [news]", []string{`exempt_categories[0]: "news" is not one of the categories`}},
@@ -277,15 +283,5 @@ segments:
 	}
 	if d.Problems().Err() != nil {
 		t.Error("Problems differs from Rules")
-	}
-}
-
-func TestProblemsErr(t *testing.T) {
-	if err := Problems(nil).Err(); err != nil {
-		t.Fatal(err)
-	}
-	err := Problems{{Path: "a", Msg: "x"}, {Path: "b.c", Msg: "y"}}.Err()
-	if err == nil || err.Error() != "a: x\nb.c: y" {
-		t.Fatalf("err = %v", err)
 	}
 }

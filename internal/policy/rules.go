@@ -10,41 +10,14 @@ package policy
 
 import (
 	"cmp"
-	"errors"
-	"fmt"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/problems"
 	"github.com/capper-dev/capper/internal/segments"
 )
-
-// Problem is one thing wrong with a document, at the path of its field from
-// the document's root, e.g. segments[0] (segment "new").limits[2] (limit
-// "x").window.
-type Problem = capping.Problem
-
-// Problems is every problem of a document.
-type Problems []Problem
-
-// Err returns the problems as one error, one per line (nil without any).
-func (ps Problems) Err() error {
-	if len(ps) == 0 {
-		return nil
-	}
-	lines := make([]string, len(ps))
-	for i, p := range ps {
-		lines[i] = p.Error()
-	}
-	return errors.New(strings.Join(lines, "\n"))
-}
-
-func (ps *Problems) add(path, format string, args ...any) {
-	*ps = append(*ps, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
-}
 
 // weekDays are the week_start values, by time.Weekday.
 var weekDays = [...]string{
@@ -53,14 +26,14 @@ var weekDays = [...]string{
 }
 
 // Rules converts the document into the engine's rules and reports every
-// problem of the document at once. Rules that come with problems are only
-// good for reporting them; without problems, they pass
-// capping.Rules.Validate.
-func (d *Document) Rules() (capping.Rules, Problems) {
-	var ps Problems
-	// renamed maps a path capping reports to the one the document uses
-	// (the legacy channel key).
-	renamed := map[string]string{}
+// problem of the document at once, each at the path of its field from the
+// document's root. Rules that come with problems are only good for
+// reporting them; without problems, they pass capping.Rules.Validate.
+func (d *Document) Rules() (capping.Rules, problems.List) {
+	var ps problems.List
+	// legacy are the limits that name their channel with the legacy
+	// channel key.
+	var legacy []problems.Path
 	r := capping.Rules{
 		Segments:         make([]capping.Segment, 0, len(d.Segments)),
 		Channels:         d.Channels,
@@ -72,110 +45,108 @@ func (d *Document) Rules() (capping.Rules, Problems) {
 		WeekStart:        d.weekStart(&ps),
 	}
 	if !slices.Contains(d.Categories, d.DefaultCategory) {
-		ps.add("default_category", "%q is not one of the categories (%s)", d.DefaultCategory, strings.Join(d.Categories, ", "))
+		ps.Add(problems.Key("default_category"), "%q is not one of the categories (%s)", d.DefaultCategory, strings.Join(d.Categories, ", "))
 	}
 	for i, s := range d.Segments {
 		path := capping.SegmentPath(i, s.Name)
 		switch err := segments.ValidateSegmentName(s.Name); {
 		case s.Name == segments.None:
-			ps.add(path+".name", `"none" is reserved for users in no segment (they get default_policy)`)
+			ps.Add(path.Key("name"), `"none" is reserved for users in no segment (they get default_policy)`)
 		case err != nil && s.Name != "": // capping reports an empty name
-			ps.add(path+".name", "%v", err)
+			ps.Add(path.Key("name"), "%v", err)
 		}
-		r.Segments = append(r.Segments, capping.Segment{Name: s.Name, Policy: policy(&ps, renamed, path, s.Limits, s.Holding)})
+		r.Segments = append(r.Segments, capping.Segment{Name: s.Name, Policy: policy(&ps, &legacy, path, s.Limits, s.Holding)})
 	}
-	r.Default = policy(&ps, renamed, "default_policy", d.DefaultPolicy.Limits, d.DefaultPolicy.Holding)
+	r.Default = policy(&ps, &legacy, problems.Key("default_policy"), d.DefaultPolicy.Limits, d.DefaultPolicy.Holding)
 
 	// A problem capping finds at a path the document already reported is
 	// the same problem seen through the value that stood in for a bad one
 	// (no time zone, no window): it is reported once, in the document's
 	// words.
-	reported := map[string]bool{}
-	for _, p := range ps {
-		reported[p.Path] = true
-	}
+	reported := slices.Clone(ps)
 	for _, p := range r.Problems() {
-		if to, ok := renamed[p.Path]; ok {
-			p.Path = to
-		}
-		if !reported[p.Path] {
+		p.Path = documentPath(p.Path, legacy)
+		if !slices.ContainsFunc(reported, func(q problems.Problem) bool { return slices.Equal(q.Path, p.Path) }) {
 			ps = append(ps, p)
 		}
 	}
 	// In the document's order, so that the problems of one limit are
 	// together whoever found them.
-	slices.SortStableFunc(ps, func(a, b Problem) int { return slices.Compare(position(a.Path), position(b.Path)) })
+	slices.SortStableFunc(ps, func(a, b problems.Problem) int { return comparePaths(a.Path, b.Path) })
 	return r, ps
+}
+
+// documentPath is the path in the document of a problem capping reports at
+// path: a legacy limit's channel key is where.channels[0] to capping.
+func documentPath(path problems.Path, legacy []problems.Path) problems.Path {
+	for _, l := range legacy {
+		if slices.Equal(path, l.Key("where.channels").Index(0)) {
+			return l.Key("channel")
+		}
+	}
+	return path
 }
 
 // topKeys are the document's keys in the order of Document.
 var topKeys = []string{"channels", "categories", "default_category", "exempt_categories", "overrides",
 	"time_zone", "week_start", "segments", "default_policy"}
 
-var (
-	segmentIndex = regexp.MustCompile(`^segments\[(\d+)\]`)
-	limitIndex   = regexp.MustCompile(`\blimits\[(\d+)\]`)
-)
-
-// position orders a problem's path: its top-level key, then its segment,
-// then its limit.
-func position(path string) []int {
-	top := path[:strings.IndexAny(path+".", ".[ ")]
-	pos := []int{slices.Index(topKeys, top), -1, -1}
-	if g := segmentIndex.FindStringSubmatch(path); g != nil {
-		pos[1], _ = strconv.Atoi(g[1])
-	}
-	if g := limitIndex.FindStringSubmatch(path); g != nil {
-		pos[2], _ = strconv.Atoi(g[1])
-	}
-	return pos
+// comparePaths orders problems' paths: by top-level key, then segment, then
+// limit (a path through no segment or limit before those through one).
+func comparePaths(a, b problems.Path) int {
+	return cmp.Or(
+		cmp.Compare(slices.Index(topKeys, a.Top()), slices.Index(topKeys, b.Top())),
+		cmp.Compare(a.Item("segments"), b.Item("segments")),
+		cmp.Compare(a.Item("limits"), b.Item("limits")),
+	)
 }
 
 // Problems reports every problem of the document at once (Rules without
 // the rules).
-func (d *Document) Problems() Problems {
+func (d *Document) Problems() problems.List {
 	_, ps := d.Rules()
 	return ps
 }
 
 // timeZone resolves time_zone; nil when it does not resolve.
-func (d *Document) timeZone(ps *Problems) *time.Location {
+func (d *Document) timeZone(ps *problems.List) *time.Location {
 	switch d.TimeZone {
 	case "":
-		ps.add("time_zone", "is required: an IANA time zone name such as UTC or Europe/Paris")
+		ps.Add(problems.Key("time_zone"), "is required: an IANA time zone name such as UTC or Europe/Paris")
 		return nil
 	case "Local":
 		// The machine's zone would make the caps differ between hosts.
-		ps.add("time_zone", `"Local" is the zone of whichever machine runs capper: name the zone (e.g. UTC, Europe/Paris)`)
+		ps.Add(problems.Key("time_zone"), `"Local" is the zone of whichever machine runs capper: name the zone (e.g. UTC, Europe/Paris)`)
 		return nil
 	}
 	loc, err := time.LoadLocation(d.TimeZone)
 	if err != nil {
-		ps.add("time_zone", "%q is not a time zone of the IANA database (e.g. UTC, Europe/Paris)", d.TimeZone)
+		ps.Add(problems.Key("time_zone"), "%q is not a time zone of the IANA database (e.g. UTC, Europe/Paris)", d.TimeZone)
 		return nil
 	}
 	return loc
 }
 
-func (d *Document) weekStart(ps *Problems) time.Weekday {
+func (d *Document) weekStart(ps *problems.List) time.Weekday {
 	if i := slices.Index(weekDays[:], d.WeekStart); i >= 0 {
 		return time.Weekday(i)
 	}
-	ps.add("week_start", "%q is not one of monday, tuesday, wednesday, thursday, friday, saturday, sunday", d.WeekStart)
+	ps.Add(problems.Key("week_start"), "%q is not one of monday, tuesday, wednesday, thursday, friday, saturday, sunday", d.WeekStart)
 	return time.Monday
 }
 
-// policy converts the limits of the policy at path and what it holds back.
-func policy(ps *Problems, renamed map[string]string, path string, ls []Limit, h Holding) capping.Policy {
-	p := capping.Policy{Limits: make([]capping.Limit, 0, len(ls)), QuietHours: h.quietHours(ps, path+".quiet_hours")}
+// policy converts the limits of the policy at path and what it holds back;
+// legacy gets the paths of the limits that use the legacy channel key.
+func policy(ps *problems.List, legacy *[]problems.Path, path problems.Path, ls []Limit, h Holding) capping.Policy {
+	p := capping.Policy{Limits: make([]capping.Limit, 0, len(ls)), QuietHours: h.quietHours(ps, path.Key("quiet_hours"))}
 	if h.OnCap != "" {
 		if _, err := capping.ParseOnCap(h.OnCap); err != nil {
-			ps.add(path+".on_cap", "%v", err)
+			ps.Add(path.Key("on_cap"), "%v", err)
 		}
 	}
 	for i, l := range ls {
-		at := path + "." + capping.LimitPath(i, l.Name)
-		c := l.limit(ps, renamed, at)
+		at := capping.LimitPath(path, i, l.Name)
+		c := l.limit(ps, legacy, at)
 		c.OnCap, c.MaxDefer = l.onCap(ps, at, h)
 		p.Limits = append(p.Limits, c)
 	}
@@ -185,17 +156,10 @@ func policy(ps *Problems, renamed map[string]string, path string, ls []Limit, h 
 // limit converts one limit, at path at. A value that does not parse is
 // reported here and replaced by one that lets capping check the rest of
 // the limit without reporting it again.
-func (l Limit) limit(ps *Problems, renamed map[string]string, at string) capping.Limit {
-	c := capping.Limit{
-		Name:   l.Name,
-		Window: l.Window.D(),
-		Where: capping.Where{
-			Channels: l.Where.Channels, Tags: l.Where.Tags,
-			Categories: l.Where.Categories, Campaigns: l.Where.Campaigns,
-		},
-	}
+func (l Limit) limit(ps *problems.List, legacy *[]problems.Path, at problems.Path) capping.Limit {
+	c := capping.Limit{Name: l.Name, Window: l.Window.D(), Where: l.Where}
 	if l.Max == nil {
-		ps.add(at+".max", "is required (0 means never)")
+		ps.Add(at.Key("max"), "is required (0 means never)")
 	} else {
 		c.Max = *l.Max
 	}
@@ -203,10 +167,10 @@ func (l Limit) limit(ps *Problems, renamed map[string]string, at string) capping
 	switch cal, err := capping.ParseCalendar(l.Calendar); {
 	case l.Calendar == "" && l.Window == 0:
 		// capping would say "0s out of range": the window is missing.
-		ps.add(at+".window", "is required: a limit counts in a rolling window (e.g. 24h) or per calendar period (calendar: day, week or month)")
+		ps.Add(at.Key("window"), "is required: a limit counts in a rolling window (e.g. 24h) or per calendar period (calendar: day, week or month)")
 	case l.Calendar == "":
 	case err != nil:
-		ps.add(at+".calendar", "%v", err)
+		ps.Add(at.Key("calendar"), "%v", err)
 		c.Calendar = capping.Day // a stand-in: window and calendar together are still reported
 	default:
 		c.Calendar = cal
@@ -218,7 +182,7 @@ func (l Limit) limit(ps *Problems, renamed map[string]string, at string) capping
 	case "campaign":
 		c.Per = capping.PerCampaign
 	default:
-		ps.add(at+".per", "%q is not one of user, campaign", l.Per)
+		ps.Add(at.Key("per"), "%q is not one of user, campaign", l.Per)
 	}
 
 	if r := l.Reserve; r != nil {
@@ -228,14 +192,14 @@ func (l Limit) limit(ps *Problems, renamed map[string]string, at string) capping
 		case "", "high":
 			c.Reserve.Below = capping.High
 		default:
-			ps.add(at+".reserve.below", "%q is not one of normal, high (intents below it may use only max - slots)", r.Below)
+			ps.Add(at.Key("reserve.below"), "%q is not one of normal, high (intents below it may use only max - slots)", r.Below)
 			c.Reserve.Below = capping.High
 		}
 		switch {
 		case r.Slots < 1 && l.Max != nil:
-			ps.add(at+".reserve.slots", "%d must be from 1 to max-1 (%d): reserved slots leave at least one for everyone", r.Slots, *l.Max-1)
+			ps.Add(at.Key("reserve.slots"), "%d must be from 1 to max-1 (%d): reserved slots leave at least one for everyone", r.Slots, *l.Max-1)
 		case r.Slots < 1:
-			ps.add(at+".reserve.slots", "%d must be at least 1", r.Slots)
+			ps.Add(at.Key("reserve.slots"), "%d must be at least 1", r.Slots)
 		case l.Max != nil:
 			// Without a max, capping would compare the slots with 0.
 			c.Reserve.Slots = r.Slots
@@ -244,10 +208,10 @@ func (l Limit) limit(ps *Problems, renamed map[string]string, at string) capping
 
 	if l.Channel != "" {
 		if len(l.Where.Channels) > 0 {
-			ps.add(at+".channel", "and where.channels are the same filter: keep where.channels")
+			ps.Add(at.Key("channel"), "and where.channels are the same filter: keep where.channels")
 		} else {
 			c.Where.Channels = []string{l.Channel}
-			renamed[at+".where.channels[0]"] = at + ".channel"
+			*legacy = append(*legacy, at)
 		}
 	}
 	return c
@@ -256,12 +220,12 @@ func (l Limit) limit(ps *Problems, renamed map[string]string, at string) capping
 // onCap resolves a limit's on_cap and max_defer over its policy's: a
 // max_defer is kept only for a limit that defers (capping reports one set
 // on the limit itself with suppress).
-func (l Limit) onCap(ps *Problems, at string, h Holding) (capping.OnCap, time.Duration) {
+func (l Limit) onCap(ps *problems.List, at problems.Path, h Holding) (capping.OnCap, time.Duration) {
 	name := cmp.Or(l.OnCap, h.OnCap, "suppress")
 	oc, err := capping.ParseOnCap(name)
 	if err != nil {
 		if l.OnCap != "" {
-			ps.add(at+".on_cap", "%v", err)
+			ps.Add(at.Key("on_cap"), "%v", err)
 		}
 		return capping.Suppress, 0
 	}
@@ -272,7 +236,7 @@ func (l Limit) onCap(ps *Problems, at string, h Holding) (capping.OnCap, time.Du
 }
 
 // quietHours converts quiet_hours at path (nil when there are none).
-func (h Holding) quietHours(ps *Problems, at string) *capping.QuietHours {
+func (h Holding) quietHours(ps *problems.List, at problems.Path) *capping.QuietHours {
 	q := h.QuietHours
 	if q == nil {
 		return nil
@@ -284,7 +248,7 @@ func (h Holding) quietHours(ps *Problems, at string) *capping.QuietHours {
 	}{{"from", q.From, &c.From}, {"to", q.To, &c.To}} {
 		t, err := time.Parse("15:04", f.v)
 		if err != nil {
-			ps.add(at+"."+f.name, "%q is not a time of day HH:MM (e.g. 21:00)", f.v)
+			ps.Add(at.Key(f.name), "%q is not a time of day HH:MM (e.g. 21:00)", f.v)
 			*f.dst = -1
 			continue
 		}
