@@ -139,10 +139,9 @@ type callPlan struct {
 // plan is what the set needs of a request; known remembers the batch's
 // calendar periods (nil: compute each).
 func (ps *policySet) plan(r *Request, known *periods) callPlan {
-	a := attrs{channel: r.Channel, category: r.Category, campaign: r.Campaign, tags: r.Tags}
 	var c callPlan
 	for i, s := range ps.scopes {
-		if s.where.matches(a) {
+		if s.where.matches(r) {
 			c.records |= 1 << i
 		}
 	}

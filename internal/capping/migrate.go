@@ -71,11 +71,11 @@ func (e *Engine) MigrateV1(ctx context.Context, o MigrateOptions) (MigrateReport
 	for i, s := range set.scopes {
 		w := s.where
 		switch {
-		case s.per == PerUser && w.channels == nil && w.tags == nil && w.categories == nil && w.campaigns == nil:
+		case s.per == PerUser && w.set() == 0:
 			sources = append(sources, v1Source{scope: i})
 			rep.FromLog = append(rep.FromLog, s.describe())
-		case s.per == PerUser && len(w.channels) == 1 && w.tags == nil && w.categories == nil && w.campaigns == nil:
-			for ch := range w.channels {
+		case s.per == PerUser && w.set() == 1 && len(w[dimChannels]) == 1:
+			for ch := range w[dimChannels] {
 				sources = append(sources, v1Source{scope: i, channel: ch})
 			}
 			rep.FromChannel = append(rep.FromChannel, s.describe())

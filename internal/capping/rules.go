@@ -115,19 +115,6 @@ func ParseOverride(s string) (Override, error) {
 	return 0, fmt.Errorf("%q is not one of bypass, bypass-uncounted", s)
 }
 
-// Where selects the intents a limit applies to, and the past sends it
-// counts: an intent matches when it matches every dimension that is set (a
-// channel of Channels, any tag of Tags, a category of Categories, a campaign
-// of Campaigns). An empty Where matches every intent. The policy document
-// (package policy) holds a limit's where as a Where: the yaml tags are its
-// keys there.
-type Where struct {
-	Channels   []string `yaml:"channels,omitempty"`
-	Tags       []string `yaml:"tags,omitempty"` // any of them
-	Categories []string `yaml:"categories,omitempty"`
-	Campaigns  []string `yaml:"campaigns,omitempty"`
-}
-
 // Per is what a limit counts for: the user (default) or each of the user's
 // campaigns on its own.
 type Per uint8
@@ -333,25 +320,11 @@ func (l Limit) problems(ps *problems.List, at problems.Path, channels, categorie
 	if l.Per > PerCampaign {
 		ps.Add(at.Key("per"), "%d is not user or campaign", l.Per)
 	}
-	w := l.Where
-	for i, c := range w.Channels {
-		if !channels[c] {
-			ps.Add(at.Key("where.channels").Index(i), "%q is not one of the channels", c)
-		}
-	}
-	for i, c := range w.Categories {
-		if !categories[c] {
-			ps.Add(at.Key("where.categories").Index(i), "%q is not one of the categories", c)
-		}
-	}
-	for i, t := range w.Tags {
-		if !ValidTag(t) {
-			ps.Add(at.Key("where.tags").Index(i), "%q must be 1 to %d bytes of printable characters", t, MaxTagBytes)
-		}
-	}
-	for i, c := range w.Campaigns {
-		if c == "" {
-			ps.Add(at.Key("where.campaigns").Index(i), "is empty")
+	for _, d := range whereDims {
+		for i, v := range d.list(&l.Where) {
+			if msg := d.check(v, channels, categories); msg != "" {
+				ps.Add(at.Key("where."+d.key).Index(i), "%s", msg)
+			}
 		}
 	}
 }

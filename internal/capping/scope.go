@@ -52,55 +52,6 @@ func (s *scope) from(now int64, cal *[3]struct{ start, end int64 }) int64 {
 	return f
 }
 
-// compiledWhere is a Where as sets (nil: the dimension is not set).
-type compiledWhere struct {
-	channels, tags, categories, campaigns map[string]bool
-}
-
-func setOf(list []string) map[string]bool {
-	if len(list) == 0 {
-		return nil
-	}
-	m := make(map[string]bool, len(list))
-	for _, s := range list {
-		m[s] = true
-	}
-	return m
-}
-
-func compileWhere(w Where) compiledWhere {
-	return compiledWhere{setOf(w.Channels), setOf(w.Tags), setOf(w.Categories), setOf(w.Campaigns)}
-}
-
-// attrs are what scopes look at in an intent.
-type attrs struct {
-	channel, category, campaign string
-	tags                        []string
-}
-
-// matches reports whether an intent falls in the where: in every dimension
-// that is set (any of the tags).
-func (w compiledWhere) matches(a attrs) bool {
-	if w.channels != nil && !w.channels[a.channel] {
-		return false
-	}
-	if w.categories != nil && !w.categories[a.category] {
-		return false
-	}
-	if w.campaigns != nil && !w.campaigns[a.campaign] {
-		return false
-	}
-	if w.tags != nil {
-		for _, t := range a.tags {
-			if w.tags[t] {
-				return true
-			}
-		}
-		return false
-	}
-	return true
-}
-
 // canonical is a scope's identity: the sorted, de-duplicated sets of its
 // Where and its Per. Two limits with the same canonical form count the same
 // sends.
@@ -114,24 +65,24 @@ func canonical(w Where, per Per) string {
 	if per == PerCampaign {
 		p = "campaign"
 	}
-	return strings.Join([]string{"per=" + p, part("channels", w.Channels), part("tags", w.Tags),
-		part("categories", w.Categories), part("campaigns", w.Campaigns)}, ";")
+	parts := []string{"per=" + p}
+	for _, d := range whereDims {
+		parts = append(parts, part(d.key, d.list(&w)))
+	}
+	return strings.Join(parts, ";")
 }
 
 // describe is a scope in words, for inspect and messages.
 func (s *scope) describe() string {
 	var parts []string
-	for _, d := range []struct {
-		name string
-		set  map[string]bool
-	}{{"channels", s.where.channels}, {"tags", s.where.tags}, {"categories", s.where.categories}, {"campaigns", s.where.campaigns}} {
-		if d.set != nil {
-			names := make([]string, 0, len(d.set))
-			for n := range d.set {
+	for i, set := range s.where {
+		if set != nil {
+			names := make([]string, 0, len(set))
+			for n := range set {
 				names = append(names, n)
 			}
 			slices.Sort(names)
-			parts = append(parts, d.name+" "+strings.Join(names, ","))
+			parts = append(parts, whereDims[i].key+" "+strings.Join(names, ","))
 		}
 	}
 	if len(parts) == 0 {

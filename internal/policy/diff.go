@@ -238,15 +238,10 @@ func scope(l Limit) string {
 		w.Channels = []string{l.Channel}
 	}
 	var parts []string
-	for _, f := range []struct {
-		name string
-		v    []string
-	}{{"channels", w.Channels}, {"tags", w.Tags}, {"categories", w.Categories}, {"campaigns", w.Campaigns}} {
-		if len(f.v) > 0 {
-			v := slices.Clone(f.v)
-			slices.Sort(v)
-			parts = append(parts, f.name+" "+strings.Join(v, "|"))
-		}
+	for _, f := range w.Lists() {
+		v := slices.Clone(f.Values)
+		slices.Sort(v)
+		parts = append(parts, f.Key+" "+strings.Join(v, "|"))
 	}
 	s := "every intent"
 	if len(parts) > 0 {
