@@ -17,11 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
-	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
-	"github.com/capper-dev/capper/internal/dispatch"
-	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/segments"
 )
 
@@ -97,39 +94,26 @@ func Run(ctx context.Context, o Options) (err error) {
 			err = fmt.Errorf("close redis: %w", cerr)
 		}
 	}()
-	// The policy first: the engine is built with its first version, and
-	// later ones are swapped in between two batches.
-	var engine *capping.Engine
-	var dec *dispatch.Decoder // follows the policy's channels and categories
-	var current segments.Current
-	policies, err := newPolicyWatcher(ctx, cfg, func(ctx context.Context, l *policy.Loaded) error {
-		if l.Rules.Defers() && len(cfg.Kafka.DelayTiers) == 0 {
-			return errNoTiers
-		}
-		if engine == nil {
-			return nil // the first version: NewEngine takes it
-		}
-		if err := engine.SetPolicy(ctx, l.Rules, l.Version); err != nil {
-			return err
-		}
-		if err := dec.SetVocabulary(l.Rules.Channels, l.Rules.Categories, l.Rules.DefaultCategory); err != nil {
-			return fmt.Errorf("policy %s: %w", l.Version, err) // the engine checked the same lists
-		}
-		warnUnpoliced(log, current.Load(), l)
-		return nil
-	}, regr, log, now)
+	// The policy first: the engine and the decoder are built with its first
+	// version, and later ones are swapped into them between two batches.
+	swap := newPolicySwap(len(cfg.Kafka.DelayTiers) > 0)
+	policies, err := newPolicyWatcher(ctx, cfg, swap.apply, regr, log, now)
 	if err != nil {
 		return err
 	}
 	if err := policies.Poll(ctx); err != nil {
 		return fmt.Errorf("no usable cap policy from %s: %w", policies.Source(), err)
 	}
-	if engine, err = NewEngine(ctx, cfg, policies.Current(), rdb, regr, log); err != nil {
+	engine, err := NewEngine(ctx, cfg, policies.Current(), rdb, regr, log)
+	if err != nil {
 		return err
 	}
-	if dec, err = newDecoder(cfg, &policies.Current().Rules); err != nil {
+	dec, err := newDecoder(cfg, &policies.Current().Rules)
+	if err != nil {
 		return err
 	}
+	var current segments.Current
+	swap.install(engine, dec, &current, log)
 	watcher, err := startSegments(ctx, cfg, &current, policies, regr, log, now)
 	if err != nil {
 		return err
@@ -155,51 +139,35 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 
-	var g run.Group
+	g := actors{log: log}
 	var consumerErr error
-	{
-		// The consumer: on interrupt it stops fetching, finishes and commits
-		// the batch in flight, then leaves the group and closes the writers.
-		cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		g.Add(func() error {
-			consumerErr = cons.run(cctx, log)
-			if consumerErr != nil {
-				return fmt.Errorf("worker: %w", consumerErr)
-			}
-			return errors.New("worker stopped")
-		}, func(error) { cancel() })
-	}
-	{
-		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		g.Add(func() error { return watcher.Run(wctx) }, func(error) { cancel() })
-	}
-	{
-		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		g.Add(func() error { return policies.Run(pctx) }, func(error) { cancel() })
-	}
-	{
-		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		g.Add(func() error {
-			errs := make(chan error, len(cons.lag))
-			for _, l := range cons.lag {
-				go func() { errs <- l.Run(lctx) }()
-			}
-			var err error
-			for range cons.lag {
-				err = errors.Join(err, <-errs)
-			}
-			return err
-		}, func(error) { cancel() })
-	}
-	{
-		cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		g.Add(func() error { return engine.RunClockCheck(cctx) }, func(error) { cancel() })
-	}
-	g.Add(ops.serve, func(error) { ops.stop() })
+	// The consumer: on interrupt it stops fetching, finishes and commits
+	// the batch in flight, then leaves the group and closes the writers.
+	g.addLoop(ctx, "worker", func(ctx context.Context) error {
+		if consumerErr = cons.run(ctx, log); consumerErr != nil {
+			return consumerErr
+		}
+		return errors.New("stopped")
+	})
+	g.addLoop(ctx, "segments", watcher.Run)
+	g.addLoop(ctx, "policy", policies.Run)
+	g.addLoop(ctx, "lag", func(ctx context.Context) error {
+		errs := make(chan error, len(cons.lag))
+		for _, l := range cons.lag {
+			go func() { errs <- l.Run(ctx) }()
+		}
+		var err error
+		for range cons.lag {
+			err = errors.Join(err, <-errs)
+		}
+		return err
+	})
+	g.addLoop(ctx, "clock-check", engine.RunClockCheck)
+	g.add("http", ops.serve, func(error) { ops.stop() })
 	{
 		// The signal actor: ctx ends on SIGTERM/SIGINT (see cmd/capper).
 		sctx, cancel := context.WithCancel(ctx)
-		g.Add(func() error {
+		g.add("signal", func() error {
 			<-sctx.Done()
 			return nil
 		}, func(error) { cancel() })
@@ -212,7 +180,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if o.Started != nil {
 		o.Started(ops.Addr())
 	}
-	gerr := g.Run()
+	gerr := g.group.Run()
 	switch {
 	case consumerErr != nil:
 		return fmt.Errorf("worker: %w", consumerErr)
@@ -221,4 +189,32 @@ func Run(ctx context.Context, o Options) (err error) {
 		return nil
 	}
 	return gerr
+}
+
+// actors is the run group, its actors named: an actor's error says which
+// one failed, and the debug log says which stopped, in what order.
+type actors struct {
+	group run.Group
+	log   *slog.Logger
+}
+
+// add adds an actor: execute runs until interrupt is called (with the error
+// of the first actor to return).
+func (a *actors) add(name string, execute func() error, interrupt func(error)) {
+	a.group.Add(func() error {
+		err := execute()
+		a.log.Debug("actor stopped", "actor", name, "error", err)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}, interrupt)
+}
+
+// addLoop adds an actor that runs until its context ends. The context is
+// its own, not ctx (only its values): the interrupt ends it, in the group's
+// shutdown order.
+func (a *actors) addLoop(ctx context.Context, name string, loop func(context.Context) error) {
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.add(name, func() error { return loop(lctx) }, func(error) { cancel() })
 }

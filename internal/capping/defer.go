@@ -192,3 +192,26 @@ func (ps *policySet) deferral(r *Request, d *Decision) {
 	}
 	d.Outcome, d.NotBefore, d.Reason = Deferred, nb, ReasonCap
 }
+
+// Deferral is where a deferred intent stands: how many times it was
+// deferred, and since when (zero: never). The worker carries it in the
+// delay tiers' headers and a replay in its queue; both advance it with Next
+// so that max_defer counts from the same time (Request.DeferredSince).
+type Deferral struct {
+	Count int
+	Since time.Time
+}
+
+// Next is the deferral after decision d of the intent: a Deferred decision
+// counts one more, and the first one starts Since at its time; any other
+// leaves it as it was.
+func (f Deferral) Next(d *Decision) Deferral {
+	if d.Outcome != Deferred {
+		return f
+	}
+	f.Count++
+	if f.Since.IsZero() {
+		f.Since = d.At
+	}
+	return f
+}

@@ -141,3 +141,27 @@ func TestDeferModel(t *testing.T) {
 		}
 	}
 }
+
+// TestDeferralNext: a Deferred decision counts one more and the first one
+// starts Since at its time; a later one keeps Since, and any other outcome
+// changes nothing.
+func TestDeferralNext(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 16, 0, 0, 0, time.UTC)
+	t1 := t0.Add(time.Hour)
+	for _, tc := range []struct {
+		name string
+		from Deferral
+		d    Decision
+		want Deferral
+	}{
+		{"first deferral", Deferral{}, Decision{Outcome: Deferred, At: t0}, Deferral{Count: 1, Since: t0}},
+		{"deferred again", Deferral{Count: 1, Since: t0}, Decision{Outcome: Deferred, At: t1}, Deferral{Count: 2, Since: t0}},
+		{"allowed when due", Deferral{Count: 2, Since: t0}, Decision{Outcome: Allowed, At: t1}, Deferral{Count: 2, Since: t0}},
+		{"expired", Deferral{Count: 1, Since: t0}, Decision{Outcome: Capped, At: t1, Reason: ReasonExpired}, Deferral{Count: 1, Since: t0}},
+		{"never deferred", Deferral{}, Decision{Outcome: Allowed, At: t0}, Deferral{}},
+	} {
+		if got := tc.from.Next(&tc.d); got.Count != tc.want.Count || !got.Since.Equal(tc.want.Since) {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1,7 +1,8 @@
 package dispatch
 
-// A batch on its way through the stages: one record per fetched message,
-// filled once by decode and decide, then only read by route and observe.
+// A batch on its way through the stages: one entry per fetched message, of
+// a kind known once it is read, filled once by decideBatch, then only read
+// by route, the headers and observe.
 
 import (
 	"context"
@@ -16,43 +17,82 @@ import (
 // batch is the fetched messages and what became of each.
 type batch struct {
 	msgs    []kafka.Message
-	records []record // records[i] is msgs[i]'s
-	snap    string   // snapshot version the segments came from
-	policy  string   // policy version in use when the batch started
+	entries []entry // entries[i] is msgs[i]'s
+	snap    string  // snapshot version the segments came from
+	policy  string  // policy version in use when the batch started
 	start   time.Time
+	// now is the batch's time for what the engine does not decide: a hop
+	// is placed in its next tier from now.
+	now time.Time
 }
 
-// record is what became of one message.
-type record struct {
-	// invalid says why it could not be decoded (Outcome Invalid).
+// kind is what a fetched message is. It is known once the message is read
+// (decideBatch), and route, headers and observe switch on it.
+type kind uint8
+
+const (
+	// kindIntent: a send-intent of the input, decided by the engine.
+	kindIntent kind = iota
+	// kindDue: a delay tier's record whose intent is due: decided again.
+	kindDue
+	// kindHop: a delay tier's record passed on to the next tier
+	// undecided: not due yet, or moved to its user's partition first.
+	kindHop
+	// kindStatus: a delivery status; it may refund a send, and has no
+	// output.
+	kindStatus
+	// kindUnreadable: a message that could not be read (an intent's or a
+	// status's value, a tier record's headers): dead-lettered, the engine
+	// never saw it.
+	kindUnreadable
+)
+
+// decided reports whether the engine decides an entry of kind k.
+func (k kind) decided() bool { return k == kindIntent || k == kindDue }
+
+// entry is one fetched message and what became of it.
+type entry struct {
+	kind kind
+	// invalid says why it is dead-lettered (Outcome Invalid): it is
+	// kindUnreadable, or the engine refused its intent.
 	invalid *InvalidError
-	// truncated: dead-lettered with only the start of its value.
+	// truncated: dead-lettered with only the start of its value (route).
 	truncated bool
 	segment   string
-	// decision is the final one: the engine's, or Invalid, FailOpen, or
-	// ShadowCapped for what the engine capped in shadow mode.
+	// decision is the final one of a decided kind: the engine's, or
+	// Invalid, FailOpen, or ShadowCapped for what the engine capped in
+	// shadow mode. An unreadable entry's says Invalid.
 	decision capping.Decision
-	// asked: the engine decided it (decision is its answer).
-	asked bool
-	// delayed: it came from a delay tier, deferred as def says; hop: it is
-	// not due yet and goes on to the next tier undecided.
-	delayed, hop bool
-	def          deferral
-	dueAt        time.Time // deferred: when its tier hands it over (route)
-	// status: a delivery-status record (no output unless invalid); refund
-	// is what became of it.
-	status bool
+	// tier is what a delay tier's record says (kindDue, kindHop; what was
+	// read of a kindUnreadable one).
+	tier tierHeaders
+	// next is a decided entry's deferral after its decision: what its
+	// headers carry on.
+	next capping.Deferral
+	// dueAt: a deferred or hopping entry's tier hands it over then (route).
+	dueAt time.Time
+	// refund is what became of a kindStatus entry.
 	refund string
 	// home: the user's input partition, the index of the tier partition a
 	// deferral of it waits in (copartition.go).
 	home int
 }
 
-// decideBatch decodes the messages, resolves segments from one snapshot and
-// decides them.
+// setUnreadable dead-letters e: it could not be read, as err says (an
+// *InvalidError names the field at fault).
+func (e *entry) setUnreadable(err error) {
+	e.kind = kindUnreadable
+	if !errors.As(err, &e.invalid) {
+		e.invalid = &InvalidError{Field: "value", Reason: err.Error()}
+	}
+	e.decision.Outcome = capping.Invalid
+}
+
+// decideBatch reads the messages, resolves segments from one snapshot and
+// decides what the engine decides.
 func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch, error) {
 	w.noteRebalance()
-	b := &batch{msgs: msgs, records: make([]record, len(msgs)), start: time.Now()}
+	b := &batch{msgs: msgs, entries: make([]entry, len(msgs)), start: time.Now()}
 	snap := w.o.Snapshots.Load()
 	b.snap = snap.Version()
 	if w.o.Policy != nil {
@@ -60,73 +100,54 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		// the policy that made them.
 		b.policy = w.o.Policy()
 	}
-	now := w.o.Now().Truncate(time.Millisecond) // of the records not decided
+	b.now = w.o.Now().Truncate(time.Millisecond)
 	reqs := make([]capping.Request, 0, len(msgs))
 	var refunds []refundReq
 	for i := range msgs {
-		m, rec := &msgs[i], &b.records[i]
-		rec.home = m.Partition
+		m, e := &msgs[i], &b.entries[i]
+		e.home = m.Partition
+		// e is a kindIntent (the zero kind) unless its topic says otherwise.
 		switch {
 		case m.Topic == w.o.StatusTopic:
-			rec.status = true
-			if r, ok := w.readStatus(m, rec); ok {
+			if r, ok := w.readStatus(m, e); ok {
 				refunds = append(refunds, refundReq{i, r})
 			}
 			continue
 		case w.tiers[m.Topic]:
-			rec.delayed = true
-			if rec.def, rec.invalid = readDeferral(m.Headers, &w.names); rec.invalid != nil {
-				rec.decision.Outcome = capping.Invalid
-				continue
-			}
-			if h := homeOf(rec.def.source); h >= 0 {
-				rec.home = h
-			}
-			if rec.def.notBefore.After(now) || w.misplaced(m, rec.home) {
-				// Not due yet (its tier was shorter than its wait): on to
-				// the next tier, undecided. Its value was checked when it
-				// was first deferred. One in another partition than its
-				// user's (an earlier version wrote it) moves there first.
-				rec.hop, rec.segment = true, rec.def.segment
-				rec.decision = capping.Decision{Outcome: capping.Deferred, At: now, NotBefore: rec.def.notBefore,
-					Reason: rec.def.reason, Limit: rec.def.limit}
+			if !w.readTier(m, e, b.now) { // a hop, or unreadable
 				continue
 			}
 		}
 		in, err := w.o.Decoder.Decode(m.Key, m.Value)
 		if err != nil {
-			if !errors.As(err, &rec.invalid) {
-				rec.invalid = &InvalidError{Field: "value", Reason: err.Error()}
-			}
-			rec.decision.Outcome = capping.Invalid
+			e.setUnreadable(err)
 			continue
 		}
-		rec.segment = snap.Lookup(in.UserID)
-		r := NewRequest(&in, rec.segment)
-		r.Redelivered = !w.cacheable(m, rec)
-		r.DeferredSince = rec.def.since
+		e.segment = snap.Lookup(in.UserID)
+		r := NewRequest(&in, e.segment)
+		r.Redelivered = !w.cacheable(m, e)
+		r.DeferredSince = e.tier.Since
 		reqs = append(reqs, r)
-		rec.asked = true
 	}
 	// Refunds first: a slot they free is there for this batch's intents.
-	if err := w.refund(ctx, b.records, refunds); err != nil {
+	if err := w.refund(ctx, b.entries, refunds); err != nil {
 		return nil, err
 	}
 	decisions, err := w.decide(ctx, reqs)
 	if err != nil {
 		return nil, err
 	}
-	j := 0
-	for i := range b.records {
-		rec := &b.records[i]
-		if !rec.asked {
+	j := 0 // reqs are the decided entries', in batch order
+	for i := range b.entries {
+		e := &b.entries[i]
+		if !e.kind.decided() {
 			continue
 		}
-		rec.decision = decisions[j]
+		e.decision = decisions[j]
 		j++
-		switch o := &rec.decision.Outcome; {
+		switch o := &e.decision.Outcome; {
 		case *o == capping.Invalid:
-			rec.invalid = engineInvalid(rec.decision.Err)
+			e.invalid = engineInvalid(e.decision.Err)
 		case w.o.Shadow && (*o == capping.Capped || *o == capping.Deferred):
 			*o = capping.ShadowCapped
 		case *o == capping.Deferred && len(w.o.Tiers) == 0:
@@ -134,6 +155,7 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 			// one get here, the intent is capped rather than lost.
 			*o = capping.Capped
 		}
+		e.next = e.tier.Next(&e.decision)
 	}
 	return b, nil
 }
@@ -188,9 +210,9 @@ func (w *Worker) noteRebalance() {
 // other worker can have decided the same id or changed its user's record
 // since this worker's refusal (Consumer.Cacheable); its Request is marked
 // Redelivered otherwise.
-func (w *Worker) cacheable(m *kafka.Message, rec *record) bool {
+func (w *Worker) cacheable(m *kafka.Message, e *entry) bool {
 	g, ok := w.o.Reader.(cacheGate)
-	return ok && g.Cacheable(m, rec.home)
+	return ok && g.Cacheable(m, e.home)
 }
 
 // misplaced reports whether a tier record waits in another partition than

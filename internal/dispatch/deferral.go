@@ -48,27 +48,55 @@ func (w *Worker) tierFor(d time.Duration) int {
 	return t
 }
 
-// deferral is what a delay tier's record says about its deferral.
-type deferral struct {
-	notBefore, since time.Time
-	count            int
-	reason           capping.Reason
-	limit, segment   string
-	source           []byte // capper-source: the intent's input record
+// delay places a deferred or hopping entry in the tier for its wait from
+// at to notBefore, and notes when that tier hands it over (e.dueAt).
+func (w *Worker) delay(e *entry, at, notBefore time.Time) int {
+	t := w.tierFor(notBefore.Sub(at))
+	e.dueAt = minTime(at.Add(w.o.Tiers[t].Delay), notBefore)
+	return t
 }
 
-var reasons = map[string]capping.Reason{
-	capping.ReasonCap.String():   capping.ReasonCap,
-	capping.ReasonQuiet.String(): capping.ReasonQuiet,
+// tierHeaders is what a delay tier's record says about its deferral.
+type tierHeaders struct {
+	notBefore time.Time
+	capping.Deferral
+	source []byte // capper-source: the intent's input record
 }
 
-// readDeferral reads a delay tier's record's headers (capper wrote them; a
-// record that lacks them was not written by capper and is dead-lettered).
-// It runs for every record of every hop, so it reads the headers in one
-// pass and parses views of their bytes.
-func readDeferral(h []kafka.Header, names *interner) (deferral, *InvalidError) {
-	var d deferral
-	var notBefore, since, count, reason, limit, segment []byte
+// tierReasons are the capper-reason values of a deferred intent.
+var tierReasons = map[string]bool{capping.ReasonCap.String(): true, capping.ReasonQuiet.String(): true}
+
+// readTier reads a delay tier's record into e, and reports whether it is
+// due (kindDue: its value is decoded and decided again). Otherwise it hops
+// (kindHop) or is unreadable.
+func (w *Worker) readTier(m *kafka.Message, e *entry, now time.Time) bool {
+	var bad *InvalidError
+	if e.tier, bad = readTierHeaders(m.Headers); bad != nil {
+		e.setUnreadable(bad)
+		return false
+	}
+	if h := homeOf(e.tier.source); h >= 0 {
+		e.home = h
+	}
+	if e.tier.notBefore.After(now) || w.misplaced(m, e.home) {
+		// Not due yet (its tier was shorter than its wait): on to the
+		// next tier, undecided. Its value was checked when it was first
+		// deferred. One in another partition than its user's (an earlier
+		// version wrote it) moves there first.
+		e.kind = kindHop
+		return false
+	}
+	e.kind = kindDue
+	return true
+}
+
+// readTierHeaders reads a delay tier's record's headers (capper wrote
+// them; a record that lacks them was not written by capper and is
+// dead-lettered). It runs for every record of every hop, so it reads the
+// headers in one pass and parses views of their bytes.
+func readTierHeaders(h []kafka.Header) (tierHeaders, *InvalidError) {
+	var d tierHeaders
+	var notBefore, since, count, reason []byte
 	first := func(dst *[]byte, v []byte) {
 		if *dst == nil {
 			*dst = nonNull(v)
@@ -84,10 +112,6 @@ func readDeferral(h []kafka.Header, names *interner) (deferral, *InvalidError) {
 			first(&count, x.Value)
 		case HeaderReason:
 			first(&reason, x.Value)
-		case HeaderLimit:
-			first(&limit, x.Value)
-		case HeaderSegment:
-			first(&segment, x.Value)
 		case HeaderSource:
 			d.source = x.Value
 		}
@@ -99,40 +123,18 @@ func readDeferral(h []kafka.Header, names *interner) (deferral, *InvalidError) {
 	if d.notBefore, err = parseHeaderTime(notBefore); err != nil {
 		return d, bad(HeaderNotBefore, err)
 	}
-	if d.since, err = parseHeaderTime(since); err != nil {
+	if d.Since, err = parseHeaderTime(since); err != nil {
 		return d, bad(HeaderDeferredSince, err)
 	}
-	if d.count, err = strconv.Atoi(view(count)); err != nil || d.count < 1 {
+	if d.Count, err = strconv.Atoi(view(count)); err != nil || d.Count < 1 {
 		return d, bad(HeaderDeferredCount, fmt.Errorf("%q is not a count of 1 or more", count))
 	}
-	var ok bool
-	if d.reason, ok = reasons[string(reason)]; !ok {
+	// Only checked: the next decision gives the reason anew, but a record
+	// without one was not written by capper.
+	if !tierReasons[string(reason)] {
 		return d, bad(HeaderReason, fmt.Errorf("%q is not cap or quiet-hours", reason))
 	}
-	d.limit, d.segment = names.get(limit), names.get(segment)
 	return d, nil
-}
-
-// interner hands out one string per name: a policy's limits and a
-// snapshot's segments are few, and every tier record names them. Up to
-// maxInterned names are kept (tier records come from capper, but a
-// topic is writable by others: junk must not grow it without end).
-type interner struct{ m map[string]string }
-
-const maxInterned = 4096
-
-func (n *interner) get(b []byte) string {
-	if s, ok := n.m[string(b)]; ok {
-		return s
-	}
-	s := string(b)
-	if n.m == nil {
-		n.m = map[string]string{}
-	}
-	if len(n.m) < maxInterned {
-		n.m[s] = s
-	}
-	return s
 }
 
 // dueAt is when a delay tier hands its record over.

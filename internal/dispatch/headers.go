@@ -1,7 +1,7 @@
 package dispatch
 
 // The header contract: every capper-* header of an output record is built
-// here, from the record's outcome (README, "The event contract").
+// here, from its entry's outcome (README, "The event contract").
 
 import (
 	"cmp"
@@ -93,23 +93,23 @@ func newHeaderBuilder(version, policy string) *headerBuilder {
 	return &headerBuilder{version: []byte(version), policy: policy, names: map[string][]byte{}}
 }
 
-// build returns the output headers of a record: the input's own headers
-// except capper-* ones (capper owns that namespace, so an upstream producer
-// cannot forge a decision), then the outcome's, then capper-source. An
-// input header's empty value stays empty: kafka-go reads it as nil, and
-// would write nil as a null value.
-func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
+// build returns the output headers of an entry that is not a hop: the
+// input's own headers except capper-* ones (capper owns that namespace, so
+// an upstream producer cannot forge a decision), then the outcome's, then
+// capper-source. An input header's empty value stays empty: kafka-go reads
+// it as nil, and would write nil as a null value.
+func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 	add := hb.scratch[:0]
-	d := &rec.decision
-	if d.Outcome == capping.Invalid {
-		add = append(add, kafka.Header{Key: HeaderError, Value: []byte(rec.invalid.Error())})
-		if rec.truncated {
+	d := &e.decision
+	if e.invalid != nil { // dead-lettered: why, and nothing of a decision
+		add = append(add, kafka.Header{Key: HeaderError, Value: []byte(e.invalid.Error())})
+		if e.truncated {
 			add = append(add, kafka.Header{Key: HeaderTruncated, Value: vTrue})
 		}
 	} else {
 		add = append(add,
 			kafka.Header{Key: HeaderDecision, Value: decisionValue[d.Outcome]},
-			kafka.Header{Key: HeaderSegment, Value: hb.name(rec.segment)},
+			kafka.Header{Key: HeaderSegment, Value: hb.name(e.segment)},
 			kafka.Header{Key: HeaderSnapshot, Value: hb.version},
 			kafka.Header{Key: HeaderDecidedAt, Value: hb.time(d.At)})
 		switch d.Outcome {
@@ -127,7 +127,7 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 					return strconv.AppendInt(b, d.RetryAfter.In.Milliseconds(), 10)
 				})})
 		}
-		add = hb.deferral(add, rec)
+		add = hb.delayPath(add, e)
 		switch {
 		case d.Override != capping.NoOverride:
 			add = append(add, kafka.Header{Key: HeaderOverride, Value: overrideValue[d.Override]})
@@ -157,9 +157,9 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 		}
 	}
 	h = append(h, add...)
-	if rec.delayed && rec.def.source != nil {
+	if e.tier.source != nil {
 		// The intent's own input record, whichever tier it came through.
-		return append(h, kafka.Header{Key: HeaderSource, Value: rec.def.source})
+		return append(h, kafka.Header{Key: HeaderSource, Value: e.tier.source})
 	}
 	return append(h, kafka.Header{Key: HeaderSource, Value: hb.bytes(func(b []byte) []byte {
 		b = append(b, m.Topic...)
@@ -170,31 +170,27 @@ func (hb *headerBuilder) build(m *kafka.Message, rec *record) []kafka.Header {
 	})})
 }
 
-// deferral adds the delay path's headers: to a deferred record what its
+// delayPath adds the delay path's headers: to a deferred entry what its
 // next tier and its next decision need, to a decided one that came through
-// the tiers how long it was held.
-func (hb *headerBuilder) deferral(add []kafka.Header, rec *record) []kafka.Header {
-	d := &rec.decision
+// the tiers how long it was held. Its deferral (e.next) was advanced when
+// it was decided; here it is only written.
+func (hb *headerBuilder) delayPath(add []kafka.Header, e *entry) []kafka.Header {
+	d := &e.decision
 	if d.Reason != capping.NoReason {
 		add = append(add, kafka.Header{Key: HeaderReason, Value: hb.name(d.Reason.String())})
 	}
-	count, since := rec.def.count, rec.def.since
-	if d.Outcome == capping.Deferred { // deferred again, or for the first time (hops do not come here)
-		count++
-		if since.IsZero() {
-			since = d.At
-		}
+	if d.Outcome == capping.Deferred {
 		add = append(add,
 			kafka.Header{Key: HeaderNotBefore, Value: hb.time(d.NotBefore)},
-			kafka.Header{Key: HeaderDueAt, Value: hb.time(rec.dueAt)})
+			kafka.Header{Key: HeaderDueAt, Value: hb.time(e.dueAt)})
 		if d.Reason == capping.ReasonCap && d.Limit != "" {
 			add = append(add, kafka.Header{Key: HeaderLimit, Value: hb.name(d.Limit)})
 		}
 	}
-	if count > 0 {
+	if f := e.next; f.Count > 0 {
 		add = append(add,
-			kafka.Header{Key: HeaderDeferredCount, Value: hb.bytes(func(b []byte) []byte { return strconv.AppendInt(b, int64(count), 10) })},
-			kafka.Header{Key: HeaderDeferredSince, Value: hb.time(since)})
+			kafka.Header{Key: HeaderDeferredCount, Value: hb.bytes(func(b []byte) []byte { return strconv.AppendInt(b, int64(f.Count), 10) })},
+			kafka.Header{Key: HeaderDeferredSince, Value: hb.time(f.Since)})
 	}
 	return add
 }

@@ -33,7 +33,7 @@ func TestOverrideHeader(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &kafka.Message{Topic: "in", Partition: 1, Offset: 7, Headers: []kafka.Header{
 				{Key: "trace", Value: []byte("x")}, {Key: HeaderOverride, Value: []byte("bypass")}}}
-			rec := &record{segment: "none", decision: tc.d}
+			rec := &entry{segment: "none", decision: tc.d}
 			h := newHeaderBuilder("v1", "").build(m, rec)
 			n := 0
 			for _, x := range h {
@@ -60,7 +60,7 @@ func TestOverrideHeader(t *testing.T) {
 	}
 	t.Run("dead letter", func(t *testing.T) {
 		m := &kafka.Message{Topic: "in", Headers: []kafka.Header{{Key: HeaderOverride, Value: []byte("bypass")}}}
-		rec := &record{invalid: invalid("capping", "%q is not one of bypass, bypass-uncounted", "skip"),
+		rec := &entry{invalid: invalid("capping", "%q is not one of bypass, bypass-uncounted", "skip"),
 			decision: capping.Decision{Outcome: capping.Invalid}}
 		h := newHeaderBuilder("v1", "").build(m, rec)
 		if findHeader(h, HeaderOverride) != "" || findHeader(h, HeaderError) != `capping: "skip" is not one of bypass, bypass-uncounted` {
@@ -85,13 +85,13 @@ func TestPolicyHeader(t *testing.T) {
 	m := &kafka.Message{Topic: "in", Headers: []kafka.Header{{Key: HeaderPolicy, Value: []byte("forged")}}}
 	for _, tc := range []struct {
 		name, batch string
-		rec         record
+		rec         entry
 		want        string
 	}{
-		{"decided", "p1", record{decision: capping.Decision{Outcome: capping.Capped, Limit: "daily", Policy: "p2"}}, "p2"},
-		{"failed open", "p1", record{decision: capping.Decision{Outcome: capping.FailOpen}}, "p1"},
-		{"dead letter", "p1", record{invalid: invalid("channel", "missing"), decision: capping.Decision{Outcome: capping.Invalid}}, "p1"},
-		{"no policy named", "", record{decision: capping.Decision{Outcome: capping.Allowed}}, ""},
+		{"decided", "p1", entry{decision: capping.Decision{Outcome: capping.Capped, Limit: "daily", Policy: "p2"}}, "p2"},
+		{"failed open", "p1", entry{decision: capping.Decision{Outcome: capping.FailOpen}}, "p1"},
+		{"dead letter", "p1", entry{invalid: invalid("channel", "missing"), decision: capping.Decision{Outcome: capping.Invalid}}, "p1"},
+		{"no policy named", "", entry{decision: capping.Decision{Outcome: capping.Allowed}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHeaderBuilder("v1", tc.batch).build(m, &tc.rec)

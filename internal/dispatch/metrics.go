@@ -129,34 +129,35 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 	return m
 }
 
+// observe counts a committed batch: a status by its refund, a hop as a
+// hop, and every other entry (dead-lettered ones included) by its outcome.
 func (w *Worker) observe(b *batch) {
 	w.m.batch.Observe(time.Since(b.start).Seconds())
 	w.m.batchSize.Observe(float64(len(b.msgs)))
-	for i := range b.records {
-		rec := &b.records[i]
-		switch {
-		case rec.status && rec.invalid == nil:
-			w.m.refunds.WithLabelValues(rec.refund).Inc()
+	for i := range b.entries {
+		e := &b.entries[i]
+		d := &e.decision
+		switch e.kind {
+		case kindStatus:
+			w.m.refunds.WithLabelValues(e.refund).Inc()
 			continue
-		case rec.hop:
+		case kindHop:
 			w.m.hops.Inc()
 			continue
+		case kindDue:
+			w.m.dueLag.Observe(max(d.At.Sub(e.tier.notBefore).Seconds(), 0))
 		}
-		d := &rec.decision
 		switch {
 		case d.Outcome == capping.Deferred:
 			w.m.deferred.WithLabelValues(d.Reason.String()).Inc()
 		case d.Reason == capping.ReasonExpired:
 			w.m.expired.Inc()
 		}
-		if rec.delayed && rec.asked {
-			w.m.dueLag.Observe(max(d.At.Sub(rec.def.notBefore).Seconds(), 0))
+		w.m.intents.WithLabelValues(d.Outcome.String(), e.segment).Inc()
+		if e.invalid != nil {
+			w.m.invalid.WithLabelValues(e.invalid.Field).Inc()
 		}
-		w.m.intents.WithLabelValues(d.Outcome.String(), rec.segment).Inc()
-		if rec.invalid != nil {
-			w.m.invalid.WithLabelValues(rec.invalid.Field).Inc()
-		}
-		switch d := &rec.decision; {
+		switch {
 		case d.Override != capping.NoOverride:
 			w.m.overrides.WithLabelValues(d.Override.String()).Inc()
 		case d.OverrideRefused:

@@ -45,7 +45,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		var err error
 		for b := range decided {
 			if err == nil {
-				if err = w.finish(work, b); err != nil {
+				if err = w.writeAndCommit(work, b); err != nil {
 					close(failed)
 				}
 			}
@@ -94,8 +94,8 @@ func (w *Worker) produce(ctx, work context.Context, free chan []kafka.Message, o
 	}
 }
 
-// finish is stage 2: write every outcome, then commit.
-func (w *Worker) finish(ctx context.Context, b *batch) error {
+// writeAndCommit is stage 2: write every outcome, then commit.
+func (w *Worker) writeAndCommit(ctx context.Context, b *batch) error {
 	if err := w.writeAll(ctx, w.route(b)); err != nil {
 		return uncommitted(len(b.msgs), err)
 	}

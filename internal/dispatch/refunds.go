@@ -24,23 +24,21 @@ const (
 var refundResults = []string{capping.RefundApplied.String(), capping.RefundUnknown.String(), capping.RefundNothing.String(), refundIgnored, refundFailed}
 
 type refundReq struct {
-	i int // the record's index in the batch
+	i int // the entry's index in the batch
 	r capping.RefundRequest
 }
 
 // readStatus decodes a delivery-status record; ok: it asks for a refund.
 // An invalid one is dead-lettered like an invalid intent.
-func (w *Worker) readStatus(m *kafka.Message, rec *record) (capping.RefundRequest, bool) {
+func (w *Worker) readStatus(m *kafka.Message, e *entry) (capping.RefundRequest, bool) {
 	s, err := w.o.Decoder.DecodeStatus(m.Value)
 	if err != nil {
-		if !errors.As(err, &rec.invalid) {
-			rec.invalid = &InvalidError{Field: "value", Reason: err.Error()}
-		}
-		rec.decision.Outcome = capping.Invalid
+		e.setUnreadable(err)
 		return capping.RefundRequest{}, false
 	}
+	e.kind = kindStatus
 	if !w.refunds[s.Status] {
-		rec.refund = refundIgnored
+		e.refund = refundIgnored
 		return capping.RefundRequest{}, false
 	}
 	return capping.RefundRequest{UserID: s.UserID, IntentID: s.ID}, true
@@ -49,7 +47,7 @@ func (w *Worker) readStatus(m *kafka.Message, rec *record) (capping.RefundReques
 // refund applies the batch's refunds, retrying those Redis did not answer
 // with backoff (with FailOpen, they are given up after the first failure:
 // a refund not applied only over-counts).
-func (w *Worker) refund(ctx context.Context, recs []record, reqs []refundReq) error {
+func (w *Worker) refund(ctx context.Context, entries []entry, reqs []refundReq) error {
 	backoff := w.o.RetryInitial
 	for attempt := 1; len(reqs) > 0; attempt++ {
 		rs := make([]capping.RefundRequest, len(reqs))
@@ -69,12 +67,12 @@ func (w *Worker) refund(ctx context.Context, recs []record, reqs []refundReq) er
 			case errors.Is(out[k].Err, capping.ErrInvalidRequest):
 				// The decoder checks the id; this would be a bug, and
 				// retrying cannot help.
-				recs[r.i].refund = refundFailed
+				entries[r.i].refund = refundFailed
 				continue
 			case out[k].Err != nil:
 				lastErr = out[k].Err
 			default:
-				recs[r.i].refund = out[k].Result.String()
+				entries[r.i].refund = out[k].Result.String()
 				continue
 			}
 			still = append(still, r)
@@ -84,7 +82,7 @@ func (w *Worker) refund(ctx context.Context, recs []record, reqs []refundReq) er
 		}
 		if w.o.FailOpen {
 			for _, r := range still {
-				recs[r.i].refund = refundFailed
+				entries[r.i].refund = refundFailed
 			}
 			w.o.Logger.Warn("redis could not apply refunds; failing open as configured (the sends stay counted)",
 				"refunds", len(still), "error", lastErr)

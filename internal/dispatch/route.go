@@ -16,13 +16,13 @@ type outputs struct {
 	delayed                            [][]kafka.Message // per tier
 }
 
-// route sends invalid records to the dead-letter topic, capped intents to
-// the suppressed topic (or nowhere, without one), deferred ones to a delay
-// tier, and everything else, shadow-capped included, to deliveries; a
-// delivery status has no output. Keys and values are the input's bytes,
-// untouched.
+// route sends unreadable entries and intents the engine refused to the
+// dead-letter topic, capped intents to the suppressed topic (or nowhere,
+// without one), deferred ones and hops to a delay tier, and everything
+// else, shadow-capped included, to deliveries; a delivery status has no
+// output. Keys and values are the input's bytes, untouched.
 func (w *Worker) route(b *batch) outputs {
-	// Where each record goes, first: the slices are then made to size
+	// Where each entry goes, first: the slices are then made to size
 	// (a batch's messages are large, and growing them copies each twice).
 	const (
 		none = iota
@@ -33,24 +33,28 @@ func (w *Worker) route(b *batch) outputs {
 	)
 	dst := make([]uint8, len(b.msgs))
 	counts := make([]int, tier0+len(w.o.Tiers))
-	for i := range b.records {
-		rec := &b.records[i]
-		switch {
-		case rec.status && rec.invalid == nil:
-			// a delivery status: counted, nothing to write
-		case rec.decision.Outcome == capping.Invalid:
+	for i := range b.entries {
+		e := &b.entries[i]
+		switch e.kind {
+		case kindStatus:
+			// counted, nothing to write
+		case kindUnreadable:
 			dst[i] = deadLetter
-		case rec.decision.Outcome == capping.Capped:
-			if w.suppressed.wr != nil {
-				dst[i] = suppressed
+		case kindHop:
+			dst[i] = uint8(tier0 + w.delay(e, b.now, e.tier.notBefore))
+		case kindIntent, kindDue:
+			switch d := &e.decision; d.Outcome {
+			case capping.Invalid:
+				dst[i] = deadLetter
+			case capping.Capped:
+				if w.suppressed.wr != nil {
+					dst[i] = suppressed
+				}
+			case capping.Deferred:
+				dst[i] = uint8(tier0 + w.delay(e, d.At, d.NotBefore))
+			default:
+				dst[i] = deliveries
 			}
-		case rec.decision.Outcome == capping.Deferred:
-			d := &rec.decision
-			t := w.tierFor(d.NotBefore.Sub(d.At))
-			rec.dueAt = minTime(d.At.Add(w.o.Tiers[t].Delay), d.NotBefore)
-			dst[i] = uint8(tier0 + t)
-		default:
-			dst[i] = deliveries
 		}
 		counts[dst[i]]++
 	}
@@ -70,24 +74,24 @@ func (w *Worker) route(b *batch) outputs {
 		if dst[i] == none {
 			continue
 		}
-		m, rec := &b.msgs[i], &b.records[i]
+		m, e := &b.msgs[i], &b.entries[i]
 		key, value := m.Key, m.Value
-		if rec.decision.Outcome == capping.Invalid && len(value) > w.o.Decoder.maxBytes {
+		if e.invalid != nil && len(value) > w.o.Decoder.maxBytes {
 			// An oversize intent: its dead-letter copy (value and headers)
 			// could exceed what the broker accepts, so only the start of
 			// the value goes along.
-			value, rec.truncated = value[:w.o.Decoder.maxBytes], true
+			value, e.truncated = value[:w.o.Decoder.maxBytes], true
 		}
 		var h []kafka.Header
-		if rec.hop {
-			h = hb.hop(m, rec.dueAt)
+		if e.kind == kindHop {
+			h = hb.hop(m, e.dueAt)
 		} else {
-			h = hb.build(m, rec)
+			h = hb.build(m, e)
 		}
 		l := lists[dst[i]]
 		// Partition: a delay tier's writer puts the record in the tier
 		// partition of its user's input partition (the others ignore it).
-		*l = append(*l, kafka.Message{Key: nonNull(key), Value: nonNull(value), Headers: h, Partition: rec.home})
+		*l = append(*l, kafka.Message{Key: nonNull(key), Value: nonNull(value), Headers: h, Partition: e.home})
 	}
 	return o
 }

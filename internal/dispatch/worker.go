@@ -172,9 +172,6 @@ type Worker struct {
 	// tiers: the delay tiers' topics.
 	tiers   map[string]bool
 	refunds map[string]bool // delivery statuses that refund
-	// names: the segment and limit names tier records carry, shared
-	// (only the decide stage touches it).
-	names interner
 
 	mu       sync.Mutex
 	notReady map[string]error // by what fails: "redis", "kafka <topic>"

@@ -21,9 +21,9 @@ type output struct {
 	wr    Writer
 }
 
-// refusal is a record a topic refused for good (its index in the
+// writeRefusal is a record a topic refused for good (its index in the
 // records written), and why.
-type refusal struct {
+type writeRefusal struct {
 	idx int
 	err error
 }
@@ -171,8 +171,8 @@ func (w *Worker) stall(ctx context.Context, out output, msg kafka.Message, cause
 // the same id). A refusal of a multi-record batch (the broker measures
 // max.message.bytes per batch) is tried again one record at a time before it
 // counts.
-func (w *Worker) write(ctx context.Context, out output, msgs []kafka.Message) ([]refusal, error) {
-	var refused []refusal
+func (w *Worker) write(ctx context.Context, out output, msgs []kafka.Message) ([]writeRefusal, error) {
+	var refused []writeRefusal
 	all := make([]int, len(msgs))
 	for i := range all {
 		all[i] = i
@@ -218,7 +218,7 @@ func (w *Worker) write(ctx context.Context, out output, msgs []kafka.Message) ([
 			case len(group) > 1:
 				groups = append(groups, group[k:k+1])
 			default:
-				refused = append(refused, refusal{idx: group[k], err: e})
+				refused = append(refused, writeRefusal{idx: group[k], err: e})
 			}
 		}
 	}

@@ -42,18 +42,23 @@ func (q *waitQueue) Pop() any {
 // hold queues a record's r, deferred by d, to be decided again at
 // d.NotBefore.
 func (s *side) hold(r *capping.Request, d *capping.Decision) {
-	w := waiting{req: *r, seq: s.seq}
-	s.seq++
+	w := waiting{req: *r}
 	w.req.IntentID, w.req.Channel, w.req.Category = strings.Clone(r.IntentID), strings.Clone(r.Channel), strings.Clone(r.Category)
 	w.req.Campaign, w.req.Segment = strings.Clone(r.Campaign), strings.Clone(r.Segment)
 	w.req.Tags = slices.Clone(r.Tags)
 	for i, t := range w.req.Tags {
 		w.req.Tags[i] = strings.Clone(t)
 	}
-	if w.req.DeferredSince.IsZero() {
-		w.req.DeferredSince = r.At
-	}
-	w.req.At = d.NotBefore
+	s.requeue(w, d)
+}
+
+// requeue queues w, deferred (again) by d: its deferral advances as the
+// worker's does (capping.Deferral), and it is due at d.NotBefore, after
+// what was deferred before it.
+func (s *side) requeue(w waiting, d *capping.Decision) {
+	w.req.DeferredSince = capping.Deferral{Since: w.req.DeferredSince}.Next(d).Since
+	w.req.At, w.seq = d.NotBefore, s.seq
+	s.seq++
 	heap.Push(&s.waiting, w)
 }
 
@@ -68,9 +73,7 @@ func (s *side) release(t time.Time, users *userCounts, i int) {
 		}
 		if d.Outcome == capping.Deferred { // its strings are already its own
 			s.stats.Hops++
-			w.req.At, w.seq = d.NotBefore, s.seq
-			s.seq++
-			heap.Push(&s.waiting, w)
+			s.requeue(w, &d)
 			continue
 		}
 		o := Outcome{Segment: w.req.Segment, Decision: d}

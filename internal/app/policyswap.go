@@ -1,0 +1,60 @@
+package app
+
+// Applying the cap policy's versions to the running worker: each is checked
+// against what the worker can run, then swapped into the engine and the
+// decoder (between two batches).
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/policy"
+	"github.com/capper-dev/capper/internal/segments"
+)
+
+// policySwap is the policy watcher's Apply. The watcher comes first: the
+// engine and the decoder are built from the first version it loads, so
+// until install a version is only checked; install wires the later ones
+// into them.
+type policySwap struct {
+	tiers bool // the worker has delay tiers
+	// into makes a checked version the one in use: keepFirst, then what
+	// install sets (before the watcher's Run starts, so no lock).
+	into func(context.Context, *policy.Loaded) error
+}
+
+func newPolicySwap(tiers bool) *policySwap {
+	return &policySwap{tiers: tiers, into: keepFirst}
+}
+
+// keepFirst leaves the first version to the engine and the decoder, which
+// are built from it.
+func keepFirst(context.Context, *policy.Loaded) error { return nil }
+
+// apply refuses a version that defers on a worker without delay tiers, and
+// makes any other the one in use.
+func (s *policySwap) apply(ctx context.Context, l *policy.Loaded) error {
+	if l.Rules.Defers() && !s.tiers {
+		return errNoTiers
+	}
+	return s.into(ctx, l)
+}
+
+// install swaps each later version into the engine and the decoder (which
+// follows the policy's channels and categories), and warns of the
+// snapshot's segments it leaves to default_policy.
+func (s *policySwap) install(engine *capping.Engine, dec *dispatch.Decoder, snap *segments.Current, log *slog.Logger) {
+	s.into = func(ctx context.Context, l *policy.Loaded) error {
+		if err := engine.SetPolicy(ctx, l.Rules, l.Version); err != nil {
+			return err
+		}
+		if err := dec.SetVocabulary(l.Rules.Channels, l.Rules.Categories, l.Rules.DefaultCategory); err != nil {
+			return fmt.Errorf("policy %s: %w", l.Version, err) // the engine checked the same lists
+		}
+		warnUnpoliced(log, snap.Load(), l)
+		return nil
+	}
+}
