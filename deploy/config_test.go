@@ -124,7 +124,7 @@ func schemaDiff(root map[string]any, typ reflect.Type, node map[string]any, path
 		wantType("string")
 	case typ.Kind() == reflect.Bool:
 		wantType("boolean")
-	case typ.Kind() == reflect.Int:
+	case typ.Kind() == reflect.Int, typ.Kind() == reflect.Int64:
 		wantType("integer")
 	default:
 		problems = append(problems, fmt.Sprintf("%s: Go type %s not handled by this test", path, typ))

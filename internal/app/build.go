@@ -60,6 +60,7 @@ func NewEngine(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb 
 		IdempotencyWindow: c.IdempotencyWindow.D(),
 		SkewWarn:          c.ClockSkewWarn.D(),
 		RefusalCacheSize:  c.RefusalCache.Size,
+		RefusalCacheBytes: c.RefusalCache.MaxBytes,
 		RefusalCacheTTL:   c.RefusalCache.TTL.D(),
 		WaitReplicas:      cfg.Redis.WaitReplicas,
 		WaitTimeout:       cfg.Redis.WaitTimeout.D(),

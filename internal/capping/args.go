@@ -1,13 +1,16 @@
 package capping
 
 // The script's arguments, defined once: their order, what each is, when a
-// set of rules needs one, and its value for a call. The generated script
-// reads them by name (ARGV[{{.Arg.name}}], and its header lists them from
-// this table), placeArgs numbers the ones a set needs, and appendArgs
-// sends them in that order. Adding an argument is a row here and a case in
-// appendArgs.
+// set of rules needs one, and how it is sent. Four are ARGV of their own
+// (the strings the script uses as they are); everything else is a field of
+// one packed argument (ARGV[4], big endian), so a call costs Redis four
+// Lua strings, not a dozen, and the worker no boxed value. The generated
+// script reads them by name (ARGV[{{.Argv.name}}], or at {{.At.name}} in
+// the packed one; its header lists them from this table), placeArgs places
+// the ones a set needs, and appendPacked writes them. Adding an argument is
+// a row here and a case in appendPacked.
 
-import "strconv"
+import "encoding/binary"
 
 type argKind uint8
 
@@ -15,54 +18,69 @@ const (
 	argField argKind = iota
 	argNow
 	argDigest
+	argPacked
 	argPolicy
 	argApplies
 	argRecords
-	argCampaign
+	argFlags
 	argPriority
 	argDay
 	argWeek
 	argMonth
-	argMode
-	argIdem
+	argCampaign
 	numArgs
 )
 
-// argSpec is one argument: its name in the template, what it is, and
-// whether a set of rules needs it (need nil: every call passes it).
+// argSpec is one argument: its name in the template, what it is, its size
+// in the packed argument (0: an ARGV of its own), and whether a set of
+// rules needs it (need nil: every call passes it).
 type argSpec struct {
 	name, doc string
+	size      int
 	need      func(ps *policySet) bool
 }
 
+// Flags of argFlags.
+const (
+	flagBypass   = 1 // an honoured bypass: recorded without checking
+	flagWantIdem = 2 // a refusal also returns the idempotency entries (for the refusal cache)
+)
+
 var argSpecs = [numArgs]argSpec{
-	argField:    {"field", "the user's field in the bucket (<uid%32>)", nil},
-	argNow:      {"now", "the decision time (unix s, 4 bytes big endian)", nil},
-	argDigest:   {"digest", "the intent id's digest (5 bytes)", nil},
-	argPolicy:   {"policy", "the intent's policy (1 = the default one, then the segments in order)", nil},
-	argApplies:  {"applies", "the limits of that policy that apply (bit i-1: limit i)", nil},
-	argRecords:  {"records", "the scopes the intent falls in, to record it in (bit i-1: scope i)", nil},
-	argCampaign: {"campaign", "the campaign (3-byte hash), for the per-campaign scopes", (*policySet).perCampaign},
-	argPriority: {"priority", "the priority (0 low, 1 normal, 2 high), for reserved slots", (*policySet).reserves},
-	argDay:      {"day", "the start of the intent's calendar day (unix s)", func(ps *policySet) bool { return ps.calendars[Day-1] }},
-	argWeek:     {"week", "the start of the intent's calendar week (unix s)", func(ps *policySet) bool { return ps.calendars[Week-1] }},
-	argMonth:    {"month", "the start of the intent's calendar month (unix s)", func(ps *policySet) bool { return ps.calendars[Month-1] }},
-	argMode:     {"mode", "'b': an honoured bypass, recorded without checking", (*policySet).mayOverride},
-	argIdem:     {"idem", "'i': a refusal also returns the idempotency entries (for the worker's refusal cache)", nil},
+	argField:    {"field", "the user's field in the bucket (<uid%32>)", 0, nil},
+	argNow:      {"now", "the decision time (unix s, 4 bytes)", 0, nil},
+	argDigest:   {"digest", "the intent id's digest (5 bytes)", 0, nil},
+	argPacked:   {"packed", "the fields below, packed", 0, nil},
+	argPolicy:   {"policy", "the intent's policy (1 = the default one, then the segments in order)", 2, nil},
+	argApplies:  {"applies", "the limits of that policy that apply (bit i-1: limit i)", 4, nil},
+	argRecords:  {"records", "the scopes the intent falls in, to record it in (bit i-1: scope i)", 4, nil},
+	argFlags:    {"flags", "1: an honoured bypass, recorded without checking; 2: a refusal also returns the idempotency entries", 1, nil},
+	argPriority: {"priority", "the priority (0 low, 1 normal, 2 high), for reserved slots", 1, (*policySet).reserves},
+	argDay:      {"day", "the start of the intent's calendar day (unix s)", 4, func(ps *policySet) bool { return ps.calendars[Day-1] }},
+	argWeek:     {"week", "the start of the intent's calendar week (unix s)", 4, func(ps *policySet) bool { return ps.calendars[Week-1] }},
+	argMonth:    {"month", "the start of the intent's calendar month (unix s)", 4, func(ps *policySet) bool { return ps.calendars[Month-1] }},
+	argCampaign: {"campaign", "the campaign (3-byte hash), for the per-campaign scopes", campaignSize, (*policySet).perCampaign},
 }
 
-// argPlaces says where each argument is in ARGV (1-based; 0: not passed).
+// argPlaces says where each argument is: pos, its ARGV index (1-based) or
+// its offset in the packed one (1-based, as Lua counts); 0: not passed.
 type argPlaces struct {
-	pos [numArgs]int
-	n   int // arguments in all
+	pos  [numArgs]int
+	argv int // the ARGV in all
 }
 
-// placeArgs numbers the arguments the set needs, in the table's order.
+// placeArgs places the arguments the set needs, in the table's order.
 func (ps *policySet) placeArgs() {
+	off := 1
 	for k, a := range argSpecs {
-		if a.need == nil || a.need(ps) {
-			ps.args.n++
-			ps.args.pos[k] = ps.args.n
+		switch {
+		case a.need != nil && !a.need(ps):
+		case a.size == 0:
+			ps.args.argv++
+			ps.args.pos[k] = ps.args.argv
+		default:
+			ps.args.pos[k] = off
+			off += a.size
 		}
 	}
 }
@@ -87,70 +105,81 @@ func (ps *policySet) reserves() bool {
 	return false
 }
 
-func (ps *policySet) mayOverride() bool {
-	return len(ps.rules.Overrides.Campaigns)+len(ps.rules.Overrides.Categories) > 0
-}
-
-// fixedArgs are the arguments a call's caller owns (the engine passes
-// pointers to its per-batch strings: no allocation per value).
-type fixedArgs struct{ field, now, digest any }
-
-// appendArgs appends a call's ARGV, in order.
-func (ps *policySet) appendArgs(args []any, f fixedArgs, r *Request, c *call) []any {
-	for k := range numArgs {
+// appendPacked appends a call's packed argument.
+func (ps *policySet) appendPacked(b []byte, r *Request, c *call) []byte {
+	for k := argPacked + 1; k < numArgs; k++ {
 		if ps.args.pos[k] == 0 {
 			continue
 		}
 		switch k {
-		case argField:
-			args = append(args, f.field)
-		case argNow:
-			args = append(args, f.now)
-		case argDigest:
-			args = append(args, f.digest)
 		case argPolicy:
-			args = append(args, strconv.Itoa(c.plan.pol+1))
+			b = binary.BigEndian.AppendUint16(b, uint16(c.plan.pol+1))
 		case argApplies:
-			args = append(args, int64(c.plan.applies))
+			b = binary.BigEndian.AppendUint32(b, c.plan.applies)
 		case argRecords:
-			args = append(args, int64(c.plan.records))
+			b = binary.BigEndian.AppendUint32(b, c.plan.records)
+		case argFlags:
+			var f byte
+			if c.bypass {
+				f |= flagBypass
+			}
+			if c.wantIdem {
+				f |= flagWantIdem
+			}
+			b = append(b, f)
+		case argPriority:
+			b = append(b, byte(r.Priority))
+		case argDay, argWeek, argMonth:
+			b = binary.BigEndian.AppendUint32(b, uint32(c.plan.cal[k-argDay].start))
 		case argCampaign:
 			h := campaignHash(r.Campaign)
-			args = append(args, string(h[:]))
-		case argPriority:
-			args = append(args, int64(r.Priority))
-		case argDay, argWeek, argMonth:
-			args = append(args, c.plan.cal[k-argDay].start)
-		case argMode:
-			args = append(args, pick(c.bypass, "b", "c"))
-		case argIdem:
-			args = append(args, pick(c.wantIdem, "i", "-"))
+			b = append(b, h[:]...)
+		}
+	}
+	return b
+}
+
+// argData is the arguments as the template reads them: ARGV indexes and
+// packed offsets by name, and the header's list.
+func (ps *policySet) argData() (argv, at map[string]int, docs []argDoc) {
+	argv, at = map[string]int{}, map[string]int{}
+	for k, a := range argSpecs {
+		p := ps.args.pos[k]
+		if p == 0 {
+			continue
+		}
+		d := argDoc{Name: a.name, Doc: a.doc}
+		if a.size == 0 {
+			argv[a.name], d.Argv = p, p
+		} else {
+			at[a.name], d.From, d.To = p, p, p+a.size-1
+		}
+		docs = append(docs, d)
+	}
+	return argv, at, docs
+}
+
+// argDoc is one line of the script's header: ARGV[Argv], or bytes From-To
+// of the packed argument.
+type argDoc struct {
+	Argv, From, To int
+	Name, Doc      string
+}
+
+// appendArgv appends a call's ARGV, in the table's order: pointers to its
+// strings (prepare built them), so that nothing is boxed per call.
+func (ps *policySet) appendArgv(args []any, c *call) []any {
+	for k := range argPacked + 1 {
+		switch k {
+		case argField:
+			args = append(args, &c.field)
+		case argNow:
+			args = append(args, &c.now)
+		case argDigest:
+			args = append(args, &c.digest)
+		case argPacked:
+			args = append(args, &c.packed)
 		}
 	}
 	return args
-}
-
-// argData is the arguments as the template reads them: positions by name,
-// and the header's list.
-func (ps *policySet) argData() (pos map[string]int, docs []argDoc) {
-	pos = map[string]int{}
-	for k, a := range argSpecs {
-		if p := ps.args.pos[k]; p > 0 {
-			pos[a.name] = p
-			docs = append(docs, argDoc{Pos: p, Name: a.name, Doc: a.doc})
-		}
-	}
-	return pos, docs
-}
-
-type argDoc struct {
-	Pos       int
-	Name, Doc string
-}
-
-func pick(b bool, yes, no string) string {
-	if b {
-		return yes
-	}
-	return no
 }

@@ -6,6 +6,7 @@ package capping
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -18,7 +19,9 @@ import (
 type redisCall struct {
 	key    string // the user's bucket
 	field  string // the user's field in it
+	now    string // the decision time, timeSize bytes
 	digest string // digestSize bytes of the intent id's hash
+	packed string // the packed argument (args.go)
 	// cmd reads the script's answer (see decodeReply).
 	cmd *redis.Cmd
 	// notReplicated (WaitReplicas): the replicas did not acknowledge what
@@ -59,7 +62,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 	if len(a.calls) == 0 {
 		return a.out, nil
 	}
-	e.prepare(reqs, a.calls)
+	e.prepare(set, reqs, a.calls)
 	if err := ctx.Err(); err != nil {
 		for _, c := range a.calls {
 			a.out[c.i].Err = fmt.Errorf("decide: %w", err)
@@ -135,27 +138,35 @@ func resendRefused[C any](ctx context.Context, all []C, cmd func(C) *redis.Cmd, 
 	}
 }
 
-// prepare fills in the keys, fields and digests of calls: all their bytes
-// go into one buffer that becomes one string, and each is a substring of it.
-func (e *Engine) prepare(reqs []Request, calls []call) {
-	type span struct{ key, field, digest, end int }
+// prepare fills in the strings of calls (key, field, time, digest, packed
+// argument): all their bytes go into one buffer that becomes one string,
+// and each is a substring of it.
+func (e *Engine) prepare(set *policySet, reqs []Request, calls []call) {
+	type span struct{ key, field, now, digest, packed, end int }
 	var buf []byte
 	spans := make([]span, len(calls))
 	for k := range calls {
-		r := &reqs[calls[k].i]
+		c := &calls[k]
+		r := &reqs[c.i]
 		d := digest(r.IntentID)
-		spans[k].key = len(buf)
+		s := &spans[k]
+		s.key = len(buf)
 		buf = e.keys.appendBucket(buf, r.UserID)
-		spans[k].field = len(buf)
+		s.field = len(buf)
 		buf = appendField(buf, r.UserID)
-		spans[k].digest = len(buf)
-		buf = append(buf, d[:5]...)
-		spans[k].end = len(buf)
+		s.now = len(buf)
+		buf = binary.BigEndian.AppendUint32(buf, uint32(r.At.Unix()))
+		s.digest = len(buf)
+		buf = append(buf, d[:digestSize]...)
+		s.packed = len(buf)
+		buf = set.appendPacked(buf, r, c)
+		s.end = len(buf)
 	}
 	all := string(buf)
 	for k := range calls {
-		s := spans[k]
-		calls[k].key, calls[k].field, calls[k].digest = all[s.key:s.field], all[s.field:s.digest], all[s.digest:s.end]
+		s, c := spans[k], &calls[k]
+		c.key, c.field, c.now = all[s.key:s.field], all[s.field:s.now], all[s.now:s.digest]
+		c.digest, c.packed = all[s.digest:s.packed], all[s.packed:s.end]
 	}
 }
 
@@ -186,18 +197,12 @@ func (e *Engine) queue(ctx context.Context, set *policySet, reqs []Request, pipe
 	if eval {
 		name, body = any("eval"), any(&s.src)
 	}
-	per := cmdArgs + set.args.n
+	per := cmdArgs + set.args.argv
 	backing := make([]any, 0, per*len(calls))
-	var lastAt int64
-	var boxedAt any
 	for _, c := range calls {
-		r := &reqs[c.i]
-		if at := r.At.Unix(); at != lastAt || boxedAt == nil {
-			lastAt, boxedAt = at, packTime(at)
-		}
 		start := len(backing)
 		backing = append(backing, name, body, 1, &c.key)
-		backing = set.appendArgs(backing, fixedArgs{field: &c.field, now: boxedAt, digest: &c.digest}, r, c)
+		backing = set.appendArgv(backing, c)
 		args := backing[start:len(backing):len(backing)]
 		c.cmd = redis.NewCmd(ctx, args...)
 		c.cmd.SetFirstKeyPos(3)

@@ -39,10 +39,13 @@ type Options struct {
 	WaitReplicas int
 	WaitTimeout  time.Duration
 	// RefusalCacheSize > 0 remembers the full limits (and the ids seen
-	// allowed) of that many users and answers repeats without Redis until
-	// the limit frees a slot, for at most RefusalCacheTTL (see refusals.go).
-	RefusalCacheSize int
-	RefusalCacheTTL  time.Duration
+	// allowed) of at most that many users, costing at most
+	// RefusalCacheBytes (0: MemoBytes per user of RefusalCacheSize), and
+	// answers repeats without Redis until the limit frees a slot, for at
+	// most RefusalCacheTTL (see refusals.go).
+	RefusalCacheSize  int
+	RefusalCacheBytes int64
+	RefusalCacheTTL   time.Duration
 	Registerer       prometheus.Registerer
 	Logger           *slog.Logger
 	Now              func() time.Time // only for the clock-skew check
@@ -89,7 +92,11 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e.set.Store(set)
 	if opts.RefusalCacheSize > 0 {
-		if e.refusals, err = newRefusals(opts.RefusalCacheSize, opts.RefusalCacheTTL); err != nil {
+		budget := opts.RefusalCacheBytes
+		if budget <= 0 {
+			budget = MemoBytes * int64(opts.RefusalCacheSize)
+		}
+		if e.refusals, err = newRefusals(opts.RefusalCacheSize, budget, opts.RefusalCacheTTL); err != nil {
 			return nil, fmt.Errorf("capping: refusal cache: %w", err)
 		}
 	}

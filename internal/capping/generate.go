@@ -19,7 +19,9 @@ import (
 //go:embed packed.lua.tmpl
 var packedTemplate string
 
-var scriptTemplate = template.Must(template.New("packed.lua").Parse(packedTemplate))
+var scriptTemplate = template.Must(template.New("packed.lua").Funcs(template.FuncMap{
+	"dbl": func(n int) int { return 2 * n }, // has bit n of a mask: m % dbl(n) >= n
+}).Parse(packedTemplate))
 
 // ScriptSource is the decide script generated for rules (what Redis runs
 // for them, as `capper policy script` prints it).
@@ -55,8 +57,9 @@ type (
 		IdemS, KeyLife, Slack, UnknownRetS int64
 		L                                  layoutData
 		R                                  replyData
-		Arg                                map[string]int
+		Argv, At                           map[string]int
 		Args                               []argDoc
+		FlagBypass, FlagWantIdem           int
 		Scopes                             []scopeData
 		Policies                           []policyData
 	}
@@ -64,8 +67,8 @@ type (
 
 func (ps *policySet) generate() (string, error) {
 	d := scriptData{Version: ps.version(), IdemS: ps.idem, KeyLife: ps.keyLife, Slack: ps.slack,
-		UnknownRetS: unknownRetention, L: layout, R: replyText}
-	d.Arg, d.Args = ps.argData()
+		UnknownRetS: unknownRetention, L: layout, R: replyText, FlagBypass: flagBypass, FlagWantIdem: flagWantIdem}
+	d.Argv, d.At, d.Args = ps.argData()
 	used := map[int]bool{}
 	for pi, p := range ps.pols {
 		pd := policyData{I: pi + 1}

@@ -21,10 +21,12 @@ package capping
 // worker empties it when its partitions change (ForgetRefusals).
 
 import (
+	"math"
 	"slices"
+	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
 // refusalKey names one full limit of a user: a limit of a compiled policy
@@ -60,16 +62,20 @@ type refusal struct {
 	priority Priority
 }
 
-// refusals is a bounded LRU of users, each with the limits found full for
-// them (a user has few; one lookup per intent) and the ids seen allowed.
+// refusals is an LRU of users, bounded by a byte budget (and a number of
+// users), each with the limits found full for them (a user has few; one
+// lookup per intent) and the ids seen allowed.
 type refusals struct {
 	// users: a user's memo is never changed in place (copy on write):
 	// concurrent batches may read it. Two batches updating one user at once
 	// may lose an update: a lost refusal costs a Redis call, a lost drop
 	// keeps a retry-after a little early, a lost id would be answered capped
 	// instead of duplicate; dispatch decides one batch at a time.
-	users *lru.Cache[uint64, *memo]
-	ttl   time.Duration
+	mu       sync.Mutex
+	users    *simplelru.LRU[uint64, *memo]
+	bytes    int64 // what the memos cost (memoBytes), in all
+	maxBytes int64
+	ttl      time.Duration
 }
 
 // memo is what the cache knows of one user.
@@ -84,21 +90,76 @@ type memo struct {
 	known   bool
 }
 
+// What a memo costs in memory, measured (BenchmarkRefusalCacheBytes): the
+// LRU's entry and map slot with the memo, and each refusal and id in it.
+const (
+	memoBaseBytes    = 160
+	memoRefusalBytes = 120
+	memoIDBytes      = 16
+)
+
+// MemoBytes is what the refusal cache costs per user with one remembered
+// refusal and no ids (the common case in a blast): for sizing.
+const MemoBytes = memoBaseBytes + memoRefusalBytes
+
+func (m *memo) cost() int64 {
+	return memoBaseBytes + memoRefusalBytes*int64(cap(m.full)) + memoIDBytes*int64(cap(m.allowed))
+}
+
 // maxAllowedIDs bounds the ids kept per user (a user past it is not
 // answered until Redis refuses it again, which sends the list afresh).
 const maxAllowedIDs = 64
 
-func newRefusals(size int, ttl time.Duration) (*refusals, error) {
-	users, err := lru.New[uint64, *memo](size)
+// newRefusals makes a cache of at most maxUsers users (0: no such bound)
+// costing at most maxBytes.
+func newRefusals(maxUsers int, maxBytes int64, ttl time.Duration) (*refusals, error) {
+	rc := &refusals{maxBytes: maxBytes, ttl: ttl}
+	if maxUsers <= 0 {
+		maxUsers = math.MaxInt32
+	}
+	users, err := simplelru.NewLRU[uint64, *memo](maxUsers, func(_ uint64, m *memo) { rc.bytes -= m.cost() })
 	if err != nil {
 		return nil, err
 	}
-	return &refusals{users: users, ttl: ttl}, nil
+	rc.users = users
+	return rc, nil
+}
+
+// add remembers a user's memo, dropping the least recently used users
+// while the budget is exceeded.
+func (rc *refusals) add(user uint64, m *memo) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if old, ok := rc.users.Peek(user); ok {
+		rc.bytes -= old.cost()
+	}
+	rc.users.Add(user, m)
+	rc.bytes += m.cost()
+	for rc.bytes > rc.maxBytes && rc.users.Len() > 1 {
+		rc.users.RemoveOldest()
+	}
+}
+
+// remove forgets a user.
+func (rc *refusals) remove(user uint64) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.users.Remove(user)
+}
+
+// peek is a user's memo without making it recent.
+func (rc *refusals) peek(user uint64) *memo {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	m, _ := rc.users.Peek(user)
+	return m
 }
 
 // memoOf is what the cache knows of a user (nil: nothing). The memo is
 // never changed in place.
 func (rc *refusals) memoOf(user uint64) *memo {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
 	m, _ := rc.users.Get(user)
 	return m
 }
@@ -177,7 +238,7 @@ func (rc *refusals) lookup(set *policySet, r *Request, c callPlan, m *memo) (Dec
 // remember records what Redis answered: a refusal (withIdem: with the
 // user's idempotency entries, idem), or an id allowed.
 func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision, idem string, withIdem bool) {
-	old, _ := rc.users.Peek(r.UserID)
+	old := rc.peek(r.UserID)
 	if old == nil {
 		old = &memo{}
 	}
@@ -207,10 +268,10 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision,
 			next.allowed = append(next.allowed, idemEntry{digest: [5]byte(dg[:5]), at: now})
 		}
 		if len(next.full) == 0 && !next.known {
-			rc.users.Remove(r.UserID) // nothing to answer with until a refusal
+			rc.remove(r.UserID) // nothing to answer with until a refusal
 			return
 		}
-		rc.users.Add(r.UserID, next)
+		rc.add(r.UserID, next)
 		return
 	case Capped:
 	default:
@@ -249,7 +310,7 @@ func (rc *refusals) remember(set *policySet, r *Request, c callPlan, d Decision,
 	case old.known:
 		next.allowed = old.allowed // still complete: not asked again
 	}
-	rc.users.Add(r.UserID, next)
+	rc.add(r.UserID, next)
 }
 
 // staleAfterSend: a send recorded in c's scopes may have filled this limit
@@ -271,10 +332,14 @@ func (f *refusal) staleAfterSend(set *policySet, c callPlan) bool {
 }
 
 // forget drops everything remembered.
-func (rc *refusals) forget() { rc.users.Purge() }
+func (rc *refusals) forget() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.users.Purge()
+}
 
 // forgetUser drops what is remembered of one user: a refund freed a slot
 // that a remembered refusal would still call full. (A batch in flight may
 // add the user back with a stale refusal; that only caps until its
 // retry-after or TTL.)
-func (rc *refusals) forgetUser(user uint64) { rc.users.Remove(user) }
+func (rc *refusals) forgetUser(user uint64) { rc.remove(user) }

@@ -2,7 +2,10 @@ package capping
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
+	"runtime"
 	"testing"
 	"time"
 
@@ -239,5 +242,86 @@ func TestRefusalCacheOverflowIsRemembered(t *testing.T) {
 	}
 	if d := decide("a0", T0.Add(2*time.Second)); d.Outcome != Duplicate {
 		t.Fatalf("retry of a0: %+v, want duplicate", d)
+	}
+}
+
+// BenchmarkRefusalCacheBytes measures what the refusal cache costs per user
+// (Go heap after a collection, per user held) with one refusal and no ids,
+// the common case in a blast, and with 8 ids allowed, and prints the ratio
+// to the estimate the byte budget counts with (memo.cost): at most 1x means
+// the budget is not exceeded.
+func BenchmarkRefusalCacheBytes(b *testing.B) {
+	set, err := compileRules(benchRules(), 24*time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const users = 200_000
+	for _, ids := range []int{0, 8} {
+		var estimate int64
+		per := func() float64 {
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			rc, err := newRefusals(0, math.MaxInt64, time.Hour)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for u := range uint64(users) {
+				r := Request{UserID: u, Segment: "bench", IntentID: fmt.Sprint("r", u), Channel: "push", Category: "marketing", At: T0}
+				c := set.plan(&r, nil)
+				var idem []byte
+				for i := range ids {
+					d := digest(fmt.Sprint("a", u, "-", i))
+					idem = append(idem, d[:digestSize]...)
+					idem = binary.BigEndian.AppendUint32(idem, uint32(T0.Unix()))
+				}
+				rc.remember(set, &r, c, Decision{Outcome: Capped, Limit: "daily", RetryAfter: RetryAfter{In: time.Hour}, At: T0}, string(idem), true)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			estimate = rc.bytes / int64(rc.users.Len())
+			runtime.KeepAlive(rc)
+			return float64(after.HeapAlloc-before.HeapAlloc) / users
+		}
+		var got float64
+		for range b.N {
+			got = per()
+		}
+		b.Logf("refusal cache, one refusal and %d ids: %.0f bytes per user measured, %d counted by the budget (%.2fx)", ids, got, estimate, got/float64(estimate))
+		b.ReportMetric(got, fmt.Sprintf("bytes/user-%dids", ids))
+		b.ReportMetric(got/float64(estimate), fmt.Sprintf("measured-x-budget-%dids", ids))
+	}
+}
+
+// TestRefusalCacheBudget: the cache keeps what its byte budget holds, the
+// least recently used users going first.
+func TestRefusalCacheBudget(t *testing.T) {
+	set, err := compileRules(benchRules(), 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := newRefusals(0, 100*MemoBytes, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refuse := func(u uint64) {
+		r := Request{UserID: u, Segment: "bench", IntentID: fmt.Sprint("r", u), Channel: "push", Category: "marketing", At: T0}
+		rc.remember(set, &r, set.plan(&r, nil), Decision{Outcome: Capped, Limit: "daily", RetryAfter: RetryAfter{In: time.Hour}, At: T0}, "", true)
+	}
+	for u := range uint64(1000) {
+		refuse(u)
+		if u >= 10 {
+			rc.memoOf(3) // user 3 stays recent
+		}
+	}
+	if n := rc.users.Len(); n < 90 || n > 100 || rc.bytes > 100*MemoBytes {
+		t.Fatalf("%d users, %d bytes, want about 100 users within %d bytes", n, rc.bytes, 100*MemoBytes)
+	}
+	if rc.memoOf(3) == nil || rc.memoOf(999) == nil || rc.memoOf(500) != nil {
+		t.Fatalf("the least recently used users were not the ones dropped")
+	}
+	rc.forget()
+	if rc.bytes != 0 || rc.users.Len() != 0 {
+		t.Fatalf("after forget: %d users, %d bytes", rc.users.Len(), rc.bytes)
 	}
 }

@@ -146,8 +146,9 @@ type Capping struct {
 // RefusalCache is the worker's memory of full limits: repeats are capped
 // without a Redis call until the limit frees a slot, for at most TTL.
 type RefusalCache struct {
-	Size int      `yaml:"size"` // users remembered; 0 turns it off
-	TTL  Duration `yaml:"ttl"`
+	Size     int      `yaml:"size"`      // users remembered at most; 0 turns it off
+	MaxBytes int64    `yaml:"max_bytes"` // what it may cost in memory
+	TTL      Duration `yaml:"ttl"`
 }
 
 // The policy's types, under the names the config has always used.
@@ -251,7 +252,7 @@ func Default() Config {
 			KeyPrefix:         "capper",
 			IdempotencyWindow: Duration(24 * time.Hour),
 			ClockSkewWarn:     Duration(500 * time.Millisecond),
-			RefusalCache:      RefusalCache{Size: 100_000, TTL: Duration(30 * time.Second)},
+			RefusalCache:      RefusalCache{Size: 10_000_000, MaxBytes: 128 << 20, TTL: Duration(30 * time.Second)},
 			Document:          policy.Default(),
 		},
 		Policy: PolicySource{PollInterval: Duration(10 * time.Second)},

@@ -203,7 +203,10 @@ func (c *Capping) validate(p *problems.List) {
 	positive(p, problems.Key("capping.idempotency_window"), c.IdempotencyWindow)
 	positive(p, problems.Key("capping.clock_skew_warn"), c.ClockSkewWarn)
 	if rc := c.RefusalCache; rc.Size < 0 || rc.Size > 100_000_000 {
-		p.Add(problems.Key("capping.refusal_cache.size"), "must be from 0 (off) to 100000000 entries, got %d", rc.Size)
+		p.Add(problems.Key("capping.refusal_cache.size"), "must be from 0 (off) to 100000000 users, got %d", rc.Size)
+	}
+	if mb := c.RefusalCache.MaxBytes; mb < 1<<20 || mb > 64<<30 {
+		p.Add(problems.Key("capping.refusal_cache.max_bytes"), "must be from 1048576 (1 MiB) to 68719476736 (64 GiB), got %d", mb)
 	}
 	if ttl := c.RefusalCache.TTL.D(); ttl < time.Second || ttl > 10*time.Minute {
 		// A refund or a policy change frees a slot early: a refusal must not

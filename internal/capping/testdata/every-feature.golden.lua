@@ -7,18 +7,18 @@
 --          field "x" = until when (decision time, unix s) the key's expiry
 --          covers every record in it
 -- ARGV[1]  field: the user's field in the bucket (<uid%32>)
--- ARGV[2]  now: the decision time (unix s, 4 bytes big endian)
+-- ARGV[2]  now: the decision time (unix s, 4 bytes)
 -- ARGV[3]  digest: the intent id's digest (5 bytes)
--- ARGV[4]  policy: the intent's policy (1 = the default one, then the segments in order)
--- ARGV[5]  applies: the limits of that policy that apply (bit i-1: limit i)
--- ARGV[6]  records: the scopes the intent falls in, to record it in (bit i-1: scope i)
--- ARGV[7]  campaign: the campaign (3-byte hash), for the per-campaign scopes
--- ARGV[8]  priority: the priority (0 low, 1 normal, 2 high), for reserved slots
--- ARGV[9]  day: the start of the intent's calendar day (unix s)
--- ARGV[10]  week: the start of the intent's calendar week (unix s)
--- ARGV[11]  month: the start of the intent's calendar month (unix s)
--- ARGV[12]  mode: 'b': an honoured bypass, recorded without checking
--- ARGV[13]  idem: 'i': a refusal also returns the idempotency entries (for the worker's refusal cache)
+-- ARGV[4]  packed: the fields below, packed
+--   bytes 1-2  policy: the intent's policy (1 = the default one, then the segments in order)
+--   bytes 3-6  applies: the limits of that policy that apply (bit i-1: limit i)
+--   bytes 7-10  records: the scopes the intent falls in, to record it in (bit i-1: scope i)
+--   bytes 11-11  flags: 1: an honoured bypass, recorded without checking; 2: a refusal also returns the idempotency entries
+--   bytes 12-12  priority: the priority (0 low, 1 normal, 2 high), for reserved slots
+--   bytes 13-16  day: the start of the intent's calendar day (unix s)
+--   bytes 17-20  week: the start of the intent's calendar week (unix s)
+--   bytes 21-24  month: the start of the intent's calendar month (unix s)
+--   bytes 25-27  campaign: the campaign (3-byte hash), for the per-campaign scopes
 --
 -- Returns one integer (a table costs Redis more): code * 2^40 + limit *
 -- 2^32 + t. Code 0: allowed and recorded; 1: capped by that limit
@@ -32,11 +32,8 @@ local function u32(s, i) -- the big-endian 4 bytes at i
   local a, b, c, d = byte(s, i, i + (4 - 1))
   return ((a * 256 + b) * 256 + c) * 256 + d
 end
-local function has(mask, b) return mask % (b + b) >= b end -- bit b (a power of 2) is set
-local function count(n) -- a count as the record writes it
-  if n < 128 then return char(n) end
-  return char(128 + math.floor(n / 256), n % 256)
-end
+local P = ARGV[4]
+local flags = byte(P, 11)
 local nowb = ARGV[2]
 local now = u32(nowb, 1)
 local v = redis.call('HMGET', KEYS[1], ARGV[1], 'x')
@@ -46,11 +43,8 @@ if ni >= 128 then ni, ib = (ni - 128) * 256 + byte(rec, 2), 3 end
 local sb = ib + 9 * ni -- first byte of the sections
 -- A refusal also returns the idempotency entries when the worker asks: its
 -- refusal cache must know which ids Redis would call duplicates.
-local function capped(v)
-  if ARGV[13] == 'i' then return {v, sub(rec, ib, sb - 1)} end
-  return v
-end
-local camp = ARGV[7]
+local idem = flags % 4 >= 2
+local camp = sub(P, 25, 25 + (3 - 1))
 
 -- A duplicate: an idempotency entry with this digest that is young enough.
 if ni > 0 then
@@ -94,14 +88,15 @@ local a, b1, c1, c = byte(rec, p, p + 3)
 end
 
 -- The limits of the intent's policy that apply, in policy order.
-local cday = tonumber(ARGV[9])
-local cweek = tonumber(ARGV[10])
-local cmonth = tonumber(ARGV[11])
-if ARGV[12] ~= 'b' then
-local prio = tonumber(ARGV[8])
-local pol, am = ARGV[4], tonumber(ARGV[5])
-if pol == '1' then
-  if has(am, 1) then -- daily
+local cday = u32(P, 13)
+local cweek = u32(P, 17)
+local cmonth = u32(P, 21)
+if flags % 2 < 1 then -- not an honoured bypass
+local prio = byte(P, 12)
+local pb1, pb2 = byte(P, 1, 1 + 1)
+local pol, am = pb1 * 256 + pb2, u32(P, 3)
+if pol == 1 then
+  if am % 2 >= 1 then -- daily
     local m = 1
     -- The m-th newest send; a trimmed log holding fewer (a max raised
     -- since it dropped sends) counts its dropped ones as at its oldest.
@@ -109,10 +104,14 @@ if pol == '1' then
     if i < 0 and st1 and sc1 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp1 + 4 * i)
-      if t >= cday then return capped(1 * 2^40 + 1 * 2^32) end
+      if t >= cday then
+        local r = 1 * 2^40 + 1 * 2^32
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
     end
   end
-  if has(am, 2) then -- weekly
+  if am % 4 >= 2 then -- weekly
     local m = 3
     -- The m-th newest send; a trimmed log holding fewer (a max raised
     -- since it dropped sends) counts its dropped ones as at its oldest.
@@ -120,11 +119,15 @@ if pol == '1' then
     if i < 0 and st1 and sc1 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp1 + 4 * i)
-      if t >= now - 604800 then return capped(1 * 2^40 + 2 * 2^32 + t) end
+      if t >= now - 604800 then
+        local r = 1 * 2^40 + 2 * 2^32 + t
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
     end
   end
-elseif pol == '2' then
-  if has(am, 1) then -- daily
+elseif pol == 2 then
+  if am % 2 >= 1 then -- daily
     local m = 3
     if prio < 2 then m = 2 end
     -- The m-th newest send; a trimmed log holding fewer (a max raised
@@ -133,10 +136,14 @@ elseif pol == '2' then
     if i < 0 and st1 and sc1 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp1 + 4 * i)
-      if t >= now - 86400 then return capped(1 * 2^40 + 1 * 2^32 + t) end
+      if t >= now - 86400 then
+        local r = 1 * 2^40 + 1 * 2^32 + t
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
     end
   end
-  if has(am, 2) then -- push-gap
+  if am % 4 >= 2 then -- push-gap
     local m = 1
     -- The m-th newest send; a trimmed log holding fewer (a max raised
     -- since it dropped sends) counts its dropped ones as at its oldest.
@@ -144,10 +151,14 @@ elseif pol == '2' then
     if i < 0 and st2 and sc2 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp2 + 4 * i)
-      if t >= now - 1800 then return capped(1 * 2^40 + 2 * 2^32 + t) end
+      if t >= now - 1800 then
+        local r = 1 * 2^40 + 2 * 2^32 + t
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
     end
   end
-  if has(am, 4) then -- campaign-week
+  if am % 8 >= 4 then -- campaign-week
     local m = 2
     -- The m-th newest send; a trimmed log holding fewer (a max raised
     -- since it dropped sends) counts its dropped ones as at its oldest.
@@ -155,10 +166,14 @@ elseif pol == '2' then
     if i < 0 and st3 and sc3 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp3 + 4 * i)
-      if t >= cweek then return capped(1 * 2^40 + 3 * 2^32) end
+      if t >= cweek then
+        local r = 1 * 2^40 + 3 * 2^32
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
     end
   end
-  if has(am, 8) then -- promo-month
+  if am % 16 >= 8 then -- promo-month
     local m = 4
     -- The m-th newest send; a trimmed log holding fewer (a max raised
     -- since it dropped sends) counts its dropped ones as at its oldest.
@@ -166,10 +181,14 @@ elseif pol == '2' then
     if i < 0 and st4 and sc4 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp4 + 4 * i)
-      if t >= cmonth then return capped(1 * 2^40 + 4 * 2^32) end
+      if t >= cmonth then
+        local r = 1 * 2^40 + 4 * 2^32
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
     end
   end
-  if has(am, 16) then -- calm-day
+  if am % 32 >= 16 then -- calm-day
     local m = 5
     if prio < 1 then m = 3 end
     -- The m-th newest send; a trimmed log holding fewer (a max raised
@@ -178,10 +197,14 @@ elseif pol == '2' then
     if i < 0 and st1 and sc1 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp1 + 4 * i)
-      if t >= cday then return capped(1 * 2^40 + 5 * 2^32) end
+      if t >= cday then
+        local r = 1 * 2^40 + 5 * 2^32
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
     end
   end
-  if has(am, 32) then -- sms-weekly
+  if am % 64 >= 32 then -- sms-weekly
     local m = 1
     -- The m-th newest send; a trimmed log holding fewer (a max raised
     -- since it dropped sends) counts its dropped ones as at its oldest.
@@ -189,11 +212,17 @@ elseif pol == '2' then
     if i < 0 and st5 and sc5 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp5 + 4 * i)
-      if t >= now - 604800 then return capped(1 * 2^40 + 6 * 2^32 + t) end
+      if t >= now - 604800 then
+        local r = 1 * 2^40 + 6 * 2^32 + t
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
     end
   end
-  if has(am, 64) then -- no-news-sms
-    return capped(1 * 2^40 + 7 * 2^32)
+  if am % 128 >= 64 then -- no-news-sms
+    local r = 1 * 2^40 + 7 * 2^32
+    if idem then return {r, sub(rec, ib, sb - 1)} end
+    return r
   end
 end
 end
@@ -204,11 +233,12 @@ end
 -- largest max), a section of a scope this policy does not know (another
 -- policy version's) keeps 2682301s, and the intent goes into the sections of
 -- the scopes it falls in.
-local rm = tonumber(ARGV[6])
+local rm = u32(P, 7)
 local k = ib
 while k < sb and u32(rec, k + 5) < now - 86400 do k = k + 9 end
 if sb - k >= 1000 * 9 then k = sb - (1000 - 1) * 9 end
-local out = count((sb - k) / 9 + 1) .. sub(rec, k, sb - 1) .. ARGV[3] .. nowb
+local ne = (sb - k) / 9 + 1 -- the entries kept, as a count
+local out = (ne < 128 and char(ne) or char(128 + math.floor(ne / 256), ne % 256)) .. sub(rec, k, sb - 1) .. ARGV[3] .. nowb
 local done, p = 0, sb
 while p <= n do
 local a, b1, c1, c = byte(rec, p, p + 3)
@@ -225,27 +255,27 @@ local a, b1, c1, c = byte(rec, p, p + 3)
   if id == 4269988 then
     hz, cap = now - 605101, 5
     if tr or c >= cap then from = math.min(now - 604800, cday) end
-    if has(rm, 1) and not has(done, 1) then add, done = true, done + 1 end
+    if rm % 2 >= 1 and done % 2 < 1 then add, done = true, done + 1 end
   elseif id == 2334453 then
     hz, cap = now - 2101, 1
     if tr or c >= cap then from = now - 1800 end
-    if has(rm, 2) and not has(done, 2) then add, done = true, done + 2 end
+    if rm % 4 >= 2 and done % 4 < 2 then add, done = true, done + 2 end
   elseif id == 16221278 then
     hz, cap = now - 608701, 2
     if tr or c >= cap then from = cweek end
-    if has(rm, 4) and sub(rec, p + 3, p + (3 + 3 - 1)) == camp and not has(done, 4) then add, done = true, done + 4 end
+    if rm % 8 >= 4 and sub(rec, p + 3, p + (3 + 3 - 1)) == camp and done % 8 < 4 then add, done = true, done + 4 end
   elseif id == 1732229 then
     hz, cap = now - 2682301, 4
     if tr or c >= cap then from = cmonth end
-    if has(rm, 8) and not has(done, 8) then add, done = true, done + 8 end
+    if rm % 16 >= 8 and done % 16 < 8 then add, done = true, done + 8 end
   elseif id == 7764529 then
     hz, cap = now - 605101, 1
     if tr or c >= cap then from = now - 604800 end
-    if has(rm, 16) and not has(done, 16) then add, done = true, done + 16 end
+    if rm % 32 >= 16 and done % 32 < 16 then add, done = true, done + 16 end
   elseif id == 2880480 then
     hz, cap = now - 86701, 0
     if tr or c >= cap then from = now - 86400 end
-    if has(rm, 32) and not has(done, 32) then add, done = true, done + 32 end
+    if rm % 64 >= 32 and done % 64 < 32 then add, done = true, done + 32 end
   end
   -- A section that dropped, to stay within cap, a send some limit on its
   -- scope still counts is trimmed: it starts with a mark (time 0) telling
@@ -275,15 +305,15 @@ local a, b1, c1, c = byte(rec, p, p + 3)
   end
   if cnt > 0 then
     if tr then body, cnt = '\000\000\000\000' .. body, cnt + 1 end
-    out = out .. sub(rec, p, h - 1) .. count(cnt) .. body
+    out = out .. sub(rec, p, h - 1) .. (cnt < 128 and char(cnt) or char(128 + math.floor(cnt / 256), cnt % 256)) .. body
   end
   p = e
 end
-if has(rm, 1) and not has(done, 1) then out = out .. '\065\039\164' .. count(1) .. nowb end
-if has(rm, 2) and not has(done, 2) then out = out .. '\035\158\245' .. count(1) .. nowb end
-if has(rm, 4) and not has(done, 4) then out = out .. '\247\132\094' .. camp .. count(1) .. nowb end
-if has(rm, 8) and not has(done, 8) then out = out .. '\026\110\133' .. count(1) .. nowb end
-if has(rm, 16) and not has(done, 16) then out = out .. '\118\122\049' .. count(1) .. nowb end
+if rm % 2 >= 1 and done % 2 < 1 then out = out .. '\065\039\164' .. '\001' .. nowb end
+if rm % 4 >= 2 and done % 4 < 2 then out = out .. '\035\158\245' .. '\001' .. nowb end
+if rm % 8 >= 4 and done % 8 < 4 then out = out .. '\247\132\094' .. camp .. '\001' .. nowb end
+if rm % 16 >= 8 and done % 16 < 8 then out = out .. '\026\110\133' .. '\001' .. nowb end
+if rm % 32 >= 16 and done % 32 < 16 then out = out .. '\118\122\049' .. '\001' .. nowb end
 
 local x = tonumber(v[2]) or 0
 if now + 2682301 > x then
