@@ -45,10 +45,22 @@ const (
 type layoutData struct {
 	Digest, Time, Entry, ScopeID, Campaign, Small, MaxCount, CampaignBit, MaxIdem int
 	Mark                                                                          string // a Lua literal's body
+	XField, YField                                                                string
 }
 
 var layout = layoutData{Digest: digestSize, Time: timeSize, Entry: idemEntrySize, ScopeID: scopeIDSize, Campaign: campaignSize,
-	Small: smallCount, MaxCount: maxCount, CampaignBit: campaignBit, MaxIdem: maxIdem, Mark: luaBytes([]byte(trimMark)...)}
+	Small: smallCount, MaxCount: maxCount, CampaignBit: campaignBit, MaxIdem: maxIdem, Mark: luaBytes([]byte(trimMark)...),
+	XField: xField, YField: yField}
+
+// A bucket's fields beside its users' records (engine.go: keys): until
+// when its expiry covers every record (x, decimal unix s), and a time no
+// record in it was last written before (y: a 0 byte, then the time; a
+// script of an earlier version, sweeping, reads a record with no entries
+// there and leaves it).
+const (
+	xField = "x"
+	yField = "y"
+)
 
 func appendVarint(b []byte, n int) []byte {
 	if n < smallCount {

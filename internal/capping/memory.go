@@ -32,9 +32,9 @@ type Memory struct {
 	set *policySet
 	// users: a user's record, exactly the bytes the script would store.
 	users map[uint64]string
-	// buckets: the "x" field of each bucket ever written (uid/bucketSize):
-	// until when its expiry covers every record in it.
-	buckets map[uint64]int64
+	// buckets: the fields of each bucket ever written (uid/bucketSize)
+	// beside its records.
+	buckets map[uint64]bucket
 	known   periods
 	asm     assembly // reused by every Decide
 	reqs    [1]Request
@@ -51,7 +51,7 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 		return nil, fmt.Errorf("capping: rules: %w", err)
 	}
 	set.name = o.PolicyVersion
-	return &Memory{set: set, users: map[uint64]string{}, buckets: map[uint64]int64{}}, nil
+	return &Memory{set: set, users: map[uint64]string{}, buckets: map[uint64]bucket{}}, nil
 }
 
 // Users is the number of users with a record.
@@ -262,18 +262,24 @@ func (m *Memory) record(r *Request, c callPlan, rec string, ib, sb int, camp str
 	m.users[r.UserID] = string(out)
 }
 
-// sweep is the script's bucket upkeep: extending its life (once per slack)
-// drops the records of its other users whose latest write is older than
-// the key life.
+// bucket is a bucket's fields beside its records (layout.go): x, until
+// when its expiry covers every record in it; y, a time no record in it was
+// last written before.
+type bucket struct{ x, y int64 }
+
+// sweep is the script's bucket upkeep for a write of uid at now: a bucket
+// whose y says a record may be older than the key life drops those and
+// moves y to the oldest left; the bucket's life is extended once per slack.
 func (m *Memory) sweep(uid uint64, now int64) {
 	set := m.set
 	bk := uid / bucketSize
-	x, existed := m.buckets[bk]
-	if now+set.keyLife <= x {
-		return
-	}
-	if existed {
-		old := now - set.keyLife
+	b, existed := m.buckets[bk]
+	old := now - set.keyLife
+	switch {
+	case !existed:
+		b.y = now
+	case b.y < old:
+		b.y = now
 		for f := range uint64(bucketSize) { // (bk+1)*bucketSize may wrap
 			u := bk*bucketSize + f
 			other, ok := m.users[u]
@@ -281,12 +287,19 @@ func (m *Memory) sweep(uid uint64, now int64) {
 				continue
 			}
 			c := cursor{rec: other}
-			if start, end := c.entries(); end > start && u32(other, end-timeSize) < old {
-				delete(m.users, u)
+			if start, end := c.entries(); end > start {
+				if t := u32(other, end-timeSize); t < old {
+					delete(m.users, u)
+				} else {
+					b.y = min(b.y, t)
+				}
 			}
 		}
 	}
-	m.buckets[bk] = now + set.keyLife + set.slack
+	if now+set.keyLife > b.x {
+		b.x = now + set.keyLife + set.slack
+	}
+	m.buckets[bk] = b
 }
 
 // nth is the i-th (from 0) of a section's times from j, with now inserted

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/capper-dev/capper/internal/testenv"
 )
 
@@ -158,7 +160,15 @@ func TestMemoryRecordsAsRedis(t *testing.T) {
 		}
 		return out
 	})
-	keys, err := c.Keys(ctx, "memrec:*").Result()
+	sameAsRedis(t, c, mem, "memrec")
+}
+
+// sameAsRedis checks that Redis holds under prefix what mem holds: every
+// record and every bucket field, byte for byte.
+func sameAsRedis(t *testing.T, c redis.UniversalClient, mem *Memory, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := c.Keys(ctx, prefix+":*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,23 +179,30 @@ func TestMemoryRecordsAsRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		var bk uint64
-		if _, err := fmt.Sscanf(k, "memrec:{b%d}", &bk); err != nil {
+		if _, err := fmt.Sscanf(k, prefix+":{b%d}", &bk); err != nil {
 			t.Fatalf("key %s: %v", k, err)
 		}
 		for f, v := range all {
-			if f == "x" {
-				if x := mem.buckets[bk]; fmt.Sprint(x) != v {
-					t.Fatalf("bucket %s: x = %s in Redis, %d in Memory", k, v, x)
+			switch b := mem.buckets[bk]; f {
+			case xField:
+				if fmt.Sprint(b.x) != v {
+					t.Fatalf("bucket %s: x = %s in Redis, %d in Memory", k, v, b.x)
 				}
-				continue
+			case yField:
+				if len(v) != 1+timeSize || v[0] != 0 || u32(v, 1) != b.y {
+					t.Fatalf("bucket %s: y = %x in Redis, %d in Memory", k, v, b.y)
+				}
+			default:
+				var fi uint64
+				if _, err := fmt.Sscan(f, &fi); err != nil {
+					t.Fatalf("bucket %s: field %q", k, f)
+				}
+				uid := bk*bucketSize + fi
+				if got := mem.users[uid]; got != v {
+					t.Fatalf("user %d: Memory holds %x, Redis %x", uid, got, v)
+				}
+				stored++
 			}
-			var fi uint64
-			fmt.Sscan(f, &fi)
-			uid := bk*bucketSize + fi
-			if got := mem.users[uid]; got != v {
-				t.Fatalf("user %d: Memory holds %x, Redis %x", uid, got, v)
-			}
-			stored++
 		}
 	}
 	if stored != mem.Users() {

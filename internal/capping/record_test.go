@@ -140,9 +140,10 @@ func TestStorageBounded(t *testing.T) {
 }
 
 // TestStaleUsersLeaveNothing: a user who stops receiving is dropped from
-// their bucket when a later write extends the bucket's life (once every
-// idempotency window), and a bucket no one writes to expires whole: nothing
-// is left after the longest retention plus the idempotency window.
+// their bucket by the first later write that finds (in the bucket's y) a
+// record may be older than the key life, and a bucket no one writes to
+// expires whole: nothing is left after the longest retention plus the
+// idempotency window.
 func TestStaleUsersLeaveNothing(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	c := r.Client()

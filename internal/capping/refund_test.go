@@ -422,7 +422,6 @@ func oneByOne(decide func(*Request) Decision, refund func(RefundRequest) RefundR
 // and every record and bucket mark equal byte for byte.
 func TestRefundMemoryAsRedis(t *testing.T) {
 	c := testenv.StartRedis(t, testenv.RedisOptions{}).Client()
-	ctx := context.Background()
 	idem := 2 * time.Hour
 	e := newEngine(t, c, Options{IdempotencyWindow: idem, KeyPrefix: "refmem", PolicyVersion: "v-test"})
 	mem := newTestMemory(t, e.set.Load().rules, idem)
@@ -430,32 +429,5 @@ func TestRefundMemoryAsRedis(t *testing.T) {
 	g := newGen(t, seed, 300, spring)
 	g.invalid = true
 	refundTraffic(t, g, seed, 8000, engineSide(t, e), oneByOne(mem.Decide, mem.Refund), func(uint64) bool { return true })
-	keys, err := c.Keys(ctx, "refmem:*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored := 0
-	for _, k := range keys {
-		all, err := c.HGetAll(ctx, k).Result()
-		var bk uint64
-		if _, serr := fmt.Sscanf(k, "refmem:{b%d}", &bk); err != nil || serr != nil {
-			t.Fatalf("key %s: %v %v", k, err, serr)
-		}
-		for f, v := range all {
-			var fi uint64
-			if _, err := fmt.Sscan(f, &fi); f == "x" {
-				if x := fmt.Sprint(mem.buckets[bk]); x != v {
-					t.Fatalf("bucket %s: x = %s in Redis, %s in Memory", k, v, x)
-				}
-			} else if uid := bk*bucketSize + fi; err != nil || mem.users[uid] != v {
-				t.Fatalf("user %d (field %s, %v): Memory holds %x, Redis %x", uid, f, err, mem.users[uid], v)
-			} else {
-				stored++
-			}
-		}
-	}
-	if stored != mem.Users() {
-		t.Fatalf("Redis holds %d records, Memory %d", stored, mem.Users())
-	}
-	t.Logf("%d records equal byte for byte", stored)
+	sameAsRedis(t, c, mem, "refmem")
 }

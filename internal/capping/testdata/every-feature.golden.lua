@@ -5,7 +5,8 @@
 --
 -- KEYS[1]  <prefix>:{b<uid/32>}, a hash: field <uid%32> = the user's record,
 --          field "x" = until when (decision time, unix s) the key's expiry
---          covers every record in it
+--          covers every record in it, field "y" = a time no record in it
+--          was last written before (a 0 byte, then 4 bytes)
 -- ARGV[1]  field: the user's field in the bucket (<uid%32>)
 -- ARGV[2]  now: the decision time (unix s, 4 bytes)
 -- ARGV[3]  digest: the intent id's digest (5 bytes)
@@ -36,7 +37,7 @@ local P = ARGV[4]
 local flags = byte(P, 11)
 local nowb = ARGV[2]
 local now = u32(nowb, 1)
-local v = redis.call('HMGET', KEYS[1], ARGV[1], 'x')
+local v = redis.call('HMGET', KEYS[1], ARGV[1], 'x', 'y')
 local rec = v[1] or '\0' -- no record: no entries, no sections
 local n, ni, ib = #rec, byte(rec, 1), 2
 if ni >= 128 then ni, ib = (ni - 128) * 256 + byte(rec, 2), 3 end
@@ -315,29 +316,45 @@ if rm % 8 >= 4 and done % 8 < 4 then out = out .. '\247\132\094' .. camp .. '\00
 if rm % 16 >= 8 and done % 16 < 8 then out = out .. '\026\110\133' .. '\001' .. nowb end
 if rm % 32 >= 16 and done % 32 < 16 then out = out .. '\118\122\049' .. '\001' .. nowb end
 
-local x = tonumber(v[2]) or 0
-if now + 2682301 > x then
-  -- The key outlives every record in it by at most the slack: a bucket no
-  -- one writes to any more disappears whole. Extending it (once per slack)
-  -- also drops the records of its users who stopped receiving: their
-  -- latest write (a record's last idempotency entry) is older than any
-  -- limit or the idempotency window looks.
-  if v[2] then -- a new bucket has no one to drop
-    local all, old = redis.call('HGETALL', KEYS[1]), now - 2682301
-    for i = 1, #all, 2 do
-      local f, r = all[i], all[i + 1]
-      if f ~= 'x' and f ~= ARGV[1] then
-        local c, q = byte(r, 1), 2
-        if c >= 128 then c, q = (c - 128) * 256 + byte(r, 2), 3 end
-        if c > 0 and u32(r, q + 9 * c - 4) < old then redis.call('HDEL', KEYS[1], f) end
+-- The bucket: x, until when its expiry covers every record in it; y (a 0
+-- byte, then a time), a time no record in it was last written before.
+local x, yb = tonumber(v[2]) or 0, nil
+local y = v[3] and #v[3] == 4 + 1 and u32(v[3], 2) or 0
+local old = now - 2682301
+if not v[2] then
+  yb = '\0' .. nowb -- a new bucket: only this record
+elseif y < old then
+  -- A record may be older than any limit or the idempotency window looks
+  -- (its user stopped receiving: its latest write, the last idempotency
+  -- entry, is before old): those go, and y becomes the oldest left.
+  local all = redis.call('HGETALL', KEYS[1])
+  y = now
+  for i = 1, #all, 2 do
+    local f, r = all[i], all[i + 1]
+    if f ~= 'x' and f ~= 'y' and f ~= ARGV[1] then
+      local c, q = byte(r, 1), 2
+      if c >= 128 then c, q = (c - 128) * 256 + byte(r, 2), 3 end
+      if c > 0 then
+        local t = u32(r, q + 9 * c - 4)
+        if t < old then redis.call('HDEL', KEYS[1], f) elseif t < y then y = t end
       end
     end
   end
+  yb = char(0, math.floor(y / 16777216), math.floor(y / 65536) % 256, math.floor(y / 256) % 256, y % 256)
+end
+-- The key outlives every record in it by at most the slack: a bucket no one
+-- writes to any more disappears whole. It is extended once per slack.
+local ext = now + 2682301 > x
+if ext and yb then
+  redis.call('HSET', KEYS[1], ARGV[1], out, 'x', now + 2682301 + 86400, 'y', yb)
+elseif ext then
   redis.call('HSET', KEYS[1], ARGV[1], out, 'x', now + 2682301 + 86400)
-  -- Relative to the server's clock: the same span, whatever the skew of
-  -- the decision times.
-  redis.call('EXPIRE', KEYS[1], 2682301 + 86400)
+elseif yb then
+  redis.call('HSET', KEYS[1], ARGV[1], out, 'y', yb)
 else
   redis.call('HSET', KEYS[1], ARGV[1], out)
 end
+-- Relative to the server's clock: the same span, whatever the skew of the
+-- decision times.
+if ext then redis.call('EXPIRE', KEYS[1], 2682301 + 86400) end
 return 0
