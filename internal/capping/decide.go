@@ -57,17 +57,32 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 	var known periods
 	set.assemble(&a, reqs, e.refusals, &known)
 	defer a.finish() // a.out's elements, whatever the return
-	defer e.m.observeCalls(a.asked)
-	e.m.refusalHits.Add(float64(a.hits))
-	if len(a.calls) == 0 {
-		return a.out, nil
+	defer func() {
+		e.m.observeCalls(a.asked)
+		e.m.refusalHits.Add(float64(a.hits))
+	}()
+	for round := 1; ; round++ {
+		if err := e.round(ctx, set, &a); err != nil {
+			return a.out, err
+		}
+		if !a.next(round + 1) {
+			break
+		}
 	}
+	return a.out, nil
+}
+
+// round sends a round's calls as one pipeline (re-sending those Redis
+// refused without running) and answers them.
+func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) error {
+	if len(a.calls) == 0 {
+		return nil
+	}
+	reqs := a.reqs
 	e.prepare(set, reqs, a.calls)
 	if err := ctx.Err(); err != nil {
-		for _, c := range a.calls {
-			a.out[c.i].Err = fmt.Errorf("decide: %w", err)
-		}
-		return a.out, err
+		a.fail(fmt.Errorf("decide: %w", err))
+		return err
 	}
 	all := ptrs(a.calls)
 	e.send(ctx, set, reqs, all, false)
@@ -85,9 +100,10 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		a.answer(k, rep, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return a.out, err
+		a.fail(fmt.Errorf("decide: %w", err))
+		return err
 	}
-	return a.out, nil
+	return nil
 }
 
 // Re-sends of calls refused without running, after the pipeline: a few

@@ -325,3 +325,39 @@ func TestRefusalCacheBudget(t *testing.T) {
 		t.Fatalf("after forget: %d users, %d bytes", rc.users.Len(), rc.bytes)
 	}
 }
+
+// TestRefusalCacheRounds: a user's intents in a row in one batch (a blast
+// that sends each user several) are decided in rounds, so that the cache
+// answers what follows a refusal: four intents against a cap of one cost
+// two script calls, with the answers Redis would give.
+func TestRefusalCacheRounds(t *testing.T) {
+	c := testenv.StartRedis(t, testenv.RedisOptions{}).Client()
+	reg := prometheus.NewRegistry()
+	e := newEngine(t, c, Options{Rules: Rules{Default: Policy{Limits: []Limit{{Name: "daily", Window: day, Max: 1}}}},
+		RefusalCacheSize: 100, RefusalCacheTTL: time.Minute, Registerer: reg})
+	var reqs []Request
+	for u := range uint64(3) {
+		for k := range 4 {
+			reqs = append(reqs, Request{UserID: 10 + u, IntentID: fmt.Sprint(u, "-", k), Channel: "push", Category: "marketing", At: T0.Add(time.Duration(k) * time.Second)})
+		}
+	}
+	got, err := e.Decide(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range got {
+		want := Capped
+		if i%4 == 0 {
+			want = Allowed
+		}
+		if d.Err != nil || d.Outcome != want || want == Capped && (d.Limit != "daily" || d.RetryAfter.In != day+time.Second-time.Duration(i%4)*time.Second) {
+			t.Fatalf("intent %s: %+v, want %s", reqs[i].IntentID, d, want)
+		}
+	}
+	if calls := evalCalls(t, c); calls != 6 {
+		t.Fatalf("%d script calls for 3 users with 4 intents each, want 6 (one allowed, one refused each)", calls)
+	}
+	if hits := counterValue(t, reg, "capper_refusal_cache_hits_total", nil); hits != 6 {
+		t.Fatalf("%v answers from the cache, want 6", hits)
+	}
+}
