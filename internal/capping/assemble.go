@@ -24,7 +24,7 @@ type assembly struct {
 	set   *policySet
 	reqs  []Request
 	out   []Decision
-	calls []call // this round's
+	calls []call    // this round's
 	cache *refusals // nil: no cache
 	// asked counts valid requests (exempt ones included); hits those the
 	// cache answered.

@@ -46,9 +46,9 @@ type Options struct {
 	RefusalCacheSize  int
 	RefusalCacheBytes int64
 	RefusalCacheTTL   time.Duration
-	Registerer       prometheus.Registerer
-	Logger           *slog.Logger
-	Now              func() time.Time // only for the clock-skew check
+	Registerer        prometheus.Registerer
+	Logger            *slog.Logger
+	Now               func() time.Time // only for the clock-skew check
 }
 
 const defaultSkewInterval = 30 * time.Second
@@ -64,6 +64,7 @@ type Engine struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 	refusals     *refusals // nil: no cache
+	refund       *script
 	m            *metrics
 	log          *slog.Logger
 	now          func() time.Time
@@ -91,6 +92,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		now:          opts.Now,
 	}
 	e.set.Store(set)
+	if e.refund, err = newRefundScript(); err != nil {
+		return nil, fmt.Errorf("capping: %w", err)
+	}
 	if opts.RefusalCacheSize > 0 {
 		budget := opts.RefusalCacheBytes
 		if budget <= 0 {

@@ -1,6 +1,6 @@
 package capping
 
-// Memory's refunds: refund.lua in Go on Memory's records, so that a replay
+// Memory's refunds: the refund script (refund.lua.tmpl) in Go on Memory's records, so that a replay
 // with refunds holds what Redis would, byte for byte.
 
 // Refund gives back the slots of one allowed send as Engine.Refund does.
@@ -21,7 +21,7 @@ func (m *Memory) Refund(r RefundRequest) RefundResult {
 	return res
 }
 
-// refundRecord is refund.lua on one record: what it does for the intent
+// refundRecord is the refund script on one record: what it does for the intent
 // whose digest is d5, and the record after it. The steps are the script's;
 // keep them in step.
 func refundRecord(rec, d5 string) (string, RefundResult) {

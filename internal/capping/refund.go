@@ -1,7 +1,7 @@
 package capping
 
 // Refunds: a send whose delivery failed gives its slots back. One call of
-// refund.lua per request, all in one pipeline; the calls Redis refused
+// the refund script (refund.lua.tmpl) per request, all in one pipeline; the calls Redis refused
 // without running are re-sent as EVAL, as Decide does (decide.go).
 
 import (
@@ -9,17 +9,28 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
+	"text/template"
 
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed refund.lua
-var refundSource string
+//go:embed refund.lua.tmpl
+var refundTemplate string
 
-// refundScript reads only the record, so one serves every policy. It is not
-// loaded in advance: the first EVALSHA on a node meets NOSCRIPT and the
-// EVAL that follows caches it there (refunds are rare).
-var refundScript = newScript(refundSource)
+var refundText = template.Must(template.New("refund.lua").Parse(refundTemplate))
+
+// newRefundScript is the refund script, from its template and the layout.
+// It reads only the record, so one serves every policy. It is not loaded
+// in advance: the first EVALSHA on a node meets NOSCRIPT and the EVAL that
+// follows caches it there (refunds are rare).
+func newRefundScript() (*script, error) {
+	var b strings.Builder
+	if err := refundText.Execute(&b, struct{ L layoutData }{layout}); err != nil {
+		return nil, fmt.Errorf("generate the refund script: %w", err)
+	}
+	return newScript(b.String()), nil
+}
 
 // RefundRequest asks to give back the slot of one allowed send.
 type RefundRequest struct {
@@ -67,7 +78,7 @@ type refundCall struct {
 //
 // The idempotency entry stays, so a redelivery of a refunded intent is
 // answered Duplicate, not counted again. A refund is decided from the record
-// alone (refund.lua says how a send is found by its time), and removes a
+// alone (refund.lua.tmpl says how a send is found by its time), and removes a
 // send only where that is exact: where it cannot tell, it keeps the send,
 // which only over-counts.
 //
@@ -141,9 +152,9 @@ func (e *Engine) resendRefunds(ctx context.Context, all []*refundCall) {
 func (e *Engine) sendRefunds(ctx context.Context, calls []*refundCall, eval bool) {
 	// Script calls, but not decisions: calls per intent stays about Decide.
 	e.m.scriptCalls.Add(float64(len(calls)))
-	name, body := "evalsha", refundScript.sha
+	name, body := "evalsha", e.refund.sha
 	if eval {
-		name, body = "eval", refundScript.src
+		name, body = "eval", e.refund.src
 	}
 	pipe := e.client.Pipeline()
 	for _, c := range calls {

@@ -268,7 +268,7 @@ func testRefundInvalid(t *testing.T, c redis.UniversalClient) {
 	}
 }
 
-// TestRefundScriptAsGo: refund.lua in redis-server and in miniredis (the
+// TestRefundScriptAsGo: the refund script in redis-server and in miniredis (the
 // demo's gopher-lua) does what refundRecord does, on random records made to
 // share seconds and digests, with unaligned digest matches and counts
 // crossing the one-byte varint.
@@ -277,6 +277,10 @@ func TestRefundScriptAsGo(t *testing.T) {
 	mc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = mc.Close() })
 	ctx := context.Background()
+	refund, err := newRefundScript()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		c    *redis.Client
@@ -290,7 +294,7 @@ func TestRefundScriptAsGo(t *testing.T) {
 			} else if err := c.c.HSet(ctx, "k", "f", rec).Err(); err != nil {
 				t.Fatal(err)
 			}
-			res, err := c.c.Eval(ctx, refundScript.src, []string{"k"}, "f", d5).Int64()
+			res, err := c.c.Eval(ctx, refund.src, []string{"k"}, "f", d5).Int64()
 			if err != nil {
 				t.Fatalf("%s: record %x: %v", c.name, rec, err)
 			}

@@ -250,3 +250,15 @@ func (d *Decoder) validate(key []byte, keyed bool, f *fields) (Intent, error) {
 	}
 	return in, nil
 }
+
+// NewRequest is the engine's request for a decoded intent of a user in
+// segment (the snapshot's Lookup), without its decision time (the caller's
+// clock) and Redelivered (where the worker's refusal cache may answer). The worker
+// and capper replay build requests with it alike.
+func NewRequest(in *Intent, segment string) capping.Request {
+	return capping.Request{
+		UserID: in.UserID, Segment: segment, IntentID: in.ID,
+		Campaign: in.CampaignID, Channel: in.Channel, Category: in.Category,
+		Tags: in.Tags, Priority: in.Priority, TimeZone: in.TimeZone, Override: in.Override,
+	}
+}
