@@ -169,7 +169,6 @@ func engineInvalid(err error) *InvalidError {
 	return invalid("value", "%v", err)
 }
 
-
 type topicPartition struct {
 	topic     string
 	partition int
