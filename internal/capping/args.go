@@ -64,9 +64,13 @@ var argSpecs = [numArgs]argSpec{
 
 // argPlaces says where each argument is: pos, its ARGV index (1-based) or
 // its offset in the packed one (1-based, as Lua counts); 0: not passed.
+// After the fixed fields (packed bytes), the packed argument ends with the
+// slots campaign plans book (plans.go), when any: a byte pair per booked
+// limit, its index in the policy (1-based) and the slots.
 type argPlaces struct {
-	pos  [numArgs]int
-	argv int // the ARGV in all
+	pos    [numArgs]int
+	argv   int // the ARGV in all
+	packed int // the fixed fields' bytes
 }
 
 // placeArgs places the arguments the set needs, in the table's order.
@@ -83,6 +87,7 @@ func (ps *policySet) placeArgs() {
 			off += a.size
 		}
 	}
+	ps.args.packed = off - 1
 }
 
 func (ps *policySet) perCampaign() bool {
@@ -134,6 +139,13 @@ func (ps *policySet) appendPacked(b []byte, r *Request, c *call) []byte {
 		case argCampaign:
 			h := campaignHash(r.Campaign)
 			b = append(b, h[:]...)
+		}
+	}
+	if c.plan.anyBooked {
+		for li, n := range c.plan.booked {
+			if n > 0 {
+				b = append(b, byte(li+1), n)
+			}
 		}
 	}
 	return b

@@ -85,7 +85,9 @@ func (a *assembly) consider(c call, last bool) {
 		return
 	}
 	m := a.cache.memoOf(r.UserID)
-	if !c.bypass && !r.Redelivered && !a.called[r.UserID] {
+	// Bookings of campaign plans count as sends for this intent only: the
+	// cache, which knows what Redis found full, may not answer it.
+	if !c.bypass && !r.Redelivered && !a.called[r.UserID] && !c.plan.anyBooked {
 		if d, ok := a.cache.lookup(a.set, r, c.plan, m); ok {
 			refused := a.out[c.i].OverrideRefused
 			a.out[c.i] = d
@@ -134,7 +136,9 @@ func (a *assembly) answer(k int, rep reply, err error) {
 	if c.bypass && (d.Outcome == Allowed || d.Outcome == Duplicate) {
 		d.Override = Bypass
 	}
-	if a.cache != nil {
+	// A refusal that counted bookings of campaign plans is this intent's
+	// only: the cache learns sends from it, not that refusal.
+	if a.cache != nil && (!c.plan.anyBooked || d.Outcome != Capped) {
 		a.cache.remember(a.set, r, c.plan, *d, rep.idem, rep.withIdem)
 	}
 }

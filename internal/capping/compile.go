@@ -8,6 +8,7 @@ package capping
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -134,6 +135,12 @@ type callPlan struct {
 	// cal[c-1]: the calendar period of kind c holding the decision time,
 	// in the request's time zone (unix s), for the kinds the set uses.
 	cal [3]struct{ start, end int64 }
+	// booked[i]: the slots campaign plans of a higher priority hold in
+	// limit i of the policy (plans.go); firstEnd[i]: the one of them (in
+	// Request.Planned) whose window ends first.
+	booked    [MaxLimits]uint8
+	firstEnd  [MaxLimits]int16
+	anyBooked bool
 }
 
 // plan is what the set needs of a request; known remembers the batch's
@@ -157,6 +164,7 @@ func (ps *policySet) plan(r *Request, known *periods) callPlan {
 			c.applies |= 1 << i
 		}
 	}
+	ps.book(r, &c)
 	return c
 }
 
@@ -177,22 +185,34 @@ func (ps *policySet) decision(rep reply, r *Request, c callPlan) (Decision, erro
 		d.Outcome = Allowed
 	case codeDuplicate:
 		d.Outcome, d.At = Duplicate, time.Unix(rep.t, 0)
-	case codeCapped:
+	case codeCapped, codeHeld:
 		limits := ps.pols[c.pol].limits
 		if rep.limit < 1 || rep.limit > int64(len(limits)) {
 			return Decision{}, fmt.Errorf("script named limit %d of %d", rep.limit, len(limits))
 		}
-		l := limits[rep.limit-1]
+		li := rep.limit - 1
+		l := limits[li]
 		d.Outcome, d.Limit = Capped, l.Name
 		switch {
 		case l.Max == 0:
 			d.RetryAfter.Never = true
+		case rep.code == codeHeld && rep.t == 0 && l.Calendar == None:
+			// The bookings alone fill it: it frees when the first of them
+			// ends (below).
+			d.RetryAfter.In = time.Duration(math.MaxInt64)
 		case l.Calendar != None:
 			d.RetryAfter.In = time.Unix(c.cal[l.Calendar-1].end, 0).Sub(r.At)
 		default:
 			// The send at t (s) counts while now_s - window <= t.
 			free := time.Unix(rep.t+l.window+1, 0)
 			d.RetryAfter.In = max(free.Sub(r.At), 0)
+		}
+		if rep.code == codeHeld {
+			// Held for the plan whose booking ends first: a slot frees
+			// then, or when a send leaves the window, whichever is first.
+			p := &r.Planned[c.firstEnd[li]]
+			d.HeldFor = p.Campaign
+			d.RetryAfter.In = min(d.RetryAfter.In, max(p.Ends.Sub(r.At), 0))
 		}
 	default:
 		return Decision{}, fmt.Errorf("script answered outcome %d", rep.code)

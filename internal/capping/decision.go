@@ -37,6 +37,10 @@ type Request struct {
 	// DeferredSince is when the intent was first deferred (zero: never):
 	// it may wait at most its limit's max_defer from then.
 	DeferredSince time.Time
+	// Planned are the campaign plans whose audience holds the user (the
+	// worker's active plans); those of a higher priority book slots the
+	// intent cannot take (plans.go).
+	Planned []Planned
 	At            time.Time // decision time from the caller's clock
 }
 
@@ -58,6 +62,10 @@ type Decision struct {
 	Policy string
 	// Limit is the name of the first limit (policy order) that capped.
 	Limit string
+	// HeldFor (Capped): the campaign plan whose booking held the intent
+	// back (the limit had room without the bookings), the one whose
+	// window ends first when several book it.
+	HeldFor string
 	// RetryAfter (Capped): when a slot frees.
 	RetryAfter RetryAfter
 	// At is the time the intent counts at: the request's decision time, or

@@ -241,7 +241,7 @@ func (ps *policySet) check(r *Request) (d *Decision, bypass bool, err error) {
 		return nil, false, invalidRequest("category", "unknown category %q: not one of the policy's (%s)", r.Category, strings.Join(rules.Categories, ", "))
 	case len(r.Tags) > MaxTags:
 		return nil, false, invalidRequest("tags", "%d tags (at most %d)", len(r.Tags), MaxTags)
-	case r.Priority > High:
+	case r.Priority > MaxPriority:
 		return nil, false, invalidRequest("priority", "priority %d", r.Priority)
 	case r.At.IsZero() || r.At.Unix() <= 0 || r.At.Unix() > math.MaxUint32:
 		return nil, false, invalidRequest("created_at", "no decision time")

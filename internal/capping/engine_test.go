@@ -50,9 +50,12 @@ func TestRulesValidate(t *testing.T) {
 		{"reserve all", func(r *Rules) {
 			r.Segments[1].Limits[1].Reserve.Slots = 5
 		}, []string{`limits[1] (limit "daily").reserve.slots: 5 must be from 1 to max-1 (4)`}},
-		{"reserve below low", func(r *Rules) {
-			r.Segments[1].Limits[1].Reserve.Below = Low
-		}, []string{`limits[1] (limit "daily").reserve.below: low reserves nothing`}},
+		{"reserve below 0", func(r *Rules) {
+			r.Segments[1].Limits[1].Reserve.Below = 0
+		}, []string{`limits[1] (limit "daily").reserve.below: 0 reserves nothing`}},
+		{"reserve below the scale", func(r *Rules) {
+			r.Segments[1].Limits[1].Reserve.Below = MaxPriority + 1
+		}, []string{`limits[1] (limit "daily").reserve.below: 101 is above 100`}},
 		{"duplicate name", func(r *Rules) {
 			r.Segments[0].Policy = Policy{Limits: []Limit{{Name: "d", Window: day, Max: 1}, {Name: "d", Window: 2 * day, Max: 2}}}
 		}, []string{`segments[0] (segment "new").limits[1] (limit "d").name: "d" is used by an earlier limit of this policy`}},
@@ -188,7 +191,7 @@ func TestInvalidRequests(t *testing.T) {
 		bad(func(r *Request) { r.IntentID = strings.Repeat("x", MaxIntentID+1) }),
 		bad(func(r *Request) { r.At = time.Time{} }),
 		bad(func(r *Request) { r.Tags = make([]string, MaxTags+1) }),
-		bad(func(r *Request) { r.Priority = High + 1 }),
+		bad(func(r *Request) { r.Priority = MaxPriority + 1 }),
 		good,
 		bad(func(r *Request) { r.Category = "transactional"; r.IntentID = "t" }),
 		// A segment without a policy gets the default one.
@@ -199,7 +202,7 @@ func TestInvalidRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []string{`unknown category ""`, `unknown channel "fax"`, "intent id of 0 bytes", "intent id of 129 bytes",
-		"no decision time", "17 tags (at most 16)", "priority 3"} {
+		"no decision time", "17 tags (at most 16)", "priority 101"} {
 		if !errors.Is(d[i].Err, ErrInvalidRequest) || !strings.Contains(d[i].Err.Error(), want) {
 			t.Errorf("request %d: %v, want an invalid request error with %q", i, d[i].Err, want)
 		}

@@ -60,6 +60,7 @@ type (
 		Argv, At                           map[string]int
 		Args                               []argDoc
 		FlagBypass, FlagWantIdem           int
+		Packed                             int // the packed argument's fixed bytes
 		Scopes                             []scopeData
 		Policies                           []policyData
 	}
@@ -67,7 +68,7 @@ type (
 
 func (ps *policySet) generate() (string, error) {
 	d := scriptData{Version: ps.version(), IdemS: ps.idem, KeyLife: ps.keyLife, Slack: ps.slack,
-		UnknownRetS: unknownRetention, L: layout, R: replyText, FlagBypass: flagBypass, FlagWantIdem: flagWantIdem}
+		UnknownRetS: unknownRetention, L: layout, R: replyText, FlagBypass: flagBypass, FlagWantIdem: flagWantIdem, Packed: ps.args.packed}
 	d.Argv, d.At, d.Args = ps.argData()
 	used := map[int]bool{}
 	for pi, p := range ps.pols {

@@ -73,7 +73,7 @@ func (m *Memory) Decide(r *Request) Decision {
 		c := &a.calls[k]
 		var err error
 		rep := m.run(r, c.plan, c.bypass)
-		if rep.code > codeDuplicate { // the reply is built here; this would be a bug in run
+		if rep.code > codeHeld { // the reply is built here; this would be a bug in run
 			err = fmt.Errorf("decide: run answered code %d", rep.code)
 		}
 		a.answer(k, rep, err)
@@ -147,29 +147,48 @@ func (m *Memory) check(r *Request, c callPlan, rec string, sb int, camp string) 
 		if l.Reserve.Slots > 0 && r.Priority < l.Reserve.Below {
 			mx = l.Max - l.Reserve.Slots
 		}
-		// The mx-th newest send; a trimmed log holding fewer counts its
-		// dropped sends as at its oldest.
-		log := &logs[l.scope]
-		i := log.n() - mx
-		if i < 0 && log.trimmed && log.n() > 0 {
-			i = 0
-		}
-		if i < 0 {
-			continue
-		}
-		t := u32(rec, log.times+timeSize*i)
 		start := now - l.window
 		if l.Calendar != None {
 			start = c.cal[l.Calendar-1].start
 		}
-		if t >= start {
+		log := &logs[l.scope]
+		if t, full := log.full(rec, mx, start); full {
 			if l.Calendar == None {
 				rep.t = t
 			}
 			return rep, true
 		}
+		// Campaign plans of a higher priority book slots: held when they
+		// make the difference.
+		if b := int(c.booked[li]); b > 0 {
+			rep.code = codeHeld
+			if mx <= b {
+				return rep, true
+			}
+			if t, full := log.full(rec, mx-b, start); full {
+				if l.Calendar == None {
+					rep.t = t
+				}
+				return rep, true
+			}
+		}
 	}
 	return reply{}, false
+}
+
+// full reports whether a log holds m sends at or after start, and the m-th
+// newest's time: a trimmed log holding fewer counts its dropped sends as at
+// its oldest.
+func (log *sectionPos) full(rec string, m int, start int64) (int64, bool) {
+	i := log.n() - m
+	if i < 0 && log.trimmed && log.n() > 0 {
+		i = 0
+	}
+	if i < 0 {
+		return 0, false
+	}
+	t := u32(rec, log.times+timeSize*i)
+	return t, t >= start
 }
 
 // record is the script's write of an allowed intent: its idempotency

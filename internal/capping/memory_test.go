@@ -27,8 +27,14 @@ func newTestMemory(t testing.TB, rules Rules, idem time.Duration) *Memory {
 // that differs and returns how many requests it compared.
 func memoryRun(t *testing.T, mem *Memory, seed uint64, start time.Time, intents int, want func([]Request) []Decision) int {
 	t.Helper()
+	return memoryRunWith(t, mem, seed, start, intents, false, want)
+}
+
+// memoryRunWith is memoryRun, with campaign plans in the traffic or not.
+func memoryRunWith(t *testing.T, mem *Memory, seed uint64, start time.Time, intents int, plans bool, want func([]Request) []Decision) int {
+	t.Helper()
 	g := newGen(t, seed, 300, start)
-	g.invalid = true
+	g.invalid, g.usePlans = true, plans
 	outcomes := map[string]int{}
 	done := 0
 	for b := 0; done < intents; b++ {
@@ -50,6 +56,8 @@ func memoryRun(t *testing.T, mem *Memory, seed uint64, start time.Time, intents 
 			switch {
 			case got.Err != nil:
 				outcomes["invalid"]++
+			case got.Outcome == Capped && got.HeldFor != "":
+				outcomes["held "+got.Limit]++
 			case got.Outcome == Capped:
 				outcomes["capped "+got.Limit]++
 			default:
@@ -209,4 +217,23 @@ func sameAsRedis(t *testing.T, c redis.UniversalClient, mem *Memory, prefix stri
 		t.Fatalf("Redis holds %d records, Memory %d", stored, mem.Users())
 	}
 	t.Logf("%d records equal byte for byte", stored)
+}
+
+// TestMemoryWithPlans: with campaign plans in the traffic, Memory answers
+// as Redis does (the plan held for and the retry-after included) and holds
+// the same records, byte for byte.
+func TestMemoryWithPlans(t *testing.T) {
+	c := testenv.StartRedis(t, testenv.RedisOptions{}).Client()
+	ctx := context.Background()
+	idem := 2 * time.Hour
+	e := newEngine(t, c, Options{IdempotencyWindow: idem, KeyPrefix: "memplan"})
+	mem := newTestMemory(t, e.set.Load().rules, idem)
+	memoryRunWith(t, mem, *modelSeed+71, spring, 8000, true, func(reqs []Request) []Decision {
+		out, err := e.Decide(ctx, reqs)
+		if err != nil {
+			t.Fatalf("Decide: %v", err)
+		}
+		return out
+	})
+	sameAsRedis(t, c, mem, "memplan")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -187,8 +188,8 @@ func (m *refModel) decide(r Request) Decision {
 		d.Override = Bypass
 	} else {
 		for _, l := range rules.PolicyOf(r.Segment).Limits {
-			if full, retry := m.limitState(u, r, l); full {
-				return Decision{Outcome: Capped, Limit: l.Name, RetryAfter: retry, At: r.At, OverrideRefused: refused}
+			if full, retry, held := m.limitState(u, r, l); full {
+				return Decision{Outcome: Capped, Limit: l.Name, RetryAfter: retry, At: r.At, OverrideRefused: refused, HeldFor: held}
 			}
 		}
 	}
@@ -199,14 +200,15 @@ func (m *refModel) decide(r Request) Decision {
 	return d
 }
 
-// limitState says whether a limit applies to r and is full for it, and when
-// it frees a slot.
-func (m *refModel) limitState(u *refUser, r Request, l Limit) (bool, RetryAfter) {
+// limitState says whether a limit applies to r and is full for it, when it
+// frees a slot, and the campaign plan that held r back (the limit had room
+// without the plans' bookings).
+func (m *refModel) limitState(u *refUser, r Request, l Limit) (bool, RetryAfter, string) {
 	if !refMatches(l.Where, &r) {
-		return false, RetryAfter{}
+		return false, RetryAfter{}, ""
 	}
 	if l.Max == 0 {
-		return true, RetryAfter{Never: true}
+		return true, RetryAfter{Never: true}, ""
 	}
 	var times []int64
 	scope := refScope(l.Where, l.Per)
@@ -228,26 +230,74 @@ func (m *refModel) limitState(u *refUser, r Request, l Limit) (bool, RetryAfter)
 			in++
 		}
 	}
+	// full says whether k sends are in the window, and the k-th newest: a
+	// trimmed log holding fewer than k counts its dropped sends as if at
+	// its oldest kept one.
+	key := logKey(scope, m.scopes()[scope], &r)
+	full := func(k int) (bool, int64) {
+		if k <= 0 {
+			return true, 0
+		}
+		if t, ok := u.heldFull(key, k, start); ok {
+			return true, t
+		}
+		if in >= k {
+			return true, times[len(times)-k]
+		}
+		return false, 0
+	}
+	retry := func(nth int64) RetryAfter {
+		switch {
+		case l.Calendar != None:
+			return RetryAfter{In: time.Unix(end, 0).Sub(r.At)}
+		case nth == 0:
+			return RetryAfter{In: time.Duration(math.MaxInt64)}
+		}
+		return RetryAfter{In: max(time.Unix(nth+w+1, 0).Sub(r.At), 0)}
+	}
 	allow := l.Max
 	if l.Reserve.Slots > 0 && r.Priority < l.Reserve.Below {
 		allow -= l.Reserve.Slots
 	}
-	nth := int64(0) // the allow-th newest send
-	if in >= allow {
-		nth = times[len(times)-allow]
+	if ok, nth := full(allow); ok {
+		return true, retry(nth), ""
 	}
-	// A trimmed log holding fewer than allow (a max raised since it
-	// dropped sends): its dropped sends count as if at its oldest.
-	if t, full := u.heldFull(logKey(scope, m.scopes()[scope], &r), allow, start); full {
-		in, nth = allow, t
+	booked, first := m.bookings(r, l, end)
+	if booked == 0 {
+		return false, RetryAfter{}, ""
 	}
-	if in < allow {
-		return false, RetryAfter{}
+	ok, nth := full(allow - booked)
+	if !ok {
+		return false, RetryAfter{}, ""
 	}
+	ra := retry(nth)
+	ra.In = min(ra.In, max(first.Ends.Sub(r.At), 0))
+	return true, ra, first.Campaign
+}
+
+// bookings counts the campaign plans that book a slot of l against r, and
+// the first of them to end: of a higher priority, another campaign, not
+// ended, their message counted by l (never by a per-campaign limit), and
+// sending inside l's window from r.At (periodEnd: the calendar period's
+// end).
+func (m *refModel) bookings(r Request, l Limit, periodEnd int64) (int, Planned) {
+	n, first := 0, Planned{}
+	until := r.At.Add(l.Window)
 	if l.Calendar != None {
-		return true, RetryAfter{In: time.Unix(end, 0).Sub(r.At)}
+		until = time.Unix(periodEnd, 0)
 	}
-	return true, RetryAfter{In: time.Unix(nth+w+1, 0).Sub(r.At)}
+	for _, p := range r.Planned {
+		msg := Request{Campaign: p.Campaign, Channel: p.Channel, Category: p.Category, Tags: p.Tags}
+		if p.Priority <= r.Priority || p.Campaign == r.Campaign || !r.At.Before(p.Ends) ||
+			l.Per == PerCampaign || !refMatches(l.Where, &msg) || !p.Starts.Before(until) {
+			continue
+		}
+		if n == 0 || p.Ends.Before(first.Ends) {
+			first = p
+		}
+		n++
+	}
+	return n, first
 }
 
 // refScope names what a limit counts: its where (each dimension as a set)
@@ -371,6 +421,42 @@ type gen struct {
 	invalid  bool // also make a few invalid requests
 	noMoves  bool // users keep their segment
 	noBypass bool // no intent asks to bypass the caps
+	// plans: campaign plans announced around now (each request carries
+	// those whose audience holds its user), renewed as they end.
+	plans []Planned
+	usePlans bool
+}
+
+// priorities are the test traffic's: the named ones, and the scale's ends.
+var testPriorities = []Priority{Low, Normal, Normal, High, 0, 10, 60, 90, MaxPriority}
+
+// plansFor renews the pool of plans (one that ended is replaced by one
+// that starts within the next two days) and returns those whose audience
+// holds u (half of the users of each, by a hash).
+func (g *gen) plansFor(u uint64) []Planned {
+	for len(g.plans) < 6 {
+		g.plans = append(g.plans, Planned{})
+	}
+	for i := range g.plans {
+		p := &g.plans[i]
+		if p.Campaign != "" && g.now.Before(p.Ends) {
+			continue
+		}
+		starts := g.now.Add(time.Duration(g.rng.IntN(50*3600)-3600) * time.Second)
+		*p = Planned{Campaign: testCampaigns[g.rng.IntN(len(testCampaigns))], Priority: testPriorities[g.rng.IntN(len(testPriorities))],
+			Starts: starts, Ends: starts.Add(time.Duration(600+g.rng.IntN(86400)) * time.Second),
+			Channel: testChannels[g.rng.IntN(len(testChannels))], Category: "marketing"}
+		if g.rng.IntN(3) == 0 {
+			p.Tags = []string{"promo"}
+		}
+	}
+	var out []Planned
+	for i, p := range g.plans {
+		if (u*2654435761+uint64(i)*40503)>>7%2 == 0 {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func newGen(t testing.TB, seed uint64, users int, start time.Time) *gen {
@@ -459,7 +545,10 @@ func (g *gen) batch(n int) []Request {
 		}
 		r := Request{UserID: u, Segment: g.seg[u], Channel: testChannels[g.rng.IntN(len(testChannels))], At: g.now,
 			Category: "marketing", Campaign: testCampaigns[g.rng.IntN(len(testCampaigns))], TimeZone: g.tz[u],
-			Priority: Priority(g.rng.IntN(3))}
+			Priority: testPriorities[g.rng.IntN(len(testPriorities))]}
+		if g.usePlans {
+			r.Planned = g.plansFor(u)
+		}
 		for range g.rng.IntN(3) {
 			r.Tags = append(r.Tags, testTags[g.rng.IntN(len(testTags))])
 		}
@@ -524,6 +613,7 @@ func (g *gen) batch(n int) []Request {
 type compareOpts struct {
 	resent  bool
 	relaxed *int // counts the comparisons that needed the relaxation
+	plans   bool // the traffic carries campaign plans (gen.usePlans)
 }
 
 func compare(got, want Decision, o compareOpts) error {
@@ -536,7 +626,7 @@ func compare(got, want Decision, o compareOpts) error {
 	if got.Err != nil {
 		return fmt.Errorf("unexpected error: %v", got.Err)
 	}
-	if got.Outcome == want.Outcome && got.Limit == want.Limit && got.RetryAfter == want.RetryAfter &&
+	if got.Outcome == want.Outcome && got.Limit == want.Limit && got.RetryAfter == want.RetryAfter && got.HeldFor == want.HeldFor &&
 		got.At.Equal(want.At) && got.Override == want.Override && got.OverrideRefused == want.OverrideRefused {
 		return nil
 	}
@@ -549,9 +639,9 @@ func compare(got, want Decision, o compareOpts) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("got %s limit=%q retry=%+v at=%s override=%s refused=%v, want %s limit=%q retry=%+v at=%s override=%s refused=%v",
-		got.Outcome, got.Limit, got.RetryAfter, got.At.UTC(), got.Override, got.OverrideRefused,
-		want.Outcome, want.Limit, want.RetryAfter, want.At.UTC(), want.Override, want.OverrideRefused)
+	return fmt.Errorf("got %s limit=%q held=%q retry=%+v at=%s override=%s refused=%v, want %s limit=%q held=%q retry=%+v at=%s override=%s refused=%v",
+		got.Outcome, got.Limit, got.HeldFor, got.RetryAfter, got.At.UTC(), got.Override, got.OverrideRefused,
+		want.Outcome, want.Limit, want.HeldFor, want.RetryAfter, want.At.UTC(), want.Override, want.OverrideRefused)
 }
 
 // runModel decides random batches with e and with the model and fails on the
@@ -561,7 +651,7 @@ func runModel(t *testing.T, e *Engine, seed uint64, start time.Time, intents int
 	ctx := context.Background()
 	m := newRefModel(e.set.Load().rules, time.Duration(e.set.Load().idem)*time.Second)
 	g := newGen(t, seed, 300, start)
-	g.invalid = true
+	g.invalid, g.usePlans = true, o.plans
 	outcomes := map[string]int{}
 	limits := map[string]int{}
 	for b, done := 0, 0; done < intents; b++ {
@@ -598,6 +688,9 @@ func runModel(t *testing.T, e *Engine, seed uint64, start time.Time, intents int
 			}
 			if got[i].Outcome == Capped && got[i].Err == nil {
 				limits[got[i].Limit]++
+				if got[i].HeldFor != "" {
+					outcomes["held for a plan"]++
+				}
 			}
 			if want.Outcome == Allowed {
 				g.allowed = append(g.allowed, refSend{at: r.At.Unix(), r: r})
@@ -608,7 +701,11 @@ func runModel(t *testing.T, e *Engine, seed uint64, start time.Time, intents int
 	t.Logf("seed %d: %d intents until %s: %v; capped by %v", seed, intents, g.now.Format(time.DateOnly), outcomes, limits)
 	// The traffic must have exercised every outcome and, in a long run,
 	// every limit kind.
-	for _, o := range []string{"allowed", "capped", "duplicate", "exempt", "invalid", "bypass", "bypass-uncounted", "override refused"} {
+	want := []string{"allowed", "capped", "duplicate", "exempt", "invalid", "bypass", "bypass-uncounted", "override refused"}
+	if o.plans {
+		want = append(want, "held for a plan")
+	}
+	for _, o := range want {
 		if outcomes[o] == 0 {
 			t.Errorf("no %s decision in the run: the generator no longer exercises it", o)
 		}
@@ -760,6 +857,27 @@ func TestModelSingleNode(t *testing.T) {
 		t.Run(start.Format("2006-01"), func(t *testing.T) {
 			e := newEngine(t, c, Options{IdempotencyWindow: 2 * time.Hour, KeyPrefix: fmt.Sprintf("m%d", i)})
 			m, _ := runModel(t, e, *modelSeed+uint64(i)*100, start, 8000, compareOpts{}, nil)
+			checkStored(t, c, e, m)
+		})
+	}
+}
+
+// TestModelWithPlans: random campaign plans (priorities over the whole
+// scale, windows before, across and after the decisions, messages some
+// limits count and others not) in the traffic, on a single node and a
+// cluster: every decision is the model's, the plan it was held for and the
+// retry-after included, and the stored records are the model's.
+func TestModelWithPlans(t *testing.T) {
+	for _, mode := range []string{"single", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			var c redis.UniversalClient
+			if mode == "single" {
+				c = testenv.StartRedis(t, testenv.RedisOptions{}).Client()
+			} else {
+				c = testenv.StartCluster(t, 3).Client()
+			}
+			e := newEngine(t, c, Options{IdempotencyWindow: 2 * time.Hour, KeyPrefix: "plans"})
+			m, _ := runModel(t, e, *modelSeed+70, autumn, 8000, compareOpts{plans: true}, nil)
 			checkStored(t, c, e, m)
 		})
 	}

@@ -22,34 +22,37 @@ import (
 func TestRefusalCacheModel(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	c := r.Client()
-	reg := prometheus.NewRegistry()
-	e := newEngine(t, c, Options{IdempotencyWindow: 2 * time.Hour, RefusalCacheSize: 10_000, RefusalCacheTTL: time.Hour, Registerer: reg})
-	m := newRefModel(e.set.Load().rules, 2*time.Hour)
-	g := newGen(t, *modelSeed+20, 300, autumn)
-	ctx := context.Background()
-	hits := 0
-	for b := range 120 {
-		g.step(m.rules)
-		reqs := g.batch(1 + g.rng.IntN(100))
-		got, err := e.Decide(ctx, reqs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, r := range reqs {
-			want := m.decide(r)
-			if err := compare(got[i], want, compareOpts{}); err != nil {
-				t.Fatalf("batch %d request %d %+v: %v", b, i, r, err)
+	for _, plans := range []bool{false, true} {
+		t.Run(fmt.Sprintf("plans=%v", plans), func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			e := newEngine(t, c, Options{IdempotencyWindow: 2 * time.Hour, RefusalCacheSize: 10_000, RefusalCacheTTL: time.Hour, Registerer: reg,
+				KeyPrefix: fmt.Sprintf("rcm%v", plans)})
+			m := newRefModel(e.set.Load().rules, 2*time.Hour)
+			g := newGen(t, *modelSeed+20, 300, autumn)
+			g.usePlans = plans
+			ctx := context.Background()
+			for b := range 120 {
+				g.step(m.rules)
+				reqs := g.batch(1 + g.rng.IntN(100))
+				got, err := e.Decide(ctx, reqs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, r := range reqs {
+					want := m.decide(r)
+					if err := compare(got[i], want, compareOpts{}); err != nil {
+						t.Fatalf("batch %d request %d %+v: %v", b, i, r, err)
+					}
+				}
 			}
-		}
+			hits := int(counterValue(t, reg, "capper_refusal_cache_hits_total", nil))
+			t.Logf("%d refusals answered from the cache; calls per intent %.2f", hits, counterValue(t, reg, "capper_redis_calls_per_intent", nil))
+			if hits == 0 {
+				t.Fatal("the cache answered nothing")
+			}
+			checkStored(t, c, e, m)
+		})
 	}
-	hits = int(counterValue(t, reg, "capper_refusal_cache_hits_total", nil))
-	calls := evalCalls(t, c)
-	t.Logf("%d refusals answered from the cache, %d script calls; calls per intent %.2f", hits, calls,
-		counterValue(t, reg, "capper_redis_calls_per_intent", nil))
-	if hits == 0 {
-		t.Fatal("the cache answered nothing")
-	}
-	checkStored(t, c, e, m)
 }
 
 // TestRefusalCacheRules: priorities, the TTL, ids allowed before, and

@@ -6,6 +6,7 @@ package capping
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/capper-dev/capper/internal/problems"
@@ -31,32 +32,42 @@ const (
 	MaxTagBytes = 64
 )
 
-// Priority orders intents for reserved slots: an intent below a limit's
-// Reserve.Below may use only Max - Reserve.Slots of it.
+// Priority orders intents and campaign plans on one scale, 0 (lowest) to
+// MaxPriority: a plan books slots against intents of a lower priority
+// (plans.go), and an intent below a limit's Reserve.Below may use only
+// Max - Reserve.Slots of it. The names low, normal and high are points of
+// the scale, with room around them for a day's campaigns.
 type Priority uint8
 
-// Priorities, lowest first.
+// Named priorities, and the top of the scale.
 const (
-	Low Priority = iota
-	Normal
-	High
+	Low         Priority = 25
+	Normal      Priority = 50
+	High        Priority = 75
+	MaxPriority Priority = 100
 )
 
-var priorityNames = [...]string{Low: "low", Normal: "normal", High: "high"}
+var priorityNames = map[Priority]string{Low: "low", Normal: "normal", High: "high"}
 
 func (p Priority) String() string {
-	if int(p) < len(priorityNames) {
-		return priorityNames[p]
+	if n, ok := priorityNames[p]; ok {
+		return n
 	}
-	return fmt.Sprintf("priority(%d)", p)
+	return strconv.Itoa(int(p))
 }
 
-// ParsePriority reads "low", "normal" or "high".
+// ParsePriority reads "low", "normal", "high" or a whole number from 0 to
+// MaxPriority.
 func ParsePriority(s string) (Priority, error) {
-	if i := slices.Index(priorityNames[:], s); i >= 0 {
-		return Priority(i), nil
+	for p, n := range priorityNames {
+		if n == s {
+			return p, nil
+		}
 	}
-	return 0, fmt.Errorf("%q is not one of low, normal, high", s)
+	if n, err := strconv.Atoi(s); err == nil && n >= 0 && n <= int(MaxPriority) && strconv.Itoa(n) == s {
+		return Priority(n), nil
+	}
+	return 0, fmt.Errorf("%q is not low, normal, high or a whole number from 0 to %d", s, MaxPriority)
 }
 
 // Calendar is a limit's calendar period; None is a rolling window.
@@ -311,11 +322,11 @@ func (l Limit) problems(ps *problems.List, at problems.Path, channels, categorie
 	if l.Reserve.Slots < 0 || (l.Reserve.Slots > 0 && l.Reserve.Slots >= l.Max) {
 		ps.Add(at.Key("reserve.slots"), "%d must be from 1 to max-1 (%d): reserved slots leave at least one for everyone", l.Reserve.Slots, l.Max-1)
 	}
-	if l.Reserve.Slots > 0 && l.Reserve.Below == Low {
-		ps.Add(at.Key("reserve.below"), "low reserves nothing: no priority is below it (use normal or high)")
+	if l.Reserve.Slots > 0 && l.Reserve.Below == 0 {
+		ps.Add(at.Key("reserve.below"), "0 reserves nothing: no priority is below it")
 	}
-	if l.Reserve.Below > High {
-		ps.Add(at.Key("reserve.below"), "%s is not one of normal, high", l.Reserve.Below)
+	if l.Reserve.Below > MaxPriority {
+		ps.Add(at.Key("reserve.below"), "%d is above %d", l.Reserve.Below, MaxPriority)
 	}
 	if l.Per > PerCampaign {
 		ps.Add(at.Key("per"), "%d is not user or campaign", l.Per)

@@ -43,6 +43,10 @@ const (
 	codeAllowed   = 0
 	codeCapped    = 1
 	codeDuplicate = 2
+	// codeHeld: capped because campaign plans book slots of the limit (it
+	// had room without them); t as for codeCapped, 0 when the bookings
+	// alone fill it.
+	codeHeld = 3
 )
 
 // On the wire a reply is one integer (a table costs Redis more), code <<
@@ -54,12 +58,13 @@ const (
 )
 
 // replyData is the reply's packing as the script template writes it.
-type replyData struct{ Code, Duplicate, Capped, Limit string }
+type replyData struct{ Code, Duplicate, Capped, Held, Limit string }
 
 var replyText = replyData{
 	Code:      fmt.Sprintf("2^%d", replyCodeShift),
 	Duplicate: fmt.Sprintf("%d * 2^%d", codeDuplicate, replyCodeShift),
 	Capped:    fmt.Sprintf("%d * 2^%d", codeCapped, replyCodeShift),
+	Held:      fmt.Sprintf("%d * 2^%d", codeHeld, replyCodeShift),
 	Limit:     fmt.Sprintf("2^%d", replyLimitShift),
 }
 

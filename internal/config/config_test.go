@@ -60,7 +60,7 @@ var badFiles = map[string][]string{
 	"reserve-no-slots.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "daily").reserve.slots: ` +
 		"0 must be from 1 to max-1 (2): reserved slots leave at least one for everyone"},
 	"reserve-below.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "daily").reserve.below: ` +
-		`"low" is not one of normal, high (intents below it may use only max - slots)`},
+		`"urgent" is not low, normal, high or a whole number from 0 to 100 (intents below it may use only max - slots)`},
 	"bad-per.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "daily").per: "channel" is not one of user, campaign`},
 	"bad-tag.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "promo").where.tags[1]: ` +
 		`"summer sale" must be 1 to 64 bytes of printable characters`},

@@ -217,7 +217,7 @@ func (d *Decoder) validate(key []byte, keyed bool, f *fields) (Intent, error) {
 	if in.Tags, err = tagList(f.tags); err != nil {
 		return Intent{}, err
 	}
-	if in.Priority, err = oneOf(f, "priority", f.priority, capping.Normal, capping.ParsePriority); err != nil {
+	if in.Priority, err = priorityOf(f); err != nil {
 		return Intent{}, err
 	}
 	if f.timeZone != nil {
@@ -261,4 +261,17 @@ func NewRequest(in *Intent, segment string) capping.Request {
 		Campaign: in.CampaignID, Channel: in.Channel, Category: in.Category,
 		Tags: in.Tags, Priority: in.Priority, TimeZone: in.TimeZone, Override: in.Override,
 	}
+}
+
+// priorityOf reads the priority: a name or a whole number from 0 to
+// capping.MaxPriority, as a JSON string or number; absent, normal.
+func priorityOf(f *fields) (capping.Priority, error) {
+	if v := f.priority; len(v) > 0 && v[0] >= '0' && v[0] <= '9' {
+		p, err := capping.ParsePriority(view(v))
+		if err != nil {
+			return 0, invalid("priority", "%v", err)
+		}
+		return p, nil
+	}
+	return oneOf(f, "priority", f.priority, capping.Normal, capping.ParsePriority)
 }

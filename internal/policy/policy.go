@@ -121,7 +121,7 @@ type Limit struct {
 // higher: the others may use only max - slots.
 type Reserve struct {
 	Slots int    `yaml:"slots"`
-	Below string `yaml:"below,omitempty"` // normal or high (default)
+	Below string `yaml:"below,omitempty"` // low, normal, high (default) or 1-100
 }
 
 // DefaultBelow is the priority a reserve keeps its slots for when it names

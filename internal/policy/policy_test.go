@@ -183,10 +183,12 @@ func TestProblems(t *testing.T) {
 			lim + ".max: is required (0 means never)",
 			lim + ".reserve.slots: 0 must be at least 1",
 		}},
-		{one(`{name: d, window: 1d, max: 3, reserve: {slots: 1, below: low}}`),
-			[]string{lim + `.reserve.below: "low" is not one of normal, high (intents below it may use only max - slots)`}},
+		{one(`{name: d, window: 1d, max: 3, reserve: {slots: 1, below: 0}}`),
+			[]string{lim + `.reserve.below: 0 reserves nothing: no priority is below it`}},
 		{one(`{name: d, window: 1d, max: 3, reserve: {slots: 1, below: urgent}}`),
-			[]string{lim + `.reserve.below: "urgent" is not one of normal, high (intents below it may use only max - slots)`}},
+			[]string{lim + `.reserve.below: "urgent" is not low, normal, high or a whole number from 0 to 100 (intents below it may use only max - slots)`}},
+		{one(`{name: d, window: 1d, max: 3, reserve: {slots: 1, below: 101}}`),
+			[]string{lim + `.reserve.below: "101" is not low, normal, high or a whole number from 0 to 100 (intents below it may use only max - slots)`}},
 		// per
 		{one(`{name: d, window: 1d, max: 1, per: channel}`), []string{lim + `.per: "channel" is not one of user, campaign`}},
 		// where and the legacy channel

@@ -186,14 +186,17 @@ func (l Limit) limit(ps *problems.List, legacy *[]problems.Path, at problems.Pat
 	}
 
 	if r := l.Reserve; r != nil {
-		switch r.Below {
-		case "normal":
-			c.Reserve.Below = capping.Normal
-		case "", "high":
-			c.Reserve.Below = capping.High
-		default:
-			ps.Add(at.Key("reserve.below"), "%q is not one of normal, high (intents below it may use only max - slots)", r.Below)
-			c.Reserve.Below = capping.High
+		c.Reserve.Below = capping.High
+		if r.Below != "" {
+			p, err := capping.ParsePriority(r.Below)
+			switch {
+			case err != nil:
+				ps.Add(at.Key("reserve.below"), "%v (intents below it may use only max - slots)", err)
+			case p == 0:
+				ps.Add(at.Key("reserve.below"), "0 reserves nothing: no priority is below it")
+			default:
+				c.Reserve.Below = p
+			}
 		}
 		switch {
 		case r.Slots < 1 && l.Max != nil:

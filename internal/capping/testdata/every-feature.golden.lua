@@ -24,7 +24,9 @@
 -- Returns one integer (a table costs Redis more): code * 2^40 + limit *
 -- 2^32 + t. Code 0: allowed and recorded; 1: capped by that limit
 -- (1-based; t: the time of the send that frees a slot when it leaves the
--- window, 0 for a calendar or max 0 limit); 2: a duplicate allowed at t.
+-- window, 0 for a calendar or max 0 limit); 2: a duplicate allowed at t;
+-- 3: held by that limit, which had room without the slots campaign plans
+-- book (t as for 1, 0 when the bookings alone fill it).
 --
 -- Only the base, string and math libraries are used (no struct, no bit), so
 -- that an embedded Redis (the demo's) runs it too.
@@ -45,6 +47,11 @@ local sb = ib + 9 * ni -- first byte of the sections
 -- A refusal also returns the idempotency entries when the worker asks: its
 -- refusal cache must know which ids Redis would call duplicates.
 local idem = flags % 4 >= 2
+local bk -- the slots campaign plans book, by limit (plans.go), when any
+if #P > 27 then
+  bk = {}
+  for q = 27 + 1, #P, 2 do bk[byte(P, q)] = byte(P, q + 1) end
+end
 local camp = sub(P, 25, 25 + (3 - 1))
 
 -- A duplicate: an idempotency entry with this digest that is young enough.
@@ -111,6 +118,25 @@ if pol == 1 then
         return r
       end
     end
+    local b = bk and bk[1]
+    if b then -- plans of a higher priority book b slots: held when they make the difference
+      m = m - b
+      local t = 0
+      if m > 0 then
+        t = nil
+        i = sc1 - m
+        if i < 0 and st1 and sc1 > 0 then i = 0 end
+        if i >= 0 then
+          t = u32(rec, sp1 + 4 * i)
+          if t < cday then t = nil end
+        end
+      end
+      if t then
+        local r = 3 * 2^40 + 1 * 2^32
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
+    end
   end
   if am % 4 >= 2 then -- weekly
     local m = 3
@@ -126,11 +152,30 @@ if pol == 1 then
         return r
       end
     end
+    local b = bk and bk[2]
+    if b then -- plans of a higher priority book b slots: held when they make the difference
+      m = m - b
+      local t = 0
+      if m > 0 then
+        t = nil
+        i = sc1 - m
+        if i < 0 and st1 and sc1 > 0 then i = 0 end
+        if i >= 0 then
+          t = u32(rec, sp1 + 4 * i)
+          if t < now - 604800 then t = nil end
+        end
+      end
+      if t then
+        local r = 3 * 2^40 + 2 * 2^32 + t
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
+    end
   end
 elseif pol == 2 then
   if am % 2 >= 1 then -- daily
     local m = 3
-    if prio < 2 then m = 2 end
+    if prio < 75 then m = 2 end
     -- The m-th newest send; a trimmed log holding fewer (a max raised
     -- since it dropped sends) counts its dropped ones as at its oldest.
     local i = sc1 - m
@@ -139,6 +184,25 @@ elseif pol == 2 then
       local t = u32(rec, sp1 + 4 * i)
       if t >= now - 86400 then
         local r = 1 * 2^40 + 1 * 2^32 + t
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
+    end
+    local b = bk and bk[1]
+    if b then -- plans of a higher priority book b slots: held when they make the difference
+      m = m - b
+      local t = 0
+      if m > 0 then
+        t = nil
+        i = sc1 - m
+        if i < 0 and st1 and sc1 > 0 then i = 0 end
+        if i >= 0 then
+          t = u32(rec, sp1 + 4 * i)
+          if t < now - 86400 then t = nil end
+        end
+      end
+      if t then
+        local r = 3 * 2^40 + 1 * 2^32 + t
         if idem then return {r, sub(rec, ib, sb - 1)} end
         return r
       end
@@ -158,6 +222,25 @@ elseif pol == 2 then
         return r
       end
     end
+    local b = bk and bk[2]
+    if b then -- plans of a higher priority book b slots: held when they make the difference
+      m = m - b
+      local t = 0
+      if m > 0 then
+        t = nil
+        i = sc2 - m
+        if i < 0 and st2 and sc2 > 0 then i = 0 end
+        if i >= 0 then
+          t = u32(rec, sp2 + 4 * i)
+          if t < now - 1800 then t = nil end
+        end
+      end
+      if t then
+        local r = 3 * 2^40 + 2 * 2^32 + t
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
+    end
   end
   if am % 8 >= 4 then -- campaign-week
     local m = 2
@@ -169,6 +252,25 @@ elseif pol == 2 then
       local t = u32(rec, sp3 + 4 * i)
       if t >= cweek then
         local r = 1 * 2^40 + 3 * 2^32
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
+    end
+    local b = bk and bk[3]
+    if b then -- plans of a higher priority book b slots: held when they make the difference
+      m = m - b
+      local t = 0
+      if m > 0 then
+        t = nil
+        i = sc3 - m
+        if i < 0 and st3 and sc3 > 0 then i = 0 end
+        if i >= 0 then
+          t = u32(rec, sp3 + 4 * i)
+          if t < cweek then t = nil end
+        end
+      end
+      if t then
+        local r = 3 * 2^40 + 3 * 2^32
         if idem then return {r, sub(rec, ib, sb - 1)} end
         return r
       end
@@ -188,10 +290,29 @@ elseif pol == 2 then
         return r
       end
     end
+    local b = bk and bk[4]
+    if b then -- plans of a higher priority book b slots: held when they make the difference
+      m = m - b
+      local t = 0
+      if m > 0 then
+        t = nil
+        i = sc4 - m
+        if i < 0 and st4 and sc4 > 0 then i = 0 end
+        if i >= 0 then
+          t = u32(rec, sp4 + 4 * i)
+          if t < cmonth then t = nil end
+        end
+      end
+      if t then
+        local r = 3 * 2^40 + 4 * 2^32
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
+    end
   end
   if am % 32 >= 16 then -- calm-day
     local m = 5
-    if prio < 1 then m = 3 end
+    if prio < 50 then m = 3 end
     -- The m-th newest send; a trimmed log holding fewer (a max raised
     -- since it dropped sends) counts its dropped ones as at its oldest.
     local i = sc1 - m
@@ -200,6 +321,25 @@ elseif pol == 2 then
       local t = u32(rec, sp1 + 4 * i)
       if t >= cday then
         local r = 1 * 2^40 + 5 * 2^32
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
+    end
+    local b = bk and bk[5]
+    if b then -- plans of a higher priority book b slots: held when they make the difference
+      m = m - b
+      local t = 0
+      if m > 0 then
+        t = nil
+        i = sc1 - m
+        if i < 0 and st1 and sc1 > 0 then i = 0 end
+        if i >= 0 then
+          t = u32(rec, sp1 + 4 * i)
+          if t < cday then t = nil end
+        end
+      end
+      if t then
+        local r = 3 * 2^40 + 5 * 2^32
         if idem then return {r, sub(rec, ib, sb - 1)} end
         return r
       end
@@ -215,6 +355,25 @@ elseif pol == 2 then
       local t = u32(rec, sp5 + 4 * i)
       if t >= now - 604800 then
         local r = 1 * 2^40 + 6 * 2^32 + t
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
+    end
+    local b = bk and bk[6]
+    if b then -- plans of a higher priority book b slots: held when they make the difference
+      m = m - b
+      local t = 0
+      if m > 0 then
+        t = nil
+        i = sc5 - m
+        if i < 0 and st5 and sc5 > 0 then i = 0 end
+        if i >= 0 then
+          t = u32(rec, sp5 + 4 * i)
+          if t < now - 604800 then t = nil end
+        end
+      end
+      if t then
+        local r = 3 * 2^40 + 6 * 2^32 + t
         if idem then return {r, sub(rec, ib, sb - 1)} end
         return r
       end
