@@ -194,7 +194,7 @@ func TestDecodeInvalidV2Fields(t *testing.T) {
 		{"priority above the scale", `"priority":101`, "priority", `priority: "101" is not low, normal, high or a whole number from 0 to 100`},
 		{"fractional priority", `"priority":2.5`, "priority", `priority: "2.5" is not low, normal, high or a whole number from 0 to 100`},
 		{"null priority", `"priority":null`, "priority", "priority: must be a JSON string, got null"},
-		{"long priority clipped", `"priority":"` + long + `"`, "priority", `priority: "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz..." is not one of low, normal, high`},
+		{"long priority clipped", `"priority":"` + long + `"`, "priority", `priority: "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz..." is not low, normal, high or a whole number from 0 to 100`},
 		{"priority twice", `"priority":"low","priority":"high"`, "priority", "priority: is given twice (a duplicate key)"},
 
 		{"unknown zone", `"time_zone":"Mars/Olympus"`, "time_zone", `time_zone: "Mars/Olympus" is not an IANA time zone`},
