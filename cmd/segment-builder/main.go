@@ -55,6 +55,7 @@ var version, revision = "dev", ""
 type commands struct {
 	flags
 	Build   buildCmd       `cmd:"" default:"1" hidden:"" help:"Build and publish a snapshot (the default)."`
+	Plan    planCmd        `cmd:"" help:"Campaign plans: build an audience and publish a plan; list; withdraw."`
 	Version cli.VersionCmd `cmd:"" help:"Print the version, VCS revision and Go version."`
 }
 

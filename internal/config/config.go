@@ -21,6 +21,7 @@ type Config struct {
 	Capping  Capping      `yaml:"capping"`
 	Policy   PolicySource `yaml:"policy"`
 	Segments Segments     `yaml:"segments"`
+	Plans    Plans        `yaml:"plans"`
 	Worker   Worker       `yaml:"worker"`
 	Refunds  Refunds      `yaml:"refunds"`
 	HTTP     HTTP         `yaml:"http"`
@@ -178,6 +179,14 @@ func (p PolicySource) IsFile() bool {
 	return strings.HasSuffix(p.Source, ".yaml") || strings.HasSuffix(p.Source, ".yml")
 }
 
+// Plans says where the campaign plans come from: a plan store (a directory
+// or s3://bucket/prefix, S3 settings from segments.s3) that segment-builder
+// plan publish writes. Empty: no plans.
+type Plans struct {
+	Source       string   `yaml:"source"`
+	PollInterval Duration `yaml:"poll_interval"`
+}
+
 // Segments says where the segment snapshot comes from.
 type Segments struct {
 	Source       string   `yaml:"source"`
@@ -256,6 +265,7 @@ func Default() Config {
 			Document:          policy.Default(),
 		},
 		Policy: PolicySource{PollInterval: Duration(10 * time.Second)},
+		Plans:  Plans{PollInterval: Duration(30 * time.Second)},
 		Segments: Segments{
 			Source:       "file:///var/lib/capper/segments",
 			PollInterval: Duration(30 * time.Second),

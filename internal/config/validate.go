@@ -22,6 +22,7 @@ func (c *Config) Validate() error {
 	c.validateRules(&p)
 	c.validatePolicy(&p)
 	c.Segments.validate(&p)
+	c.Plans.validate(&p)
 	c.Worker.validate(&p)
 	c.Refunds.validate(&p, c.Kafka.Topics.DeliveryStatus)
 	c.HTTP.validate(&p)
@@ -252,6 +253,16 @@ func (s *Segments) validate(p *problems.List) {
 	}
 	if s.S3.Endpoint != "" && !strings.HasPrefix(s.S3.Endpoint, "http://") && !strings.HasPrefix(s.S3.Endpoint, "https://") {
 		p.Add(problems.Key("segments.s3.endpoint"), "%q must be an http:// or https:// URL", s.S3.Endpoint)
+	}
+}
+
+func (pl *Plans) validate(p *problems.List) {
+	if pl.Source != "" && strings.Contains(pl.Source, "://") &&
+		!strings.HasPrefix(pl.Source, "file://") && !strings.HasPrefix(pl.Source, "s3://") {
+		p.Add(problems.Key("plans.source"), "%q: use a directory path, file:///path or s3://bucket/prefix", pl.Source)
+	}
+	if pl.PollInterval < Duration(time.Second) {
+		p.Add(problems.Key("plans.poll_interval"), "must be at least 1s, got %s", pl.PollInterval.D())
 	}
 }
 
