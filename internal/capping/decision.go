@@ -41,7 +41,7 @@ type Request struct {
 	// worker's active plans); those of a higher priority book slots the
 	// intent cannot take (plans.go).
 	Planned []Planned
-	At            time.Time // decision time from the caller's clock
+	At      time.Time // decision time from the caller's clock
 }
 
 // RetryAfter says when a capped intent could be allowed. Never is a field of

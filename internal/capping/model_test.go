@@ -423,7 +423,7 @@ type gen struct {
 	noBypass bool // no intent asks to bypass the caps
 	// plans: campaign plans announced around now (each request carries
 	// those whose audience holds its user), renewed as they end.
-	plans []Planned
+	plans    []Planned
 	usePlans bool
 }
 
