@@ -19,6 +19,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/dispatch"
 	"github.com/capper-dev/capper/internal/segments"
 )
 
@@ -119,13 +120,25 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	regr.MustRegister(unpolicedCollector{snap: &current, policy: policies})
-	cons, err := newConsumer(ctx, cfg, engine, dec, &current, regr, log, now, o.Sleep)
+	planWatcher, err := startPlans(ctx, cfg, regr, log, now)
+	if err != nil {
+		return err
+	}
+	var activePlans dispatch.Plans
+	if planWatcher != nil {
+		activePlans = planWatcher.Current()
+	}
+	cons, err := newConsumer(ctx, cfg, engine, dec, &current, activePlans, regr, log, now, o.Sleep)
 	if err != nil {
 		return err
 	}
 	ops, err := newOpsServer(cfg.HTTP.Address, reg, cfg.HTTP.Pprof,
 		func() string {
-			return "policy " + engine.PolicyVersion() + "\nsnapshot " + current.Load().Version()
+			s := "policy " + engine.PolicyVersion() + "\nsnapshot " + current.Load().Version()
+			if planWatcher != nil {
+				s += "\nplans " + planWatcher.Current().Load().Version()
+			}
+			return s
 		},
 		cons.worker.Ready,
 		func() error {
@@ -151,6 +164,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	})
 	g.addLoop(ctx, "segments", watcher.Run)
 	g.addLoop(ctx, "policy", policies.Run)
+	if planWatcher != nil {
+		g.addLoop(ctx, "plans", planWatcher.Run)
+	}
 	g.addLoop(ctx, "lag", func(ctx context.Context) error {
 		errs := make(chan error, len(cons.lag))
 		for _, l := range cons.lag {

@@ -15,6 +15,7 @@ import (
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/segments"
 )
@@ -71,6 +72,35 @@ func NewEngine(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb 
 		return nil, fmt.Errorf("capping engine: %w", err)
 	}
 	return e, nil
+}
+
+// startPlans returns the campaign plans' watcher (nil when plans.source is
+// empty), its first poll done. A plan store that cannot be read at start
+// is not fatal: the worker decides first come, first served (every cap
+// holds either way) and the watcher keeps trying; capper_plan_load_failures_total
+// counts the failures and the alert on it fires.
+func startPlans(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*plans.Watcher, error) {
+	if cfg.Plans.Source == "" {
+		return nil, nil
+	}
+	s3 := cfg.Segments.S3
+	st, err := objstore.Open(ctx, cfg.Plans.Source, objstore.Options{S3: objstore.S3Options{
+		Region: s3.Region, Endpoint: s3.Endpoint, UsePathStyle: s3.UsePathStyle, Logger: log,
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("plans.source %s: %w", cfg.Plans.Source, err)
+	}
+	w, err := plans.NewWatcher(plans.WatcherOptions{
+		Store: st, Interval: cfg.Plans.PollInterval.D(), Logger: log, Registerer: reg, Now: now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plan watcher: %w", err)
+	}
+	if err := w.Poll(ctx); err != nil {
+		log.Warn("starting without campaign plans: intents are decided first come, first served until a set loads",
+			"source", cfg.Plans.Source, "error", err)
+	}
+	return w, nil
 }
 
 // OpenSegmentStore opens the configured snapshot store; log receives the

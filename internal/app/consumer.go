@@ -26,7 +26,7 @@ type consumer struct {
 
 // newConsumer builds the reader, the writers and the worker; on an error it
 // closes what it built.
-func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine, dec *dispatch.Decoder, snaps dispatch.Snapshots, reg prometheus.Registerer, log *slog.Logger, now func() time.Time, sleep func(context.Context, time.Duration) error) (_ *consumer, err error) {
+func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine, dec *dispatch.Decoder, snaps dispatch.Snapshots, plans dispatch.Plans, reg prometheus.Registerer, log *slog.Logger, now func() time.Time, sleep func(context.Context, time.Duration) error) (_ *consumer, err error) {
 	kopts, err := kafkaOptions(cfg, log)
 	if err != nil {
 		return nil, err
@@ -88,6 +88,7 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 		Decider:         engine,
 		Policy:          engine.PolicyVersion,
 		Snapshots:       snaps,
+		Plans:           plans,
 		Decoder:         dec,
 		Segments:        cfg.SegmentNames(),
 		BatchSize:       w.BatchSize,

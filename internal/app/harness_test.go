@@ -492,13 +492,15 @@ func TestMain(m *testing.M) {
 }
 
 // metric returns the value of the series name{labels} in w's registry: a
-// counter's or gauge's value, a histogram's sample count; 0 when absent.
+// counter's or gauge's value, a histogram's sample count, summed over the
+// series that match (labels need not name every label); 0 when absent.
 func metric(t *testing.T, w *worker, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := w.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	sum := 0.0
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -518,13 +520,13 @@ func metric(t *testing.T, w *worker, name string, labels ...string) float64 {
 			}
 			switch {
 			case m.Counter != nil:
-				return m.GetCounter().GetValue()
+				sum += m.GetCounter().GetValue()
 			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
+				sum += m.GetGauge().GetValue()
 			case m.Histogram != nil:
-				return float64(m.GetHistogram().GetSampleCount())
+				sum += float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}
-	return 0
+	return sum
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/plans"
 )
 
 // batch is the fetched messages and what became of each.
@@ -101,6 +102,11 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		b.policy = w.o.Policy()
 	}
 	b.now = w.o.Now().Truncate(time.Millisecond)
+	var ps *plans.Set
+	if w.o.Plans != nil {
+		ps = w.o.Plans.Load()
+	}
+	var planned []capping.Planned // the batch's bookings, cut per request
 	reqs := make([]capping.Request, 0, len(msgs))
 	var refunds []refundReq
 	for i := range msgs {
@@ -127,6 +133,10 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		r := NewRequest(&in, e.segment)
 		r.Redelivered = !w.cacheable(m, e)
 		r.DeferredSince = e.tier.Since
+		if n := len(planned); ps != nil {
+			planned = ps.For(planned, in.UserID, r.Priority, b.now)
+			r.Planned = planned[n:len(planned):len(planned)]
+		}
 		reqs = append(reqs, r)
 	}
 	// Refunds first: a slot they free is there for this batch's intents.

@@ -30,6 +30,7 @@ const (
 	HeaderTruncated  = "capper-truncated"      // "true": dead-lettered with its value cut down (see README)
 	HeaderOverride   = "capper-override"       // the intent asked to bypass the caps: see overrideValue
 	HeaderPolicy     = "capper-policy"         // the version of the cap policy that decided
+	HeaderHeldFor    = "capper-held-for"       // capped or deferred by a plan's booking: its campaign
 )
 
 // capperPrefix starts every header capper owns; an input's own capper-*
@@ -128,6 +129,9 @@ func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 				})})
 		}
 		add = hb.delayPath(add, e)
+		if d.HeldFor != "" {
+			add = append(add, kafka.Header{Key: HeaderHeldFor, Value: hb.name(d.HeldFor)})
+		}
 		switch {
 		case d.Override != capping.NoOverride:
 			add = append(add, kafka.Header{Key: HeaderOverride, Value: overrideValue[d.Override]})

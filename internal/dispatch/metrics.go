@@ -29,6 +29,7 @@ type metrics struct {
 	dueLag       prometheus.Histogram
 	expired      prometheus.Counter
 	refunds      *prometheus.CounterVec
+	held         *prometheus.CounterVec
 }
 
 // newMetrics registers the worker's metrics on reg and starts every series
@@ -101,6 +102,10 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 			Name: "capper_refunds_total",
 			Help: "Delivery statuses read, by result: applied (a send's slot given back), unknown (no such id in the user's log), nothing (already refunded, or out of every window), ignored (a status that does not refund), failed (Redis down with on_redis_error: allow).",
 		}, []string{"result"}),
+		held: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "capper_held_for_plan_total",
+			Help: "Intents capped or deferred because a campaign plan of a higher priority booked the slot (capper-held-for), by segment and limit; shadow mode counts what it would have held.",
+		}, []string{"segment", "limit"}),
 	}
 	for _, r := range []capping.Reason{capping.ReasonCap, capping.ReasonQuiet} {
 		m.deferred.WithLabelValues(r.String())
@@ -154,6 +159,9 @@ func (w *Worker) observe(b *batch) {
 			w.m.expired.Inc()
 		}
 		w.m.intents.WithLabelValues(d.Outcome.String(), e.segment).Inc()
+		if d.HeldFor != "" {
+			w.m.held.WithLabelValues(e.segment, d.Limit).Inc()
+		}
 		if e.invalid != nil {
 			w.m.invalid.WithLabelValues(e.invalid.Field).Inc()
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/segments"
 )
 
@@ -62,6 +63,11 @@ type Snapshots interface {
 	Load() *segments.Snapshot
 }
 
+// Plans gives the campaign plans in use (a nil set: none).
+type Plans interface {
+	Load() *plans.Set
+}
+
 // Output is an output topic: its name (for metrics, logs and the error of
 // a refused record) and its writer.
 type Output struct {
@@ -79,7 +85,10 @@ type Options struct {
 	DeadLetter Output
 	Decider    Decider
 	Snapshots  Snapshots
-	Decoder    *Decoder
+	// Plans are the campaign plans whose bookings the engine counts (nil:
+	// none).
+	Plans   Plans
+	Decoder *Decoder
 	// Policy names the policy version in use (capper-policy of the records
 	// the engine did not decide; its decisions carry their own); nil: none.
 	Policy func() string
