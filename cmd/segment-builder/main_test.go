@@ -343,4 +343,55 @@ func TestBinary(t *testing.T) {
 			t.Fatal("wrong lookups from S3")
 		}
 	})
+
+	t.Run("campaign plans", func(t *testing.T) {
+		store := t.TempDir()
+		pdir := t.TempDir()
+		write(t, pdir, "users.csv", "1\n2\n3\n")
+		plan := `campaign: cart-rescue
+priority: high
+starts: 2099-11-24T18:00:00Z
+ends: 2099-11-24T20:00:00Z
+message: {channel: push, category: marketing}
+audience: [users.csv]
+`
+		good := write(t, pdir, "plan.yaml", plan)
+		r := runBinary(t, bin, nil, nil, "plan", "publish", good, "--to", store, "--config", cfg)
+		r.want(t, 0, []string{"published plan ", "of campaign cart-rescue to " + store, "priority high", "3 users"}, nil)
+		runBinary(t, bin, nil, nil, "plan", "list", "--from", store).
+			want(t, 0, []string{"cart-rescue  high", "2099-11-24T18:00:00Z", "push marketing", "1 active plans in " + store}, nil)
+
+		// Bad plans name the field (or the line), and publish nothing.
+		latest := func() string {
+			b, err := os.ReadFile(filepath.Join(store, "LATEST"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+		before := latest()
+		for _, c := range []struct{ name, from, to, want string }{
+			{"unknown channel", "channel: push", "channel: fax", `message.channel: "fax" is not one of the policy's channels`},
+			{"window ends before it starts", "ends: 2099-11-24T20:00:00Z", "ends: 2099-11-24T17:00:00Z", "ends: 2099-11-24T17:00:00Z is not after starts"},
+			{"bad audience line", "users.csv", "bad.csv", "bad.csv:2: "},
+			{"unknown key", "audience:", "audiences:", "line 6"},
+		} {
+			write(t, pdir, "bad.csv", "1\nx\n")
+			bad := write(t, pdir, "bad-plan.yaml", strings.Replace(plan, c.from, c.to, 1))
+			r := runBinary(t, bin, nil, nil, "plan", "publish", bad, "--to", store, "--config", cfg)
+			if r.code == 0 || !strings.Contains(r.stderr, c.want) {
+				t.Fatalf("%s: exit %d, stderr lacks %q:\n%s", c.name, r.code, c.want, r.stderr)
+			}
+			if latest() != before {
+				t.Fatalf("%s: a bad plan changed the active set", c.name)
+			}
+		}
+		runBinary(t, bin, nil, nil, "plan", "withdraw", "cart-rescue", "--from", store).
+			want(t, 0, []string{"withdrew the plan of campaign cart-rescue"}, nil)
+		runBinary(t, bin, nil, nil, "plan", "list", "--from", store).want(t, 0, []string{"0 active plans"}, nil)
+		r = runBinary(t, bin, nil, nil, "plan", "withdraw", "cart-rescue", "--from", store)
+		if r.code == 0 || !strings.Contains(r.stderr, `no active plan of campaign "cart-rescue"`) {
+			t.Fatalf("withdrawing twice: exit %d\n%s", r.code, r.stderr)
+		}
+	})
 }
