@@ -221,6 +221,7 @@ type replayCmd struct {
 	Snapshot          string        `placeholder:"STORE[@VERSION]" help:"Segment snapshot store (directory, file:// or s3://, like segments.source), its LATEST or @version; default: every user in no segment."`
 	From              string        `required:"" placeholder:"SRC" help:"The past intents: intents.jsonl[.gz] (decided at created_at) or kafka://TOPIC@FROM..TO (RFC 3339 times; decided at the record timestamps)."`
 	Brokers           []string      `placeholder:"HOST:PORT" help:"Kafka brokers (comma-separated), for a kafka:// source."`
+	Plans             string        `placeholder:"STORE[@SET]" help:"A plan store (like plans.source): replay --policy first come, first served and with the set's campaign plans, side by side (not with --baseline)."`
 	IdempotencyWindow time.Duration `name:"idempotency-window" default:"${idempotency_window}" help:"Duplicates are recognised this long (capping.idempotency_window)."`
 	Output            string        `short:"o" enum:"table,json,csv" default:"table" help:"Output format: table, json or csv."`
 	s3Flags
@@ -233,7 +234,7 @@ func (c *replayCmd) Run(e *env) error {
 		return err
 	}
 	rep, err := app.Replay(e.ctx, app.ReplayOptions{
-		Policy: c.Policy, Baseline: c.Baseline, Snapshot: c.Snapshot, From: c.From, Brokers: c.Brokers,
+		Policy: c.Policy, Baseline: c.Baseline, Snapshot: c.Snapshot, Plans: c.Plans, From: c.From, Brokers: c.Brokers,
 		IdempotencyWindow: c.IdempotencyWindow, Progress: e.stderr,
 		S3: c.options(),
 	}, log)

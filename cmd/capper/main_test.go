@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/demo"
 	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/testenv"
 )
 
@@ -493,6 +495,38 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("a capped user's next free slot is not shown:\n%s", out)
 	}
 	checkInspectJSON(t, s, segment, allowed)
+
+	// With a plan for the user, each limit that would count its message
+	// shows its booking.
+	plansDir := t.TempDir()
+	st, err := objstore.Open(context.Background(), plansDir, objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	spec := &plans.Spec{Campaign: "cart-rescue", Priority: "high", Starts: now.Add(-time.Minute), Ends: now.Add(time.Hour),
+		Message: plans.Message{Channel: "push"}, Audience: []string{"test"}}
+	prio, ps := spec.Check(exampleRules(t))
+	if err := ps.Err(); err != nil {
+		t.Fatal(err)
+	}
+	aud, _ := roaring.BitmapOf(user, 7).ToBytes()
+	if _, err := plans.Publish(context.Background(), st, spec, prio, aud, 2, now); err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.Plans.Source = plansDir
+	s.writeConfig(t)
+	out, errOut, code = capper(t, nil, "inspect", "--config", s.path, "--user", "42")
+	if code != 0 {
+		t.Fatalf("inspect with plans: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "plans     set ") || !regexp.MustCompile(`(?m)^daily\s+every intent\s.*\s1: cart-rescue \(high, `).MatchString(out) {
+		t.Fatalf("inspect does not show cart-rescue's booking on daily:\n%s", out)
+	}
+	out, _, _ = capper(t, nil, "inspect", "--config", s.path, "--user", "43")
+	if strings.Contains(out, "cart-rescue") {
+		t.Fatalf("a user outside the plan's audience shows its booking:\n%s", out)
+	}
 	stats, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -517,6 +551,7 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 		User     *uint64 `json:"user"`
 		Segment  string  `json:"segment"`
 		Snapshot *string `json:"snapshot"`
+		Plans    *string `json:"plans"`
 		At       string  `json:"at"`
 		TimeZone string  `json:"time_zone"`
 		Limits   []struct {
@@ -533,6 +568,7 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 			For      *string `json:"reserved_for"`
 			NextFree *string `json:"next_free"`
 			Trimmed  *bool   `json:"trimmed"`
+			Booked   []any   `json:"booked"`
 		} `json:"limits"`
 	}
 	dec := json.NewDecoder(strings.NewReader(out))

@@ -83,12 +83,9 @@ func startPlans(ctx context.Context, cfg *config.Config, reg prometheus.Register
 	if cfg.Plans.Source == "" {
 		return nil, nil
 	}
-	s3 := cfg.Segments.S3
-	st, err := objstore.Open(ctx, cfg.Plans.Source, objstore.Options{S3: objstore.S3Options{
-		Region: s3.Region, Endpoint: s3.Endpoint, UsePathStyle: s3.UsePathStyle, Logger: log,
-	}})
+	st, err := openPlanStore(ctx, cfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("plans.source %s: %w", cfg.Plans.Source, err)
+		return nil, err
 	}
 	w, err := plans.NewWatcher(plans.WatcherOptions{
 		Store: st, Interval: cfg.Plans.PollInterval.D(), Logger: log, Registerer: reg, Now: now,
@@ -101,6 +98,18 @@ func startPlans(ctx context.Context, cfg *config.Config, reg prometheus.Register
 			"source", cfg.Plans.Source, "error", err)
 	}
 	return w, nil
+}
+
+// openPlanStore opens plans.source with segments.s3's settings.
+func openPlanStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (objstore.Store, error) {
+	s3 := cfg.Segments.S3
+	st, err := objstore.Open(ctx, cfg.Plans.Source, objstore.Options{S3: objstore.S3Options{
+		Region: s3.Region, Endpoint: s3.Endpoint, UsePathStyle: s3.UsePathStyle, Logger: log,
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("plans.source %s: %w", cfg.Plans.Source, err)
+	}
+	return st, nil
 }
 
 // OpenSegmentStore opens the configured snapshot store; log receives the

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/segments"
 )
 
@@ -25,6 +27,7 @@ type Inspection struct {
 	User     uint64
 	Segment  string
 	Snapshot string // "" when none is loaded
+	Plans    string // the plan set's version; "" without plans
 	At       time.Time
 	TimeZone *time.Location // the zone calendar limits were read in
 	Limits   []capping.LimitState
@@ -74,11 +77,33 @@ func Inspect(ctx context.Context, cfg *config.Config, userID uint64, o InspectOp
 		o.TimeZone = pol.Rules.TimeZone
 	}
 	segment := snap.Lookup(userID)
-	states, err := engine.Inspect(ctx, userID, segment, capping.InspectOptions{At: o.At, TimeZone: o.TimeZone, Campaign: o.Campaign})
+	opts := capping.InspectOptions{At: o.At, TimeZone: o.TimeZone, Campaign: o.Campaign}
+	var planSet string
+	if cfg.Plans.Source != "" {
+		set, err := inspectPlans(ctx, cfg, o.At, log)
+		if err != nil {
+			return nil, err
+		}
+		opts.Planned, planSet = set.For(nil, userID, 0, o.At), set.Version()
+	}
+	states, err := engine.Inspect(ctx, userID, segment, opts)
 	if err != nil {
 		return nil, fmt.Errorf("inspect user %d: %w", userID, err)
 	}
-	return &Inspection{User: userID, Segment: segment, Snapshot: snap.Version(), At: o.At, TimeZone: o.TimeZone, Limits: states}, nil
+	return &Inspection{User: userID, Segment: segment, Snapshot: snap.Version(), Plans: planSet, At: o.At, TimeZone: o.TimeZone, Limits: states}, nil
+}
+
+// inspectPlans loads the plans in force at at, as a worker would.
+func inspectPlans(ctx context.Context, cfg *config.Config, at time.Time, log *slog.Logger) (*plans.Set, error) {
+	st, err := openPlanStore(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	set, err := plans.Load(ctx, st, "", nil, at)
+	if err != nil {
+		return nil, fmt.Errorf("load campaign plans from %s: %w", cfg.Plans.Source, err)
+	}
+	return set, nil
 }
 
 // window is a limit's window in words: "24h rolling", "calendar day".
@@ -105,9 +130,13 @@ func (in *Inspection) WriteTable(w io.Writer) error {
 		version = "none loaded"
 	}
 	local := func(t time.Time) string { return t.In(in.TimeZone).Format("2006-01-02 15:04:05 MST") }
-	fmt.Fprintf(w, "user      %d\nsegment   %s (snapshot %s)\nat        %s (%s)\n\n", in.User, in.Segment, version, local(in.At), in.TimeZone)
+	fmt.Fprintf(w, "user      %d\nsegment   %s (snapshot %s)\n", in.User, in.Segment, version)
+	if in.Plans != "" {
+		fmt.Fprintf(w, "plans     set %s\n", in.Plans)
+	}
+	fmt.Fprintf(w, "at        %s (%s)\n\n", local(in.At), in.TimeZone)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LIMIT\tSCOPE\tWINDOW\tFROM\tTO\tCOUNT\tMAX\tRESERVED\tNEXT SLOT FREE")
+	fmt.Fprintln(tw, "LIMIT\tSCOPE\tWINDOW\tFROM\tTO\tCOUNT\tMAX\tRESERVED\tBOOKED\tNEXT SLOT FREE")
 	for _, s := range in.Limits {
 		next := "now"
 		switch {
@@ -124,8 +153,16 @@ func (in *Inspection) WriteTable(w io.Writer) error {
 		if s.Trimmed {
 			count += " (trimmed)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.Limit.Name, scope(s), window(s.Limit),
-			local(s.From), local(s.To), count, s.Limit.Max, reserved, next)
+		booked := "-"
+		if len(s.Booked) > 0 {
+			var b []string
+			for _, p := range s.Booked {
+				b = append(b, fmt.Sprintf("%s (%s, %s)", p.Campaign, p.Priority, p.Starts.In(in.TimeZone).Format("Mon 15:04")))
+			}
+			booked = fmt.Sprintf("%d: %s", len(s.Booked), strings.Join(b, ", "))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Limit.Name, scope(s), window(s.Limit),
+			local(s.From), local(s.To), count, s.Limit.Max, reserved, booked, next)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("print inspection: %w", err)
@@ -139,6 +176,7 @@ type inspectionJSON struct {
 	User     uint64      `json:"user"`
 	Segment  string      `json:"segment"`
 	Snapshot *string     `json:"snapshot"` // null: none loaded
+	Plans    *string     `json:"plans"`    // the plan set; null: no plans.source
 	At       string      `json:"at"`
 	TimeZone string      `json:"time_zone"`
 	Limits   []limitJSON `json:"limits"`
@@ -158,6 +196,16 @@ type limitJSON struct {
 	For      *string `json:"reserved_for"` // the lowest priority that may use them; null without
 	NextFree *string `json:"next_free"`    // null: never (max 0); At when a slot is free now
 	Trimmed  bool    `json:"trimmed"`      // refunds take nothing from this log for now
+	// Booked: the plans holding a slot in it against intents of a lower
+	// priority.
+	Booked []bookedJSON `json:"booked"`
+}
+
+type bookedJSON struct {
+	Campaign string `json:"campaign"`
+	Priority string `json:"priority"`
+	Starts   string `json:"starts"`
+	Ends     string `json:"ends"`
 }
 
 // rfc3339ms is the format of every time in the JSON form.
@@ -170,10 +218,16 @@ func (in *Inspection) WriteJSON(w io.Writer) error {
 	if in.Snapshot != "" {
 		out.Snapshot = &in.Snapshot
 	}
+	if in.Plans != "" {
+		out.Plans = &in.Plans
+	}
 	str := func(s string) *string { return &s }
 	for _, s := range in.Limits {
 		l := limitJSON{Name: s.Limit.Name, Scope: s.Scope, From: f(s.From), To: f(s.To), Count: s.Count, Max: s.Limit.Max, Reserved: s.Reserved,
-			Trimmed: s.Trimmed}
+			Trimmed: s.Trimmed, Booked: []bookedJSON{}}
+		for _, p := range s.Booked {
+			l.Booked = append(l.Booked, bookedJSON{Campaign: p.Campaign, Priority: p.Priority.String(), Starts: f(p.Starts), Ends: f(p.Ends)})
+		}
 		if s.Campaign != "" {
 			l.Campaign = str(s.Campaign)
 		}

@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/dispatch"
 	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/replay"
 	"github.com/capper-dev/capper/internal/segments"
 )
@@ -33,7 +35,12 @@ type ReplayOptions struct {
 	S3       objstore.S3Options
 	// Store, when set, is the snapshot store instead of opening Snapshot's
 	// (whose version part still applies).
-	Store             objstore.Store
+	Store objstore.Store
+	// Plans is a plan store, STORE[@SET] (the set LATEST names, or an
+	// older one): the candidate is replayed first come, first served and
+	// with the set's plans (every plan in it, ended or not: the records'
+	// times say which are in force). Not with Baseline.
+	Plans             string
 	From              string   // --from: intents.jsonl[.gz] or kafka://topic@FROM..TO
 	Brokers           []string // --brokers, for kafka://
 	IdempotencyWindow time.Duration
@@ -69,6 +76,16 @@ func Replay(ctx context.Context, o ReplayOptions, log *slog.Logger) (*replay.Rep
 		if ro.Baseline, err = replayPolicy("--baseline", o.Baseline); err != nil {
 			return nil, err
 		}
+	}
+	if o.Plans != "" {
+		if o.Baseline != "" {
+			return nil, errors.New("--plans compares first come, first served with plans under --policy: it takes no --baseline")
+		}
+		set, err := loadReplayPlans(ctx, o, log)
+		if err != nil {
+			return nil, err
+		}
+		ro.Plans = set
 	}
 	if o.Snapshot != "" || o.Store != nil {
 		snap, err := loadReplaySnapshot(ctx, o, log)
@@ -143,6 +160,23 @@ func loadReplaySnapshot(ctx context.Context, o ReplayOptions, log *slog.Logger) 
 		return nil, fmt.Errorf("--snapshot %s: %w", o.Snapshot, err)
 	}
 	return snap, nil
+}
+
+func loadReplayPlans(ctx context.Context, o ReplayOptions, log *slog.Logger) (*plans.Set, error) {
+	name, version := plans.SplitStore(o.Plans)
+	st, err := objstore.Open(ctx, name, objstore.Options{S3: withLogger(o.S3, log)})
+	if err != nil {
+		return nil, fmt.Errorf("--plans %s: %w", o.Plans, err)
+	}
+	set, err := plans.Load(ctx, st, version, nil, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("--plans %s: %w", o.Plans, err)
+	}
+	if len(set.Plans()) == 0 {
+		return nil, fmt.Errorf("--plans %s: the set holds no plan", o.Plans)
+	}
+	log.Info("replaying with campaign plans", "plans", set.Version(), "count", len(set.Plans()))
+	return set, nil
 }
 
 func withLogger(s objstore.S3Options, log *slog.Logger) objstore.S3Options {

@@ -38,6 +38,10 @@ type LimitState struct {
 	// priority: the time asked about if Count < Max, later if the window is
 	// full, and the zero Time if Max is 0 (never).
 	NextFree time.Time
+	// Booked are the plans that hold a slot in it at the time asked about
+	// (InspectOptions.Planned): an intent of a priority below a plan's
+	// counts its slot beside Count.
+	Booked []Planned
 }
 
 // InspectOptions say what Inspect looks at.
@@ -47,6 +51,10 @@ type InspectOptions struct {
 	// Campaign: per-campaign limits show this campaign only. Empty: a row
 	// per campaign the user has sends of (one without a campaign when none).
 	Campaign string
+	// Planned are the campaign plans whose audience holds the user
+	// (plans.Set.For with priority 0): each limit lists those that book a
+	// slot in it (LimitState.Booked).
+	Planned []Planned
 }
 
 // Inspect reports every limit of the segment's policy for a user. It only
@@ -73,8 +81,15 @@ func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, o I
 	for _, l := range set.pols[set.policyIndex(segment)].limits {
 		s := set.scopes[l.scope]
 		st := LimitState{Limit: l.Limit, Scope: s.describe(), Reserved: l.Reserve.Slots, From: time.Unix(now-l.window, 0), To: at}
+		until := at.Add(time.Duration(l.window) * time.Second)
 		if l.Calendar != None {
 			st.From, st.To = period(l.Calendar, at, tz, set.rules.WeekStart)
+			until = st.To
+		}
+		for _, p := range o.Planned {
+			if set.books(&l, &p, at, until) {
+				st.Booked = append(st.Booked, p)
+			}
 		}
 		var secs []section
 		want := campaignHash(o.Campaign)

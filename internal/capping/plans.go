@@ -36,21 +36,19 @@ func (ps *policySet) book(r *Request, c *callPlan) {
 	now := r.At
 	for pi := range r.Planned {
 		p := &r.Planned[pi]
-		if p.Priority <= r.Priority || p.Campaign == r.Campaign || !now.Before(p.Ends) {
+		if p.Priority <= r.Priority || p.Campaign == r.Campaign {
 			continue
 		}
-		msg := Request{Campaign: p.Campaign, Channel: p.Channel, Category: p.Category, Tags: p.Tags}
 		for li := range limits {
 			l := &limits[li]
-			s := ps.scopes[l.scope]
-			if c.applies&(1<<li) == 0 || s.per == PerCampaign || !s.where.matches(&msg) {
+			if c.applies&(1<<li) == 0 {
 				continue
 			}
 			until := now.Add(time.Duration(l.window) * time.Second)
 			if l.Calendar != None {
 				until = time.Unix(c.cal[l.Calendar-1].end, 0)
 			}
-			if !p.Starts.Before(until) {
+			if !ps.books(l, p, now, until) {
 				continue
 			}
 			if c.booked[li] == 0 || p.Ends.Before(r.Planned[c.firstEnd[li]].Ends) {
@@ -60,4 +58,17 @@ func (ps *policySet) book(r *Request, c *callPlan) {
 			c.anyBooked = true
 		}
 	}
+}
+
+// books reports whether plan p holds a slot at now in limit l, whose
+// window from now ends at until: its window has not ended, l counts its
+// message (a per-campaign limit counts only its own campaign's sends,
+// never another's booking), and it starts before until.
+func (ps *policySet) books(l *compiledLimit, p *Planned, now, until time.Time) bool {
+	if !now.Before(p.Ends) || !p.Starts.Before(until) {
+		return false
+	}
+	s := ps.scopes[l.scope]
+	msg := Request{Campaign: p.Campaign, Channel: p.Channel, Category: p.Category, Tags: p.Tags}
+	return s.per != PerCampaign && s.where.matches(&msg)
 }

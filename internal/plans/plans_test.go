@@ -150,13 +150,13 @@ func TestStore(t *testing.T) {
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			if s, err := plans.Load(ctx, st, nil); err != nil || len(s.Plans()) != 0 {
+			if s, err := plans.Load(ctx, st, "", nil, time.Time{}); err != nil || len(s.Plans()) != 0 {
 				t.Fatalf("empty store: %v, %v", s.Plans(), err)
 			}
 			publish(t, st, "newsletter", "low", t0.Add(time.Hour), t0.Add(2*time.Hour), 1, 2, 3)
 			publish(t, st, "cart-rescue", "high", t0.Add(9*time.Hour), t0.Add(11*time.Hour), 2, 3, 4)
 			publish(t, st, "flash", "60", t0.Add(9*time.Hour), t0.Add(10*time.Hour), 3)
-			s, err := plans.Load(ctx, st, nil)
+			s, err := plans.Load(ctx, st, "", nil, time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +185,7 @@ func TestStore(t *testing.T) {
 			// A new plan of a campaign replaces its old one; the others are
 			// reused, not read again.
 			publish(t, st, "flash", "60", t0.Add(9*time.Hour), t0.Add(10*time.Hour), 5)
-			s2, err := plans.Load(ctx, st, s)
+			s2, err := plans.Load(ctx, st, "", s, time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -201,12 +201,33 @@ func TestStore(t *testing.T) {
 			if err := plans.Withdraw(ctx, st, "cart-rescue", t0); err == nil || !strings.Contains(err.Error(), `no active plan of campaign "cart-rescue"`) {
 				t.Errorf("second withdrawal: %v", err)
 			}
-			s3, err := plans.Load(ctx, st, s2)
+			s3, err := plans.Load(ctx, st, "", s2, time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := campaigns(s3.For(nil, 3, 0, t0)); got != "newsletter" {
 				t.Errorf("after withdrawing cart-rescue: user 3 has %q", got)
+			}
+			// A worker loads only what has not ended; a replay (zero time)
+			// everything, the older set too.
+			if s4, err := plans.Load(ctx, st, "", nil, t0.Add(5*time.Hour)); err != nil || len(s4.Plans()) != 1 {
+				t.Errorf("at 14:00: %d plans (%v), want flash only", len(s4.Plans()), err)
+			}
+			if s5, err := plans.Load(ctx, st, s.Version(), nil, time.Time{}); err != nil || len(s5.Plans()) != 3 {
+				t.Errorf("set %s: %d plans (%v), want 3", s.Version(), len(s5.Plans()), err)
+			}
+			// An ended plan stays Retention after the latest end.
+			publish(t, st, "later", "high", t0.Add(plans.Retention), t0.Add(plans.Retention+3*time.Hour), 9)
+			idx, err := plans.ReadIndex(ctx, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kept []string
+			for _, r := range idx.Plans {
+				kept = append(kept, r.Campaign)
+			}
+			if got := strings.Join(kept, ","); got != "flash,later" {
+				t.Errorf("after a plan %s later: the index keeps %s, want flash,later (newsletter ended over %s before)", plans.Retention, got, plans.Retention)
 			}
 		})
 	}

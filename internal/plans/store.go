@@ -10,8 +10,10 @@ package plans
 //
 // so that a reader following LATEST never sees a set that is not whole.
 // Publishing writes the plan, then a new index with it (replacing an
-// earlier plan of the same campaign, dropping ended ones), then LATEST;
-// withdrawing writes an index without it.
+// earlier plan of the same campaign), then LATEST; withdrawing writes an
+// index without it. An index keeps ended plans for Retention after the
+// latest end among its plans, for capper replay --plans; workers load
+// only the plans whose window has not ended.
 
 import (
 	"bytes"
@@ -23,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -73,9 +76,15 @@ type Index struct {
 
 // Ref names a plan of an index.
 type Ref struct {
-	Campaign string `json:"campaign"`
-	Version  string `json:"version"`
+	Campaign string    `json:"campaign"`
+	Version  string    `json:"version"`
+	Ends     time.Time `json:"ends"` // the plan's, so that a worker skips an ended one unread
 }
+
+// Retention is how long an index keeps an ended plan, counted from the
+// latest end among its plans (not the clock: a scratch store of a past
+// week's plans keeps them all).
+const Retention = 35 * 24 * time.Hour
 
 // newVersion names what is published at t from data.
 func newVersion(data []byte, t time.Time) string {
@@ -111,7 +120,7 @@ func Publish(ctx context.Context, st objstore.Store, spec *Spec, prio capping.Pr
 	}
 	err = update(ctx, st, now, func(refs []Ref) ([]Ref, error) {
 		refs = slices.DeleteFunc(refs, func(r Ref) bool { return r.Campaign == m.Campaign })
-		return append(refs, Ref{Campaign: m.Campaign, Version: m.Version}), nil
+		return append(refs, Ref{Campaign: m.Campaign, Version: m.Version, Ends: m.Ends}), nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", m, err)
@@ -139,19 +148,17 @@ func update(ctx context.Context, st objstore.Store, now time.Time, edit func([]R
 	if err != nil {
 		return err
 	}
-	var refs []Ref
-	for _, r := range cur.Plans {
-		m, err := ReadManifest(ctx, st, r.Version)
-		if err != nil {
-			return err
-		}
-		if now.Before(m.Ends) {
-			refs = append(refs, r)
-		}
-	}
-	if refs, err = edit(refs); err != nil {
+	refs, err := edit(slices.Clone(cur.Plans))
+	if err != nil {
 		return err
 	}
+	var last time.Time
+	for _, r := range refs {
+		if r.Ends.After(last) {
+			last = r.Ends
+		}
+	}
+	refs = slices.DeleteFunc(refs, func(r Ref) bool { return r.Ends.Add(Retention).Before(last) })
 	slices.SortFunc(refs, func(a, b Ref) int { return strings.Compare(a.Campaign, b.Campaign) })
 	idx := Index{Format: format, CreatedAt: now.UTC(), Plans: refs}
 	seed, _ := json.Marshal(idx)
@@ -182,6 +189,11 @@ func ReadIndex(ctx context.Context, st objstore.Store) (*Index, error) {
 	return readIndex(ctx, st, strings.TrimSpace(string(data)))
 }
 
+// ReadIndexVersion reads an index by its version (an older set).
+func ReadIndexVersion(ctx context.Context, st objstore.Store, version string) (*Index, error) {
+	return readIndex(ctx, st, version)
+}
+
 func readIndex(ctx context.Context, st objstore.Store, version string) (*Index, error) {
 	var idx Index
 	if err := readJSON(ctx, st, indexKey(version), &idx); err != nil {
@@ -189,6 +201,11 @@ func readIndex(ctx context.Context, st objstore.Store, version string) (*Index, 
 	}
 	if idx.Format != format || idx.Version != version {
 		return nil, fmt.Errorf("index %s: format %d version %q, want format %d version %q", version, idx.Format, idx.Version, format, version)
+	}
+	for i, r := range idx.Plans {
+		if r.Campaign == "" || r.Version == "" || r.Ends.IsZero() {
+			return nil, fmt.Errorf("index %s: plans[%d]: campaign, version and ends are required", version, i)
+		}
 	}
 	return &idx, nil
 }
@@ -221,6 +238,18 @@ func readJSON(ctx context.Context, st objstore.Store, key string, v any) error {
 		return fmt.Errorf("%s: %w", key, err)
 	}
 	return nil
+}
+
+// versionRE matches the versions of plans and sets (newVersion).
+var versionRE = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[0-9a-f]{8}$`)
+
+// SplitStore reads STORE[@SET]: an @ not followed by a set's version is
+// part of the store's name.
+func SplitStore(s string) (store, version string) {
+	if i := strings.LastIndexByte(s, '@'); i >= 0 && versionRE.MatchString(s[i+1:]) {
+		return s[:i], s[i+1:]
+	}
+	return s, ""
 }
 
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

@@ -114,6 +114,12 @@ func (w *Watcher) poll(ctx context.Context) error {
 	data, etag, err := w.o.Store.GetIfChanged(ctx, LatestKey, w.etag)
 	switch {
 	case errors.Is(err, objstore.ErrNotModified):
+		// Ended plans leave memory without a new set.
+		if cur := w.current.Load(); cur != nil {
+			if s := cur.withoutEnded(w.o.Now()); s != cur {
+				w.current.Store(s)
+			}
+		}
 		return nil
 	case isNotExist(err):
 		return nil // no plan published yet: none active
@@ -124,7 +130,7 @@ func (w *Watcher) poll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s, err := loadIndex(ctx, w.o.Store, idx, w.current.Load())
+	s, err := loadIndex(ctx, w.o.Store, idx, w.current.Load(), w.o.Now())
 	if err != nil {
 		return err
 	}

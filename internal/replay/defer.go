@@ -18,6 +18,9 @@ import (
 type waiting struct {
 	req capping.Request // its strings its own (a source reuses its buffers)
 	seq int64           // order of deferral: equal due times keep it
+	// what its first decision said of plans (Outcome.Own, HeldFor)
+	own     bool
+	heldFor string
 }
 
 // waitQueue is a side's deferred intents, the earliest due first.
@@ -39,10 +42,11 @@ func (q *waitQueue) Pop() any {
 	return w
 }
 
-// hold queues a record's r, deferred by d, to be decided again at
-// d.NotBefore.
-func (s *side) hold(r *capping.Request, d *capping.Decision) {
-	w := waiting{req: *r}
+// hold queues a record's r, deferred as o says, to be decided again at
+// its NotBefore.
+func (s *side) hold(r *capping.Request, o *Outcome) {
+	d := &o.Decision
+	w := waiting{req: *r, own: o.Own, heldFor: strings.Clone(o.HeldFor)}
 	w.req.IntentID, w.req.Channel, w.req.Category = strings.Clone(r.IntentID), strings.Clone(r.Channel), strings.Clone(r.Category)
 	w.req.Campaign, w.req.Segment = strings.Clone(r.Campaign), strings.Clone(r.Segment)
 	w.req.Tags = slices.Clone(r.Tags)
@@ -67,7 +71,7 @@ func (s *side) requeue(w waiting, d *capping.Decision) {
 func (s *side) release(t time.Time, users *userCounts, i int) {
 	for len(s.waiting) > 0 && !s.waiting[0].req.At.After(t) {
 		w := heap.Pop(&s.waiting).(waiting)
-		d := s.mem.Decide(&w.req)
+		d := s.decide(&w.req)
 		if d.Err != nil { // it was valid when first decided
 			d = capping.Decision{Outcome: capping.Invalid}
 		}
@@ -76,7 +80,7 @@ func (s *side) release(t time.Time, users *userCounts, i int) {
 			s.requeue(w, &d)
 			continue
 		}
-		o := Outcome{Segment: w.req.Segment, Decision: d}
+		o := Outcome{Segment: w.req.Segment, Decision: d, User: w.req.UserID, Priority: w.req.Priority, Own: w.own, HeldFor: w.heldFor}
 		s.stats.count(w.req.Channel, w.req.Campaign, &o)
 		users.add(w.req.UserID, i, d.Outcome == capping.Allowed)
 	}

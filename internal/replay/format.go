@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/capper-dev/capper/internal/capping"
 )
 
 // WriteJSON writes the report as one JSON document.
@@ -85,13 +87,76 @@ func (r *Report) rows() []row {
 	for i, l := range bucketLabels {
 		rows = append(rows, row{"users by allowed sends", l, get(func(s *Stats) int64 { return s.PerUser[i].Users })})
 	}
+	rows = append(rows, r.planRows(get)...)
 	if c := r.Change; c != nil {
+		vs := r.versus()
 		rows = append(rows,
-			row{"candidate vs baseline", "users with fewer sends", []int64{0, c.Fewer}},
-			row{"candidate vs baseline", "users with more sends", []int64{0, c.More}},
-			row{"candidate vs baseline", "users with the same", []int64{0, c.Same}},
-			row{"candidate vs baseline", "sends lost", []int64{0, c.SendsLost}},
-			row{"candidate vs baseline", "sends gained", []int64{0, c.SendsWon}})
+			row{vs, "users with fewer sends", []int64{0, c.Fewer}},
+			row{vs, "users with more sends", []int64{0, c.More}},
+			row{vs, "users with the same", []int64{0, c.Same}},
+			row{vs, "sends lost", []int64{0, c.SendsLost}},
+			row{vs, "sends gained", []int64{0, c.SendsWon}})
+	}
+	return rows
+}
+
+// versus names the comparison of the two sides: "candidate vs baseline",
+// "plans vs fcfs".
+func (r *Report) versus() string {
+	return r.Sides[1].Side + " vs " + r.Sides[0].Side
+}
+
+// planRows are a replay with plans' rows: per priority (the highest first)
+// and what the bookings did.
+func (r *Report) planRows(get func(func(*Stats) int64) []int64) []row {
+	if r.Sides[0].Plans == nil {
+		return nil
+	}
+	var prios []string // every side's, the highest first
+	for _, s := range r.Sides {
+		for _, p := range s.ByPriority {
+			if !slices.Contains(prios, p.Priority) {
+				prios = append(prios, p.Priority)
+			}
+		}
+	}
+	slices.SortStableFunc(prios, func(a, b string) int {
+		pa, _ := capping.ParsePriority(a)
+		pb, _ := capping.ParsePriority(b)
+		return int(pb) - int(pa)
+	})
+	of := func(s *Stats, prio string) PriorityStats {
+		for _, p := range s.ByPriority {
+			if p.Priority == prio {
+				return p
+			}
+		}
+		return PriorityStats{}
+	}
+	var rows []row
+	for _, by := range []struct {
+		section string
+		f       func(PriorityStats) int64
+	}{
+		{"delivered per priority", func(p PriorityStats) int64 { return p.Delivered }},
+		{"capped per priority", func(p PriorityStats) int64 { return p.Capped }},
+		{"held for a plan per priority", func(p PriorityStats) int64 { return p.Held }},
+	} {
+		for _, prio := range prios {
+			rows = append(rows, row{by.section, prio, get(func(s *Stats) int64 { return by.f(of(s, prio)) })})
+		}
+	}
+	for _, t := range []struct {
+		k string
+		f func(*PlanStats) int64
+	}{
+		{"planned intents", func(p *PlanStats) int64 { return p.Planned }},
+		{"planned delivered", func(p *PlanStats) int64 { return p.PlannedDelivered }},
+		{"lower-priority given up", func(p *PlanStats) int64 { return p.GivenUp }},
+		{"  for a booking then used", func(p *PlanStats) int64 { return p.BookingUsed }},
+		{"  for a booking not used", func(p *PlanStats) int64 { return p.BookingUnused }},
+	} {
+		rows = append(rows, row{"plans", t.k, get(func(s *Stats) int64 { return t.f(s.Plans) })})
 	}
 	return rows
 }
@@ -137,7 +202,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	section, shown := "", 0
 	for _, x := range rows {
-		if x.section == "candidate vs baseline" || deferRows[x.key] && !slices.ContainsFunc(x.vals, func(v int64) bool { return v != 0 }) {
+		if len(r.Sides) == 2 && x.section == r.versus() || deferRows[x.key] && !slices.ContainsFunc(x.vals, func(v int64) bool { return v != 0 }) {
 			continue // (the deferral rows only where a policy deferred)
 		}
 		if x.section != section {
@@ -164,8 +229,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		line("  "+clip(x.key, keyW-2), cells)
 	}
 	if c := r.Change; c != nil {
-		fmt.Fprintf(w, "\ncandidate vs baseline: %d users would get fewer sends (%d sends less), %d more (%d sends more), %d the same\n",
-			c.Fewer, c.SendsLost, c.More, c.SendsWon, c.Same)
+		fmt.Fprintf(w, "\n%s: %d users would get fewer sends (%d sends less), %d more (%d sends more), %d the same\n",
+			r.versus(), c.Fewer, c.SendsLost, c.More, c.SendsWon, c.Same)
 	}
 	if n := r.Sides[len(r.Sides)-1].Invalid; n > 0 || len(r.Invalid) > 0 {
 		fmt.Fprintf(w, "\ninvalid records (dead-lettered by a worker; the first %d):\n", len(r.Invalid))
@@ -205,7 +270,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 	for _, x := range r.rows() {
 		rec := []string{x.section, x.key}
 		for i, v := range x.vals {
-			if x.section == "candidate vs baseline" && i == 0 {
+			if len(r.Sides) == 2 && x.section == r.versus() && i == 0 {
 				rec = append(rec, "")
 				continue
 			}

@@ -26,10 +26,31 @@ type Policy struct {
 	Decoder dispatch.DecoderOptions // the policy's channels and categories
 }
 
+// Plans are the campaign plans of a replay with plans (*plans.Set).
+type Plans interface {
+	// For appends the plans that book a slot against an intent of user
+	// with priority prio at at (capping.Request.Planned).
+	For(dst []capping.Planned, user uint64, prio capping.Priority, at time.Time) []capping.Planned
+	// Owns reports whether a plan of campaign holds user: the intent is a
+	// planned send.
+	Owns(user uint64, campaign string) bool
+}
+
+// The sides of a replay with plans.
+const (
+	SideFCFS  = "fcfs"
+	SidePlans = "plans"
+)
+
 // Options configure Run. Candidate is required; Baseline is optional.
 type Options struct {
 	Candidate Policy
 	Baseline  *Policy
+	// Plans, when set, replays the candidate twice instead: first come,
+	// first served (side "fcfs"), and with the plans' bookings (side
+	// "plans"); Baseline must be nil. The report then counts per priority
+	// and what the bookings did (Stats.Plans).
+	Plans Plans
 	// Lookup is the user's segment (the snapshot's Lookup); nil: every
 	// user is in no segment (segments.None).
 	Lookup func(userID uint64) string
@@ -51,6 +72,13 @@ type Outcome struct {
 	Segment  string
 	Decision capping.Decision // Outcome capping.Invalid when Invalid is set
 	Invalid  error
+	User     uint64
+	Priority capping.Priority
+	// Own: the intent is a plan's own send (Plans.Owns); HeldFor: its first
+	// decision was held for that plan's booking (kept when it was
+	// deferred, decided again later).
+	Own     bool
+	HeldFor string
 }
 
 // Record is one past intent as a source reads it.
@@ -85,6 +113,13 @@ type side struct {
 	// (defer.go); seq numbers the deferrals.
 	waiting waitQueue
 	seq     int64
+	// plans: the side books slots for them (nil: first come, first
+	// served); planned is the buffer of a request's bookings.
+	plans   Plans
+	planned []capping.Planned
+	// owns classifies intents as planned sends (both sides of a replay
+	// with plans); nil otherwise.
+	owns Plans
 }
 
 // Run replays src through the policies and returns the report. Records
@@ -97,7 +132,13 @@ func Run(ctx context.Context, src Source, o Options) (*Report, error) {
 	}
 	pols := []Policy{o.Candidate}
 	names := []string{"candidate"}
-	if o.Baseline != nil {
+	switch {
+	case o.Plans != nil && o.Baseline != nil:
+		return nil, errors.New("replay: plans compare first come, first served with plans under one policy; no baseline")
+	case o.Plans != nil:
+		pols = []Policy{o.Candidate, o.Candidate}
+		names = []string{SideFCFS, SidePlans}
+	case o.Baseline != nil:
 		pols = []Policy{*o.Baseline, o.Candidate}
 		names = []string{"baseline", "candidate"}
 	}
@@ -111,7 +152,13 @@ func Run(ctx context.Context, src Source, o Options) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("replay: %s policy %s: %w", names[i], p.Name, err)
 		}
-		s := &side{name: names[i], mem: mem, dec: dec, shared: -1, stats: newStats(names[i], p.Name)}
+		s := &side{name: names[i], mem: mem, dec: dec, shared: -1, stats: newStats(names[i], p.Name), owns: o.Plans}
+		if o.Plans != nil {
+			s.stats.plans = newPlanCounts()
+		}
+		if names[i] == SidePlans {
+			s.plans = o.Plans
+		}
 		// Sides that accept the same intents decode each record once.
 		for j := range i {
 			if sameDecoding(pols[j].Decoder, p.Decoder) {
@@ -161,7 +208,7 @@ func Run(ctx context.Context, src Source, o Options) (*Report, error) {
 			if errs[i] == nil {
 				s.release(decisionTime(rec, &intents[i]), users, i)
 			}
-			outs[i] = decideOne(s, &intents[i], errs[i], rec, seg)
+			outs[i] = s.decideOne(&intents[i], errs[i], rec, seg)
 			s.stats.add(intents[i].Channel, intents[i].CampaignID, &outs[i])
 			if outs[i].Invalid == nil {
 				users.add(intents[i].UserID, i, outs[i].Decision.Outcome == capping.Allowed)
@@ -224,21 +271,36 @@ func decisionTime(rec *Record, in *dispatch.Intent) time.Time {
 
 // decideOne decides a decoded intent of a user in segment seg; the side
 // holds it when its policy defers it.
-func decideOne(s *side, in *dispatch.Intent, err error, rec *Record, seg string) Outcome {
+func (s *side) decideOne(in *dispatch.Intent, err error, rec *Record, seg string) Outcome {
 	if err != nil {
 		return Outcome{Decision: capping.Decision{Outcome: capping.Invalid}, Invalid: err}
 	}
 	r := dispatch.NewRequest(in, seg)
 	r.At = decisionTime(rec, in)
-	d := s.mem.Decide(&r)
+	d := s.decide(&r)
 	if d.Err != nil {
 		// The decoder accepts what the engine does; an intent the engine
 		// refuses anyway (a time before 1970) is dead-lettered like one
 		// that does not decode.
 		return Outcome{Segment: seg, Decision: capping.Decision{Outcome: capping.Invalid}, Invalid: d.Err}
 	}
-	if d.Outcome == capping.Deferred {
-		s.hold(&r, &d)
+	o := Outcome{Segment: seg, Decision: d, User: r.UserID, Priority: r.Priority, HeldFor: d.HeldFor}
+	if s.owns != nil {
+		o.Own = s.owns.Owns(r.UserID, r.Campaign)
 	}
-	return Outcome{Segment: seg, Decision: d}
+	if d.Outcome == capping.Deferred {
+		s.hold(&r, &o)
+	}
+	return o
+}
+
+// decide decides r with the bookings of the plans in force at r.At (a
+// side with plans).
+func (s *side) decide(r *capping.Request) capping.Decision {
+	if s.plans != nil {
+		s.planned = s.plans.For(s.planned[:0], r.UserID, r.Priority, r.At)
+		r.Planned = s.planned
+		defer func() { r.Planned = nil }()
+	}
+	return s.mem.Decide(r)
 }

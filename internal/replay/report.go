@@ -4,6 +4,7 @@ package replay
 // limit, and how users' deliveries would change.
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -57,8 +58,106 @@ type Stats struct {
 	// Users with a valid intent, and how many sends each would have got.
 	Users   int64         `json:"users"`
 	PerUser []UsersBucket `json:"allowed_per_user"`
+	// A replay with plans: the intents per priority (the highest first),
+	// and what the bookings did.
+	ByPriority []PriorityStats `json:"by_priority,omitempty"`
+	Plans      *PlanStats      `json:"plans,omitempty"`
 
 	counts [4]map[string]*int64 // the capped-per maps while counting
+	plans  *planCounts          // a replay with plans
+}
+
+// PriorityStats are the intents of one priority, as they ended.
+type PriorityStats struct {
+	Priority  string `json:"priority"`  // low, normal, high or the number
+	Intents   int64  `json:"intents"`   // valid ones
+	Delivered int64  `json:"delivered"` // allowed or exempt
+	Capped    int64  `json:"capped"`
+	// Held: first held for a plan's booking (capped or deferred; a
+	// deferred one may have been delivered later).
+	Held int64 `json:"held_for_plan"`
+}
+
+// PlanStats are what plans' bookings did on one side. Planned intents are
+// a plan's own sends: its campaign's intents to users of its audience. A
+// given-up intent is one of a lower priority held for a booking that
+// ended capped; its booking was used when the plan's campaign was later
+// delivered to that user on this side.
+type PlanStats struct {
+	Planned          int64 `json:"planned_intents"`
+	PlannedDelivered int64 `json:"planned_delivered"`
+	GivenUp          int64 `json:"given_up"`
+	BookingUsed      int64 `json:"given_up_booking_used"`
+	BookingUnused    int64 `json:"given_up_booking_unused"`
+}
+
+// planCounts count a side of a replay with plans.
+type planCounts struct {
+	prio      map[capping.Priority]*PriorityStats
+	stats     PlanStats
+	delivered map[sendKey]bool  // planned sends delivered
+	givenUp   map[sendKey]int64 // given-up intents, by the booking's send
+}
+
+// sendKey is a campaign's send to a user.
+type sendKey struct {
+	user     uint64
+	campaign string
+}
+
+func newPlanCounts() *planCounts {
+	return &planCounts{prio: map[capping.Priority]*PriorityStats{}, delivered: map[sendKey]bool{}, givenUp: map[sendKey]int64{}}
+}
+
+// count counts what a valid intent ended as.
+func (c *planCounts) count(campaign string, o *Outcome) {
+	p := c.prio[o.Priority]
+	if p == nil {
+		p = &PriorityStats{Priority: o.Priority.String()}
+		c.prio[o.Priority] = p
+	}
+	p.Intents++
+	allowed := o.Decision.Outcome == capping.Allowed
+	switch {
+	case allowed, o.Decision.Outcome == capping.Exempt:
+		p.Delivered++
+	case o.Decision.Outcome == capping.Capped:
+		p.Capped++
+	}
+	if o.HeldFor != "" {
+		p.Held++
+		if o.Decision.Outcome == capping.Capped {
+			c.givenUp[sendKey{o.User, strings.Clone(o.HeldFor)}]++
+		}
+	}
+	if o.Own {
+		c.stats.Planned++
+		if allowed {
+			c.stats.PlannedDelivered++
+			c.delivered[sendKey{o.User, strings.Clone(campaign)}] = true
+		}
+	}
+}
+
+// finish resolves the given-up intents' bookings.
+func (c *planCounts) finish(s *Stats) {
+	for k, n := range c.givenUp {
+		c.stats.GivenUp += n
+		if c.delivered[k] {
+			c.stats.BookingUsed += n
+		} else {
+			c.stats.BookingUnused += n
+		}
+	}
+	s.Plans = &c.stats
+	for _, p := range c.prio {
+		s.ByPriority = append(s.ByPriority, *p)
+	}
+	slices.SortFunc(s.ByPriority, func(a, b PriorityStats) int {
+		pa, _ := capping.ParsePriority(a.Priority)
+		pb, _ := capping.ParsePriority(b.Priority)
+		return int(pb) - int(pa)
+	})
 }
 
 // UsersBucket is how many users got a number of sends in a range.
@@ -104,6 +203,9 @@ func inc(m map[string]*int64, k string) {
 
 // finish turns the counts into the report's maps.
 func (s *Stats) finish() {
+	if s.plans != nil {
+		s.plans.finish(s)
+	}
 	for i, dst := range []*map[string]int64{&s.CappedBySegment, &s.CappedByLimit, &s.CappedByChannel, &s.CappedByCampaign} {
 		*dst = make(map[string]int64, len(s.counts[i]))
 		for k, p := range s.counts[i] {
@@ -133,6 +235,7 @@ func (s *Stats) count(channel, campaign string, o *Outcome) {
 		s.Exempt++
 	case capping.Invalid:
 		s.Invalid++
+		return
 	case capping.Capped:
 		s.Capped++
 		if o.Decision.Reason == capping.ReasonExpired {
@@ -142,6 +245,9 @@ func (s *Stats) count(channel, campaign string, o *Outcome) {
 		inc(s.counts[1], o.Segment+"/"+o.Decision.Limit)
 		inc(s.counts[2], channel)
 		inc(s.counts[3], campaign)
+	}
+	if s.plans != nil {
+		s.plans.count(campaign, o)
 	}
 }
 
