@@ -86,6 +86,7 @@ func workerRegistry(t *testing.T) registry {
 	cfg.Kafka.RebalanceTimeout = config.Duration(6 * time.Second)
 	cfg.Redis.Addrs = []string{rds.Addr()}
 	cfg.Segments.Source = dir
+	cfg.Plans.Source = t.TempDir() // an empty plan store: the plans' metrics registered
 	cfg.HTTP.Address = "127.0.0.1:0"
 	policyFile := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(policyFile, configs.ExamplePolicy(), 0o644); err != nil {

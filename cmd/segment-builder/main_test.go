@@ -359,7 +359,7 @@ audience: [users.csv]
 		r := runBinary(t, bin, nil, nil, "plan", "publish", good, "--to", store, "--config", cfg)
 		r.want(t, 0, []string{"published plan ", "of campaign cart-rescue to " + store, "priority high", "3 users"}, nil)
 		runBinary(t, bin, nil, nil, "plan", "list", "--from", store).
-			want(t, 0, []string{"cart-rescue  high", "2099-11-24T18:00:00Z", "push marketing", "1 active plans in " + store}, nil)
+			want(t, 0, []string{"cart-rescue  high", "2099-11-24T18:00:00Z", "push marketing", "1 plans in " + store, "1 in force, 0 ended"}, nil)
 
 		// Bad plans name the field (or the line), and publish nothing.
 		latest := func() string {
@@ -388,7 +388,7 @@ audience: [users.csv]
 		}
 		runBinary(t, bin, nil, nil, "plan", "withdraw", "cart-rescue", "--from", store).
 			want(t, 0, []string{"withdrew the plan of campaign cart-rescue"}, nil)
-		runBinary(t, bin, nil, nil, "plan", "list", "--from", store).want(t, 0, []string{"0 active plans"}, nil)
+		runBinary(t, bin, nil, nil, "plan", "list", "--from", store).want(t, 0, []string{"0 plans in " + store}, nil)
 		r = runBinary(t, bin, nil, nil, "plan", "withdraw", "cart-rescue", "--from", store)
 		if r.code == 0 || !strings.Contains(r.stderr, `no active plan of campaign "cart-rescue"`) {
 			t.Fatalf("withdrawing twice: exit %d\n%s", r.code, r.stderr)

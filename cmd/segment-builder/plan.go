@@ -4,6 +4,7 @@ package main
 // published to a plan store (internal/plans), listed and withdrawn.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -106,6 +107,9 @@ func (p planPublishCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "published plan %s of campaign %s to %s: priority %s, %s to %s, %s, %d users (%d bytes)\n",
 		m.Version, m.Campaign, st, m.Priority, m.Starts.Format(time.RFC3339), m.Ends.Format(time.RFC3339), message(m.Message), m.Audience.Users, m.Audience.Bytes)
+	if !time.Now().Before(m.Ends) {
+		fmt.Fprintln(e.stdout, "its window has ended: workers ignore it; capper replay --plans uses it")
+	}
 	return nil
 }
 
@@ -120,18 +124,25 @@ func (p planListCmd) Run(e *env) error {
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "campaign\tpriority\tstarts\tends\tmessage\tusers\tversion")
+	now, ended := time.Now(), 0
 	for _, r := range idx.Plans {
 		m, err := plans.ReadManifest(e.ctx, st, r.Version)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Campaign, m.Priority, m.Starts.Format(time.RFC3339), m.Ends.Format(time.RFC3339),
+		end := m.Ends.Format(time.RFC3339)
+		if !now.Before(m.Ends) {
+			end += " (ended)"
+			ended++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Campaign, m.Priority, m.Starts.Format(time.RFC3339), end,
 			message(m.Message), m.Audience.Users, m.Version)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%d active plans in %s (set %s)\n", len(idx.Plans), st, idx.Version)
+	fmt.Fprintf(e.stdout, "%d plans in %s (set %s): %d in force, %d ended (kept for capper replay --plans)\n",
+		len(idx.Plans), st, cmp.Or(idx.Version, "none"), len(idx.Plans)-ended, ended)
 	return nil
 }
 

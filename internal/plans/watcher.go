@@ -70,6 +70,10 @@ func NewWatcher(o WatcherOptions) (*Watcher, error) {
 		}
 		return float64(n)
 	})
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "capper_plans_memory_bytes",
+		Help: "Memory the audiences of the plans in use take (their membership index)."}, func() float64 {
+		return float64(w.current.Load().Bytes())
+	})
 	w.loads = f.NewCounter(prometheus.CounterOpts{Name: "capper_plan_loads_total", Help: "Sets of campaign plans loaded and swapped in."})
 	w.failures = f.NewCounter(prometheus.CounterOpts{Name: "capper_plan_load_failures_total",
 		Help: "Polls of the plan store that failed (unreadable, or a plan that did not verify); the set in use stays."})
