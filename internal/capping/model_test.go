@@ -449,6 +449,9 @@ func (g *gen) plansFor(u uint64) []Planned {
 		if g.rng.IntN(3) == 0 {
 			p.Tags = []string{"promo"}
 		}
+		if g.rng.IntN(2) == 0 { // as the plans package makes them: shared, its scopes remembered
+			*p = NewPlanned(*p)
+		}
 	}
 	var out []Planned
 	for i, p := range g.plans {

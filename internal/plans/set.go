@@ -193,8 +193,8 @@ func loadPlan(ctx context.Context, st objstore.Store, version string) (*Plan, *r
 	if n := bm.GetCardinality(); n != m.Audience.Users {
 		return nil, nil, fmt.Errorf("%s: audience holds %d users, the manifest says %d", m, n, m.Audience.Users)
 	}
-	return &Plan{Manifest: m, planned: capping.Planned{Campaign: m.Campaign, Priority: m.Priority,
-		Starts: m.Starts, Ends: m.Ends, Channel: m.Message.Channel, Category: m.Message.Category, Tags: m.Message.Tags}}, bm, nil
+	return &Plan{Manifest: m, planned: capping.NewPlanned(capping.Planned{Campaign: m.Campaign, Priority: m.Priority,
+		Starts: m.Starts, Ends: m.Ends, Channel: m.Message.Channel, Category: m.Message.Category, Tags: m.Message.Tags})}, bm, nil
 }
 
 // withoutEnded is s without the plans that ended by t (s itself when none
