@@ -11,6 +11,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/plans"
@@ -145,6 +146,22 @@ func testCampaignPlans(t *testing.T, mode, store string) {
 	}
 	if n := count(o.deliveries, "capper-held-for", "cart-rescue") + count(o.suppressed, "capper-held-for", "cart-rescue"); n != 0 {
 		t.Errorf("%d final outcomes held for cart-rescue: its held pushes were deferred, not capped", n)
+	}
+	// The deferred pushes waited in the tiers marked with the plan.
+	tiered := map[string]bool{}
+	for _, topic := range []string{tDelay1m, tDelay10m, tDelay1h} {
+		recs, err := audit.ReadTopic(ctx, e.kafka.Addrs, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range recs {
+			if header(m, "capper-held-for") == "cart-rescue" && header(m, "capper-reason") == "cap" {
+				tiered[idOf(m)] = true
+			}
+		}
+	}
+	if len(tiered) != 20 {
+		t.Errorf("%d deferred pushes carry capper-held-for: cart-rescue in the tiers, want 20", len(tiered))
 	}
 }
 
