@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"os"
 	"regexp"
 	"slices"
@@ -9,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/plans"
 )
 
 // documentedHeader is one row of the README's header table.
@@ -96,9 +100,16 @@ func TestHeadersMatchREADME(t *testing.T) {
 	run(first, len(first), nil)
 	second := []kafka.Message{msg(5, intentValue("b1", 5, "sms", ""))} // shadow-capped
 	run(second, len(first)+len(second), func(o *Options) { o.Shadow = true })
+	// Two campaign plans of a higher priority book both daily slots of
+	// users 10 and 11: held (capper-held-for), and held in shadow mode.
+	withPlans := func(o *Options) { o.Plans = heldPlans(t, 10, 11) }
+	held := []kafka.Message{msg(10, intentValue("h1", 10, "push", ""))}
+	run(held, len(first)+len(second)+len(held), withPlans)
+	shadowHeld := []kafka.Message{msg(11, intentValue("h2", 11, "push", ""))}
+	run(shadowHeld, len(first)+len(second)+len(held)+len(shadowHeld), func(o *Options) { withPlans(o); o.Shadow = true })
 	e.redis.Kill()
 	third := []kafka.Message{msg(6, intentValue("c1", 6, "push", ""))} // failed open
-	run(third, len(first)+len(second)+len(third), func(o *Options) { o.FailOpen = true })
+	run(third, len(first)+len(second)+len(held)+len(shadowHeld)+len(third), func(o *Options) { o.FailOpen = true })
 
 	o := e.read()
 	seen := map[string]map[string]bool{}
@@ -140,6 +151,8 @@ func TestHeadersMatchREADME(t *testing.T) {
 					bad = !source.MatchString(v)
 				case HeaderDuplicate, HeaderUnchecked, HeaderTruncated:
 					bad = v != "true"
+				case HeaderHeldFor:
+					bad = v != "flash" || headerValue(m, HeaderLimit) != "daily"
 				}
 				if bad {
 					t.Errorf("%s on %s: %q is not of the documented form (%v)", h.Key, topic, v, d.values)
@@ -159,4 +172,34 @@ func TestHeadersMatchREADME(t *testing.T) {
 			t.Errorf("%s: %s is documented but never appeared", HeaderOverride, v)
 		}
 	}
+}
+
+// heldPlans is a set of two high-priority plans, flash (ending first) and
+// later, both pushes within the hour to users.
+func heldPlans(t *testing.T, users ...uint32) *plans.Current {
+	t.Helper()
+	ctx := context.Background()
+	st, err := objstore.Open(ctx, t.TempDir(), objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	aud, err := roaring.BitmapOf(users...).ToBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []string{"flash", "later"} {
+		spec := &plans.Spec{Campaign: c, Priority: "high", Starts: now, Ends: now.Add(time.Duration(i+1) * time.Hour),
+			Message: plans.Message{Channel: "push", Category: "marketing"}}
+		if _, err := plans.Publish(ctx, st, spec, capping.High, aud, uint64(len(users)), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set, err := plans.Load(ctx, st, "", nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cur plans.Current
+	cur.Store(set)
+	return &cur
 }

@@ -313,3 +313,40 @@ func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return 0
 }
+
+// TestWatcherDropsEnded: a plan whose window ended leaves the set in use at
+// the next poll, LATEST unchanged, and a worker loads only plans in force.
+func TestWatcherDropsEnded(t *testing.T) {
+	st := mustOpen(t, t.TempDir())
+	ctx := context.Background()
+	publish(t, st, "morning", "high", t0, t0.Add(time.Hour), 1, 2)
+	publish(t, st, "evening", "high", t0.Add(9*time.Hour), t0.Add(10*time.Hour), 2, 3)
+	now := t0
+	reg := prometheus.NewRegistry()
+	w, err := plans.NewWatcher(plans.WatcherOptions{Store: st, Interval: time.Second, Registerer: reg, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.Current().Load().Plans()); n != 2 || value(t, reg, "capper_plans_memory_bytes") == 0 {
+		t.Fatalf("%d plans, %v bytes", n, value(t, reg, "capper_plans_memory_bytes"))
+	}
+	now = t0.Add(2 * time.Hour)
+	if got := value(t, reg, "capper_plans_active"); got != 1 {
+		t.Fatalf("capper_plans_active = %v after morning ended, want 1", got)
+	}
+	if err := w.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := w.Current().Load()
+	if got := campaigns(s.For(nil, 2, capping.Low, now)); len(s.Plans()) != 1 || got != "evening" {
+		t.Fatalf("after the next poll: %d plans, user 2 has %q; want evening only", len(s.Plans()), got)
+	}
+	// A worker started now loads evening only.
+	w2, _ := plans.NewWatcher(plans.WatcherOptions{Store: st, Interval: time.Second, Now: func() time.Time { return now }})
+	if err := w2.Poll(ctx); err != nil || len(w2.Current().Load().Plans()) != 1 {
+		t.Fatalf("a new watcher: %v, %d plans", err, len(w2.Current().Load().Plans()))
+	}
+}
