@@ -21,6 +21,10 @@ var packedTemplate string
 
 var scriptTemplate = template.Must(template.New("packed.lua").Funcs(template.FuncMap{
 	"dbl": func(n int) int { return 2 * n }, // has bit n of a mask: m % dbl(n) >= n
+	// round is what template "full" needs to answer code for limit l.
+	"round": func(d scriptData, code string, l limitData, indent int) roundData {
+		return roundData{Code: code, Lim: l, Time: d.L.Time, LimitMul: d.R.Limit, In: strings.Repeat(" ", indent)}
+	},
 }).Parse(packedTemplate))
 
 // ScriptSource is the decide script generated for rules (what Redis runs
@@ -47,6 +51,14 @@ type (
 		I, Bit, S, Max, ReserveMax, Below int
 		Name, Start                       string
 		Rolling                           bool
+	}
+	// roundData: one check of a limit (template "full"): capped by it,
+	// or held by it once bookings are counted.
+	roundData struct {
+		Code, LimitMul string
+		In             string // the indentation
+		Lim            limitData
+		Time           int
 	}
 	policyData struct {
 		I      int

@@ -1,18 +1,23 @@
 // Package objstore owns the object stores capper publishes to and reads
 // from: a directory or an S3 bucket/prefix behind one small interface, with
-// atomic puts and conditional reads of small pointer objects. Segment
-// snapshots live in one.
+// atomic puts and conditional reads of small pointer objects, and the
+// names of published versions. Segment snapshots, cap policies and
+// campaign plans live in one.
 package objstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"time"
 )
 
 // Store is a directory or an S3 bucket/prefix. Keys are slash-separated and
@@ -123,6 +128,34 @@ func SplitS3URL(raw string) (bucket, key string, err error) {
 		return "", "", errors.New("no bucket in S3 URL (want s3://bucket/prefix)")
 	}
 	return bucket, key, nil
+}
+
+// versionTime is the time part of a published version.
+const versionTime = "20060102T150405.000Z"
+
+// versionRE: a published version, <UTC time to the millisecond>-<first 8
+// hex of the content's sha256>; names sort by publication time.
+var versionRE = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[0-9a-f]{8}$`)
+
+// NewVersion names what is published at t with content data (a policy, a
+// campaign plan, a set of plans): the time, then the first 8 hex digits
+// of data's sha256.
+func NewVersion(data []byte, t time.Time) string {
+	sum := sha256.Sum256(data)
+	return t.UTC().Format(versionTime) + "-" + hex.EncodeToString(sum[:4])
+}
+
+// IsVersion reports whether v is of NewVersion's form
+// (20261123T101500.000Z-3f2a9c1b).
+func IsVersion(v string) bool { return versionRE.MatchString(v) }
+
+// VersionTime is when version v was published (false: not a version).
+func VersionTime(v string) (time.Time, bool) {
+	if !IsVersion(v) {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(versionTime, v[:len(versionTime)])
+	return t, err == nil
 }
 
 // ReadAll reads a small object whole (at most MaxSmallObject bytes).

@@ -87,36 +87,28 @@ func newSource(bm *roaring.Bitmap) *source {
 	return &source{it: bm.ManyIterator(), buf: make([]uint32, 0, 4096)}
 }
 
+// fill refills the buffer once it is consumed; false: no user left.
+func (s *source) fill() bool {
+	if s.next == len(s.buf) {
+		s.buf = s.buf[:cap(s.buf)]
+		s.buf, s.next = s.buf[:s.it.NextMany(s.buf)], 0
+	}
+	return s.next < len(s.buf)
+}
+
 // take appends to dst the low bits of the source's users of chunk hb.
 func (s *source) take(dst []uint16, hb uint32) []uint16 {
-	for {
-		if s.next == len(s.buf) {
-			s.buf = s.buf[:cap(s.buf)]
-			n := s.it.NextMany(s.buf)
-			s.buf, s.next = s.buf[:n], 0
-			if n == 0 {
-				return dst
-			}
-		}
-		for ; s.next < len(s.buf); s.next++ {
-			v := s.buf[s.next]
-			if v>>16 != hb {
-				return dst
-			}
-			dst = append(dst, uint16(v))
-		}
+	for s.fill() && s.buf[s.next]>>16 == hb {
+		dst = append(dst, uint16(s.buf[s.next]))
+		s.next++
 	}
+	return dst
 }
 
 // peek is the chunk of the source's next user; false: none left.
 func (s *source) peek() (uint32, bool) {
-	if s.next == len(s.buf) {
-		s.buf = s.buf[:cap(s.buf)]
-		n := s.it.NextMany(s.buf)
-		s.buf, s.next = s.buf[:n], 0
-		if n == 0 {
-			return 0, false
-		}
+	if !s.fill() {
+		return 0, false
 	}
 	return s.buf[s.next] >> 16, true
 }

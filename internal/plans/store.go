@@ -23,9 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -42,7 +40,6 @@ const (
 	manifestName = "plan.json"
 	audienceName = "audience.roaring"
 	format       = 1
-	versionTime  = "20060102T150405.000Z"
 )
 
 // Manifest is a published plan.
@@ -86,27 +83,20 @@ type Ref struct {
 // week's plans keeps them all).
 const Retention = 35 * 24 * time.Hour
 
-// newVersion names what is published at t from data.
-func newVersion(data []byte, t time.Time) string {
-	sum := sha256.Sum256(data)
-	return t.UTC().Format(versionTime) + "-" + hex.EncodeToString(sum[:4])
-}
-
 func manifestKey(v string) string { return plansDir + v + "/" + manifestName }
 func audienceKey(v string) string { return plansDir + v + "/" + audienceName }
 func indexKey(v string) string    { return indexDir + v + ".json" }
 
 // Publish stores a checked plan (spec, its priority, its audience
 // serialized) and makes it active: a plan of the same campaign is
-// replaced, and plans that ended by now leave the set. It returns the
-// plan's manifest.
+// replaced. It returns the plan's manifest.
 func Publish(ctx context.Context, st objstore.Store, spec *Spec, prio capping.Priority, audience []byte, users uint64, now time.Time) (*Manifest, error) {
 	sum := sha256.Sum256(audience)
 	m := &Manifest{Format: format, Campaign: spec.Campaign, Priority: prio, Starts: spec.Starts.UTC(), Ends: spec.Ends.UTC(),
 		Message: spec.Message, CreatedAt: now.UTC(),
 		Audience: Object{Users: users, Bytes: int64(len(audience)), SHA256: hex.EncodeToString(sum[:])}}
 	seed, _ := json.Marshal(m)
-	m.Version = newVersion(seed, now)
+	m.Version = objstore.NewVersion(seed, now)
 	m.Audience.Key = audienceKey(m.Version)
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -142,7 +132,7 @@ func Withdraw(ctx context.Context, st objstore.Store, campaign string, now time.
 }
 
 // update writes a new index from the current one (edit changes its plans;
-// plans that ended by now leave it), then LATEST.
+// those that ended Retention before the latest end leave it), then LATEST.
 func update(ctx context.Context, st objstore.Store, now time.Time, edit func([]Ref) ([]Ref, error)) error {
 	cur, err := ReadIndex(ctx, st)
 	if err != nil {
@@ -162,7 +152,7 @@ func update(ctx context.Context, st objstore.Store, now time.Time, edit func([]R
 	slices.SortFunc(refs, func(a, b Ref) int { return strings.Compare(a.Campaign, b.Campaign) })
 	idx := Index{Format: format, CreatedAt: now.UTC(), Plans: refs}
 	seed, _ := json.Marshal(idx)
-	idx.Version = newVersion(seed, now)
+	idx.Version = objstore.NewVersion(seed, now)
 	data, err := json.MarshalIndent(idx, "", "  ")
 	if err != nil {
 		return err
@@ -223,12 +213,7 @@ func ReadManifest(ctx context.Context, st objstore.Store, version string) (*Mani
 }
 
 func readJSON(ctx context.Context, st objstore.Store, key string, v any) error {
-	rc, _, err := st.Get(ctx, key)
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, objstore.MaxSmallObject))
+	data, err := objstore.ReadAll(ctx, st, key)
 	if err != nil {
 		return err
 	}
@@ -240,13 +225,10 @@ func readJSON(ctx context.Context, st objstore.Store, key string, v any) error {
 	return nil
 }
 
-// versionRE matches the versions of plans and sets (newVersion).
-var versionRE = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[0-9a-f]{8}$`)
-
 // SplitStore reads STORE[@SET]: an @ not followed by a set's version is
 // part of the store's name.
 func SplitStore(s string) (store, version string) {
-	if i := strings.LastIndexByte(s, '@'); i >= 0 && versionRE.MatchString(s[i+1:]) {
+	if i := strings.LastIndexByte(s, '@'); i >= 0 && objstore.IsVersion(s[i+1:]) {
 		return s[:i], s[i+1:]
 	}
 	return s, ""

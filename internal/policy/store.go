@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -29,12 +28,6 @@ const (
 	fileName  = "policy.yaml"
 )
 
-// versionRE: a published version, <UTC time to the millisecond>-<first 8
-// hex of the content's sha256>; names sort by publication time.
-var versionRE = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[0-9a-f]{8}$`)
-
-const versionTime = "20060102T150405.000Z"
-
 // ContentHash is the first 12 hex digits of the sha256 of a policy's bytes:
 // the version of a policy read from a file, and part of a published one.
 func ContentHash(data []byte) string {
@@ -43,13 +36,11 @@ func ContentHash(data []byte) string {
 }
 
 // NewVersion names a policy published at t.
-func NewVersion(data []byte, t time.Time) string {
-	return t.UTC().Format(versionTime) + "-" + ContentHash(data)[:8]
-}
+func NewVersion(data []byte, t time.Time) string { return objstore.NewVersion(data, t) }
 
 // ValidateVersion checks a published version's form.
 func ValidateVersion(v string) error {
-	if !versionRE.MatchString(v) {
+	if !objstore.IsVersion(v) {
 		return fmt.Errorf("policy version %q is not of the form 20261123T101500.000Z-3f2a9c1b", v)
 	}
 	return nil
@@ -104,7 +95,7 @@ func Publish(ctx context.Context, st objstore.Store, data []byte, now time.Time)
 		}
 		// Versions sort by time: a new one sorts after the one in use,
 		// even published within its millisecond (or on a clock behind).
-		if t, err := time.Parse(versionTime, cur[:len(versionTime)]); err == nil && !now.After(t) {
+		if t, ok := objstore.VersionTime(cur); ok && !now.After(t) {
 			now = t.Add(time.Millisecond)
 		}
 	}
@@ -179,7 +170,7 @@ func History(ctx context.Context, st objstore.Store) ([]Version, error) {
 		if !ok || ValidateVersion(v) != nil {
 			continue
 		}
-		at, _ := time.Parse(versionTime, v[:len(versionTime)])
+		at, _ := objstore.VersionTime(v)
 		out = append(out, Version{Name: v, Published: at, Current: v == cur})
 	}
 	slices.SortFunc(out, func(a, b Version) int { return strings.Compare(a.Name, b.Name) })

@@ -106,9 +106,8 @@ local pol, am = pb1 * 256 + pb2, u32(P, 3)
 if pol == 1 then
   if am % 2 >= 1 then -- daily
     local m = 1
-    -- The m-th newest send; a trimmed log holding fewer (a max raised
-    -- since it dropped sends) counts its dropped ones as at its oldest.
-    local i = sc1 - m
+    local i -- the m-th newest send; a trimmed log holding fewer counts its dropped ones as at its oldest
+    i = sc1 - m
     if i < 0 and st1 and sc1 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp1 + 4 * i)
@@ -121,28 +120,27 @@ if pol == 1 then
     local b = bk and bk[1]
     if b then -- plans of a higher priority book b slots: held when they make the difference
       m = m - b
-      local t = 0
-      if m > 0 then
-        t = nil
-        i = sc1 - m
-        if i < 0 and st1 and sc1 > 0 then i = 0 end
-        if i >= 0 then
-          t = u32(rec, sp1 + 4 * i)
-          if t < cday then t = nil end
-        end
-      end
-      if t then
+      if m <= 0 then -- the bookings alone fill it
         local r = 3 * 2^40 + 1 * 2^32
         if idem then return {r, sub(rec, ib, sb - 1)} end
         return r
+      end
+      i = sc1 - m
+      if i < 0 and st1 and sc1 > 0 then i = 0 end
+      if i >= 0 then
+        local t = u32(rec, sp1 + 4 * i)
+        if t >= cday then
+          local r = 3 * 2^40 + 1 * 2^32
+          if idem then return {r, sub(rec, ib, sb - 1)} end
+          return r
+        end
       end
     end
   end
   if am % 4 >= 2 then -- weekly
     local m = 3
-    -- The m-th newest send; a trimmed log holding fewer (a max raised
-    -- since it dropped sends) counts its dropped ones as at its oldest.
-    local i = sc1 - m
+    local i -- the m-th newest send; a trimmed log holding fewer counts its dropped ones as at its oldest
+    i = sc1 - m
     if i < 0 and st1 and sc1 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp1 + 4 * i)
@@ -155,20 +153,20 @@ if pol == 1 then
     local b = bk and bk[2]
     if b then -- plans of a higher priority book b slots: held when they make the difference
       m = m - b
-      local t = 0
-      if m > 0 then
-        t = nil
-        i = sc1 - m
-        if i < 0 and st1 and sc1 > 0 then i = 0 end
-        if i >= 0 then
-          t = u32(rec, sp1 + 4 * i)
-          if t < now - 604800 then t = nil end
-        end
-      end
-      if t then
-        local r = 3 * 2^40 + 2 * 2^32 + t
+      if m <= 0 then -- the bookings alone fill it
+        local r = 3 * 2^40 + 2 * 2^32
         if idem then return {r, sub(rec, ib, sb - 1)} end
         return r
+      end
+      i = sc1 - m
+      if i < 0 and st1 and sc1 > 0 then i = 0 end
+      if i >= 0 then
+        local t = u32(rec, sp1 + 4 * i)
+        if t >= now - 604800 then
+          local r = 3 * 2^40 + 2 * 2^32 + t
+          if idem then return {r, sub(rec, ib, sb - 1)} end
+          return r
+        end
       end
     end
   end
@@ -176,9 +174,8 @@ elseif pol == 2 then
   if am % 2 >= 1 then -- daily
     local m = 3
     if prio < 75 then m = 2 end
-    -- The m-th newest send; a trimmed log holding fewer (a max raised
-    -- since it dropped sends) counts its dropped ones as at its oldest.
-    local i = sc1 - m
+    local i -- the m-th newest send; a trimmed log holding fewer counts its dropped ones as at its oldest
+    i = sc1 - m
     if i < 0 and st1 and sc1 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp1 + 4 * i)
@@ -191,28 +188,27 @@ elseif pol == 2 then
     local b = bk and bk[1]
     if b then -- plans of a higher priority book b slots: held when they make the difference
       m = m - b
-      local t = 0
-      if m > 0 then
-        t = nil
-        i = sc1 - m
-        if i < 0 and st1 and sc1 > 0 then i = 0 end
-        if i >= 0 then
-          t = u32(rec, sp1 + 4 * i)
-          if t < now - 86400 then t = nil end
-        end
-      end
-      if t then
-        local r = 3 * 2^40 + 1 * 2^32 + t
+      if m <= 0 then -- the bookings alone fill it
+        local r = 3 * 2^40 + 1 * 2^32
         if idem then return {r, sub(rec, ib, sb - 1)} end
         return r
+      end
+      i = sc1 - m
+      if i < 0 and st1 and sc1 > 0 then i = 0 end
+      if i >= 0 then
+        local t = u32(rec, sp1 + 4 * i)
+        if t >= now - 86400 then
+          local r = 3 * 2^40 + 1 * 2^32 + t
+          if idem then return {r, sub(rec, ib, sb - 1)} end
+          return r
+        end
       end
     end
   end
   if am % 4 >= 2 then -- push-gap
     local m = 1
-    -- The m-th newest send; a trimmed log holding fewer (a max raised
-    -- since it dropped sends) counts its dropped ones as at its oldest.
-    local i = sc2 - m
+    local i -- the m-th newest send; a trimmed log holding fewer counts its dropped ones as at its oldest
+    i = sc2 - m
     if i < 0 and st2 and sc2 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp2 + 4 * i)
@@ -225,28 +221,27 @@ elseif pol == 2 then
     local b = bk and bk[2]
     if b then -- plans of a higher priority book b slots: held when they make the difference
       m = m - b
-      local t = 0
-      if m > 0 then
-        t = nil
-        i = sc2 - m
-        if i < 0 and st2 and sc2 > 0 then i = 0 end
-        if i >= 0 then
-          t = u32(rec, sp2 + 4 * i)
-          if t < now - 1800 then t = nil end
-        end
-      end
-      if t then
-        local r = 3 * 2^40 + 2 * 2^32 + t
+      if m <= 0 then -- the bookings alone fill it
+        local r = 3 * 2^40 + 2 * 2^32
         if idem then return {r, sub(rec, ib, sb - 1)} end
         return r
+      end
+      i = sc2 - m
+      if i < 0 and st2 and sc2 > 0 then i = 0 end
+      if i >= 0 then
+        local t = u32(rec, sp2 + 4 * i)
+        if t >= now - 1800 then
+          local r = 3 * 2^40 + 2 * 2^32 + t
+          if idem then return {r, sub(rec, ib, sb - 1)} end
+          return r
+        end
       end
     end
   end
   if am % 8 >= 4 then -- campaign-week
     local m = 2
-    -- The m-th newest send; a trimmed log holding fewer (a max raised
-    -- since it dropped sends) counts its dropped ones as at its oldest.
-    local i = sc3 - m
+    local i -- the m-th newest send; a trimmed log holding fewer counts its dropped ones as at its oldest
+    i = sc3 - m
     if i < 0 and st3 and sc3 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp3 + 4 * i)
@@ -259,28 +254,27 @@ elseif pol == 2 then
     local b = bk and bk[3]
     if b then -- plans of a higher priority book b slots: held when they make the difference
       m = m - b
-      local t = 0
-      if m > 0 then
-        t = nil
-        i = sc3 - m
-        if i < 0 and st3 and sc3 > 0 then i = 0 end
-        if i >= 0 then
-          t = u32(rec, sp3 + 4 * i)
-          if t < cweek then t = nil end
-        end
-      end
-      if t then
+      if m <= 0 then -- the bookings alone fill it
         local r = 3 * 2^40 + 3 * 2^32
         if idem then return {r, sub(rec, ib, sb - 1)} end
         return r
+      end
+      i = sc3 - m
+      if i < 0 and st3 and sc3 > 0 then i = 0 end
+      if i >= 0 then
+        local t = u32(rec, sp3 + 4 * i)
+        if t >= cweek then
+          local r = 3 * 2^40 + 3 * 2^32
+          if idem then return {r, sub(rec, ib, sb - 1)} end
+          return r
+        end
       end
     end
   end
   if am % 16 >= 8 then -- promo-month
     local m = 4
-    -- The m-th newest send; a trimmed log holding fewer (a max raised
-    -- since it dropped sends) counts its dropped ones as at its oldest.
-    local i = sc4 - m
+    local i -- the m-th newest send; a trimmed log holding fewer counts its dropped ones as at its oldest
+    i = sc4 - m
     if i < 0 and st4 and sc4 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp4 + 4 * i)
@@ -293,29 +287,28 @@ elseif pol == 2 then
     local b = bk and bk[4]
     if b then -- plans of a higher priority book b slots: held when they make the difference
       m = m - b
-      local t = 0
-      if m > 0 then
-        t = nil
-        i = sc4 - m
-        if i < 0 and st4 and sc4 > 0 then i = 0 end
-        if i >= 0 then
-          t = u32(rec, sp4 + 4 * i)
-          if t < cmonth then t = nil end
-        end
-      end
-      if t then
+      if m <= 0 then -- the bookings alone fill it
         local r = 3 * 2^40 + 4 * 2^32
         if idem then return {r, sub(rec, ib, sb - 1)} end
         return r
+      end
+      i = sc4 - m
+      if i < 0 and st4 and sc4 > 0 then i = 0 end
+      if i >= 0 then
+        local t = u32(rec, sp4 + 4 * i)
+        if t >= cmonth then
+          local r = 3 * 2^40 + 4 * 2^32
+          if idem then return {r, sub(rec, ib, sb - 1)} end
+          return r
+        end
       end
     end
   end
   if am % 32 >= 16 then -- calm-day
     local m = 5
     if prio < 50 then m = 3 end
-    -- The m-th newest send; a trimmed log holding fewer (a max raised
-    -- since it dropped sends) counts its dropped ones as at its oldest.
-    local i = sc1 - m
+    local i -- the m-th newest send; a trimmed log holding fewer counts its dropped ones as at its oldest
+    i = sc1 - m
     if i < 0 and st1 and sc1 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp1 + 4 * i)
@@ -328,28 +321,27 @@ elseif pol == 2 then
     local b = bk and bk[5]
     if b then -- plans of a higher priority book b slots: held when they make the difference
       m = m - b
-      local t = 0
-      if m > 0 then
-        t = nil
-        i = sc1 - m
-        if i < 0 and st1 and sc1 > 0 then i = 0 end
-        if i >= 0 then
-          t = u32(rec, sp1 + 4 * i)
-          if t < cday then t = nil end
-        end
-      end
-      if t then
+      if m <= 0 then -- the bookings alone fill it
         local r = 3 * 2^40 + 5 * 2^32
         if idem then return {r, sub(rec, ib, sb - 1)} end
         return r
+      end
+      i = sc1 - m
+      if i < 0 and st1 and sc1 > 0 then i = 0 end
+      if i >= 0 then
+        local t = u32(rec, sp1 + 4 * i)
+        if t >= cday then
+          local r = 3 * 2^40 + 5 * 2^32
+          if idem then return {r, sub(rec, ib, sb - 1)} end
+          return r
+        end
       end
     end
   end
   if am % 64 >= 32 then -- sms-weekly
     local m = 1
-    -- The m-th newest send; a trimmed log holding fewer (a max raised
-    -- since it dropped sends) counts its dropped ones as at its oldest.
-    local i = sc5 - m
+    local i -- the m-th newest send; a trimmed log holding fewer counts its dropped ones as at its oldest
+    i = sc5 - m
     if i < 0 and st5 and sc5 > 0 then i = 0 end
     if i >= 0 then
       local t = u32(rec, sp5 + 4 * i)
@@ -362,20 +354,20 @@ elseif pol == 2 then
     local b = bk and bk[6]
     if b then -- plans of a higher priority book b slots: held when they make the difference
       m = m - b
-      local t = 0
-      if m > 0 then
-        t = nil
-        i = sc5 - m
-        if i < 0 and st5 and sc5 > 0 then i = 0 end
-        if i >= 0 then
-          t = u32(rec, sp5 + 4 * i)
-          if t < now - 604800 then t = nil end
-        end
-      end
-      if t then
-        local r = 3 * 2^40 + 6 * 2^32 + t
+      if m <= 0 then -- the bookings alone fill it
+        local r = 3 * 2^40 + 6 * 2^32
         if idem then return {r, sub(rec, ib, sb - 1)} end
         return r
+      end
+      i = sc5 - m
+      if i < 0 and st5 and sc5 > 0 then i = 0 end
+      if i >= 0 then
+        local t = u32(rec, sp5 + 4 * i)
+        if t >= now - 604800 then
+          local r = 3 * 2^40 + 6 * 2^32 + t
+          if idem then return {r, sub(rec, ib, sb - 1)} end
+          return r
+        end
       end
     end
   end
