@@ -376,15 +376,28 @@ audience: [users.csv]
 			{"bad audience line", "users.csv", "bad.csv", "bad.csv:2: "},
 			{"unknown key", "audience:", "audiences:", "line 6"},
 		} {
-			write(t, pdir, "bad.csv", "1\nx\n")
+			write(t, pdir, "bad.csv", "1\n12x\n")
 			bad := write(t, pdir, "bad-plan.yaml", strings.Replace(plan, c.from, c.to, 1))
 			r := runBinary(t, bin, nil, nil, "plan", "publish", bad, "--to", store, "--config", cfg)
 			if r.code == 0 || !strings.Contains(r.stderr, c.want) {
 				t.Fatalf("%s: exit %d, stderr lacks %q:\n%s", c.name, r.code, c.want, r.stderr)
 			}
+			// An audience line's content may be a user id: only at debug.
+			if strings.Contains(r.stderr, "12x") {
+				t.Fatalf("%s: a malformed audience line's content is logged above debug:\n%s", c.name, r.stderr)
+			}
 			if latest() != before {
 				t.Fatalf("%s: a bad plan changed the active set", c.name)
 			}
+		}
+		// The line's content at debug; a tolerated line named, not shown.
+		badPlan := write(t, pdir, "bad-plan.yaml", strings.Replace(plan, "users.csv", "bad.csv", 1))
+		r = runBinary(t, bin, nil, nil, "plan", "publish", badPlan, "--to", store, "--config", cfg, "--log-level", "debug")
+		r.want(t, 1, nil, []string{`12x`})
+		r = runBinary(t, bin, nil, nil, "plan", "publish", badPlan, "--to", store, "--config", cfg, "--max-errors", "1")
+		r.want(t, 0, []string{"1 users"}, []string{"skipped 1 malformed lines (--max-errors=1)", "bad.csv:2: "})
+		if strings.Contains(r.stderr, "12x") {
+			t.Fatalf("a skipped audience line's content is logged above debug:\n%s", r.stderr)
 		}
 		runBinary(t, bin, nil, nil, "plan", "withdraw", "cart-rescue", "--from", store).
 			want(t, 0, []string{"withdrew the plan of campaign cart-rescue"}, nil)

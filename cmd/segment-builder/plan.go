@@ -99,7 +99,14 @@ func (p planPublishCmd) Run(e *env) error {
 	}
 	aud, err := segbuild.BuildAudience(e.ctx, spec.AudienceFrom(filepath.Dir(p.File)), segbuild.InputOptions{Stdin: e.stdin, S3: s3}, e.flags.MaxErrors, logger)
 	if err != nil {
-		return fmt.Errorf("%s: %w", p.File, err)
+		// As a build's: a malformed line is named by where it is; its
+		// content (a user id, maybe) only at debug.
+		err = fmt.Errorf("%s: %w", p.File, err)
+		logFailure(logger, err)
+		return cli.Reported(err)
+	}
+	if len(aud.BadLines) > 0 {
+		logSkipped(logger, aud.BadLines, e.flags.MaxErrors)
 	}
 	m, err := plans.Publish(e.ctx, st, spec, prio, aud.Data, aud.Users, time.Now())
 	if err != nil {

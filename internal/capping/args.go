@@ -55,7 +55,7 @@ var argSpecs = [numArgs]argSpec{
 	argApplies:  {"applies", "the limits of that policy that apply (bit i-1: limit i)", 4, nil},
 	argRecords:  {"records", "the scopes the intent falls in, to record it in (bit i-1: scope i)", 4, nil},
 	argFlags:    {"flags", "1: an honoured bypass, recorded without checking; 2: a refusal also returns the idempotency entries", 1, nil},
-	argPriority: {"priority", "the priority (0 low, 1 normal, 2 high), for reserved slots", 1, (*policySet).reserves},
+	argPriority: {"priority", "the priority (0-100; low, normal, high are 25, 50, 75), for reserved slots", 1, (*policySet).reserves},
 	argDay:      {"day", "the start of the intent's calendar day (unix s)", 4, func(ps *policySet) bool { return ps.calendars[Day-1] }},
 	argWeek:     {"week", "the start of the intent's calendar week (unix s)", 4, func(ps *policySet) bool { return ps.calendars[Week-1] }},
 	argMonth:    {"month", "the start of the intent's calendar month (unix s)", 4, func(ps *policySet) bool { return ps.calendars[Month-1] }},

@@ -19,6 +19,8 @@ type Audience struct {
 	Data  []byte // roaring portable serialization (32-bit ids)
 	Users uint64
 	Rows  uint64 // lines read
+	// BadLines are the malformed lines a build with MaxErrors skipped.
+	BadLines []BadLine
 }
 
 // BuildAudience reads the inputs (paths, directories of id files, or
@@ -44,5 +46,5 @@ func BuildAudience(ctx context.Context, args []string, opts InputOptions, maxErr
 		return nil, errors.New("audience: user ids above 4294967295 are not supported in campaign plans")
 	}
 	s := res.Segments[0]
-	return &Audience{Data: s.Data, Users: s.Users, Rows: res.Rows}, nil
+	return &Audience{Data: s.Data, Users: s.Users, Rows: res.Rows, BadLines: res.BadLines}, nil
 }

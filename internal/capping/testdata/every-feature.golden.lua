@@ -15,7 +15,7 @@
 --   bytes 3-6  applies: the limits of that policy that apply (bit i-1: limit i)
 --   bytes 7-10  records: the scopes the intent falls in, to record it in (bit i-1: scope i)
 --   bytes 11-11  flags: 1: an honoured bypass, recorded without checking; 2: a refusal also returns the idempotency entries
---   bytes 12-12  priority: the priority (0 low, 1 normal, 2 high), for reserved slots
+--   bytes 12-12  priority: the priority (0-100; low, normal, high are 25, 50, 75), for reserved slots
 --   bytes 13-16  day: the start of the intent's calendar day (unix s)
 --   bytes 17-20  week: the start of the intent's calendar week (unix s)
 --   bytes 21-24  month: the start of the intent's calendar month (unix s)
