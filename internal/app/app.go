@@ -140,6 +140,7 @@ func Run(ctx context.Context, o Options) (err error) {
 			}
 			return s
 		},
+		engine.Ready,
 		cons.worker.Ready,
 		func() error {
 			if cfg.Segments.Required && current.Load() == nil {

@@ -4,6 +4,7 @@ package app
 // segment store and watcher.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -65,6 +66,7 @@ func NewEngine(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb 
 		RefusalCacheTTL:   c.RefusalCache.TTL.D(),
 		WaitReplicas:      cfg.Redis.WaitReplicas,
 		WaitTimeout:       cfg.Redis.WaitTimeout.D(),
+		StallAfter:        stallAfter(&cfg.Redis),
 		Registerer:        reg,
 		Logger:            log,
 	})
@@ -72,6 +74,17 @@ func NewEngine(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb 
 		return nil, fmt.Errorf("capping engine: %w", err)
 	}
 	return e, nil
+}
+
+// stallAfter is how long calls may wait for Redis before the worker is not
+// ready: an attempt longer than the read timeout (go-redis' default 3s when
+// unset), plus the WAIT for replicas, has failed.
+func stallAfter(r *config.Redis) time.Duration {
+	d := cmp.Or(r.ReadTimeout.D(), 3*time.Second)
+	if r.WaitReplicas > 0 {
+		d += r.WaitTimeout.D()
+	}
+	return d
 }
 
 // startPlans returns the campaign plans' watcher (nil when plans.source is

@@ -122,17 +122,23 @@ func TestRedisRestart(t *testing.T) {
 	e.waitDrained(60*time.Second, w)
 
 	e.redis.Kill()
+	errs0 := metric(t, w, "capper_redis_errors_total")
 	e.produce(msgs[1000:])
+	// Not ready from the first failed attempt on: every poll that finds a
+	// Redis error counted finds /readyz failing (an order, not a time).
 	deadline := time.Now().Add(30 * time.Second)
-	for {
+	for seen := 0; seen < 10; time.Sleep(50 * time.Millisecond) {
+		counted := metric(t, w, "capper_redis_errors_total") > errs0
 		code, body := w.get("/readyz")
-		if code == 503 && strings.Contains(body, "redis") {
-			break
+		if counted {
+			if code != 503 || !strings.Contains(body, "redis") {
+				t.Fatalf("/readyz = %d %q after a Redis error was counted, with Redis down", code, body)
+			}
+			seen++
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/readyz = %d %q while Redis is down", code, body)
+			t.Fatalf("no Redis error counted in 30s with Redis down (/readyz = %d %q)", code, body)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	// Nothing of the second wave gets an outcome while Redis is down
 	// (except the dead-lettered ones, which need no decision).

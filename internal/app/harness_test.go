@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -81,7 +83,8 @@ type e2e struct {
 	clock    *fastClock
 	now      func() time.Time // the workers' clock when set, else clock's
 	store    objstore.Store
-	inputs   int // records produced so far
+	inputs   int               // records produced so far
+	keys     map[string]string // input record (topic/partition/offset) -> key
 }
 
 func newE2E(t *testing.T, mode string, redisArgs ...string) *e2e {
@@ -350,6 +353,7 @@ func (e *e2e) waitDrained(timeout time.Duration, workers ...*worker) outputs {
 func (e *e2e) verify(o outputs, cfg *config.Config, redelivered bool) {
 	e.t.Helper()
 	e.verifyOutcomes(o, redelivered)
+	e.verifyOrder(o)
 	if v := e.violations(o, cfg); len(v) > 0 {
 		for i, x := range v {
 			if i == 10 {
@@ -408,6 +412,76 @@ func (e *e2e) verifyOutcomes(o outputs, redelivered bool) {
 			seen[s] = string(r.Value)
 		}
 	}
+}
+
+// verifyOrder checks that each user's intents were decided in partition
+// order: an input's decision on its way in (capper-deferred-since when it
+// waited in a delay tier, else capper-decided-at; the latest of its copies,
+// since a redelivered input is decided again) is no earlier than that of
+// the user's inputs before it in the partition. A duplicate's decided-at
+// is when its id was first allowed (maybe for another record with that
+// id), so duplicates do not take part; times are compared to the second.
+func (e *e2e) verifyOrder(o outputs) {
+	e.t.Helper()
+	type input struct {
+		off int64
+		at  time.Time
+	}
+	at := map[string]time.Time{}
+	for _, r := range append(slices.Clone(o.deliveries), o.suppressed...) {
+		if header(r, "capper-duplicate") == "true" {
+			continue
+		}
+		src, v := header(r, "capper-source"), header(r, "capper-deferred-since")
+		if v == "" {
+			v = header(r, "capper-decided-at")
+		}
+		t, err := time.Parse(dispatch.TimeLayout, v)
+		if err != nil {
+			e.t.Fatalf("output of %s: decision time %q: %v", src, v, err)
+		}
+		if t = t.Truncate(time.Second); t.After(at[src]) {
+			at[src] = t
+		}
+	}
+	byUser := map[string][]input{} // partition/key
+	for src, t := range at {
+		var topic string
+		var p int
+		var off int64
+		if _, err := fmt.Sscanf(strings.ReplaceAll(src, "/", " "), "%s %d %d", &topic, &p, &off); err != nil {
+			e.t.Fatalf("capper-source %q: %v", src, err)
+		}
+		k := fmt.Sprintf("%d/%s", p, e.keyOf(topic, p, off))
+		byUser[k] = append(byUser[k], input{off, t})
+	}
+	for user, ins := range byUser {
+		slices.SortFunc(ins, func(a, b input) int { return cmp.Compare(a.off, b.off) })
+		for i := 1; i < len(ins); i++ {
+			if ins[i].at.Before(ins[i-1].at) {
+				e.t.Errorf("user %s: offset %d decided at %s, before offset %d (%s): out of order",
+					user, ins[i].off, ins[i].at.Format(time.RFC3339), ins[i-1].off, ins[i-1].at.Format(time.RFC3339))
+			}
+		}
+	}
+}
+
+// keyOf is the key of an input record (the user), read once per test.
+func (e *e2e) keyOf(topic string, p int, off int64) string {
+	e.t.Helper()
+	if e.keys == nil || len(e.keys) < e.inputs {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		in, err := audit.ReadTopic(ctx, e.kafka.Addrs, tIn)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.keys = map[string]string{}
+		for _, r := range in {
+			e.keys[fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)] = string(r.Key)
+		}
+	}
+	return e.keys[fmt.Sprintf("%s/%d/%d", topic, p, off)]
 }
 
 // violations audits the deliveries against the caps.

@@ -8,6 +8,8 @@ package capping
 // and the cache learns from it (a pass after); last, every decision gets
 // the deferral step and the policy's name.
 
+import "errors"
+
 // call is one request the script (or its port) decides.
 type call struct {
 	i      int // its request
@@ -20,6 +22,13 @@ type call struct {
 }
 
 // assembly is one batch being decided.
+//
+// A user's requests are decided in batch order: a user has at most one call
+// in a round, a later request of theirs is considered only once the earlier
+// ones have their answers, and once one of them fails (Redis could not
+// answer it) the user's later requests wait too, undecided
+// (ErrEarlierUndecided), so that no retry of the failed one comes after a
+// decision on a later one (by Redis, the cache or the checks alike).
 type assembly struct {
 	set   *policySet
 	reqs  []Request
@@ -30,30 +39,36 @@ type assembly struct {
 	// cache answered.
 	asked, hits int
 	// later: requests of users who have a call in this round, decided in
-	// the next one, once the cache learned from it (see next).
+	// a later one, once the answer to that call is known (see next).
 	later []call
 	// called: users with a call in this round.
 	called map[uint64]bool
+	// failed: users a request of whom got no answer in this batch.
+	failed map[uint64]bool
 }
 
-// maxRounds bounds the rounds of a batch: the last sends every call left,
-// a user's in order in one pipeline.
-const maxRounds = 4
+// ErrEarlierUndecided is a request's Decision.Err when an earlier request
+// of its user in the batch was not decided (its call failed): it waits for
+// that one, and is decided with it when the batch is retried.
+var ErrEarlierUndecided = errors.New("an earlier intent of the same user is not decided yet")
 
 // assemble checks and plans a batch, answering what needs no script, and
-// makes the first round's calls (a.calls) for the script. With a refusal
-// cache, a user's first request that needs the script is this round's call
-// and the user's later ones wait for the next round (a.later): when the
-// first is refused, the cache then answers them (a blast that sends a user
-// several intents in a row costs Redis one or two calls, not one each).
-// known remembers the batch's calendar periods. a's slices are reused.
+// makes the first round's calls (a.calls) for the script: a user's first
+// request that needs the script is this round's call and the user's later
+// ones wait for the next round (a.later). With a refusal cache, when the
+// first is refused the cache then answers those that follow (a blast that
+// sends a user several intents in a row costs Redis one or two calls, not
+// one each). known remembers the batch's calendar periods. a's slices and
+// maps are reused.
 func (ps *policySet) assemble(a *assembly, reqs []Request, cache *refusals, known *periods) {
-	*a = assembly{set: ps, reqs: reqs, out: a.out[:0], calls: a.calls[:0], later: a.later[:0], cache: cache, called: a.called}
+	*a = assembly{set: ps, reqs: reqs, out: a.out[:0], calls: a.calls[:0], later: a.later[:0], cache: cache,
+		called: a.called, failed: a.failed}
 	a.out = append(a.out, make([]Decision, len(reqs))...)
-	if cache != nil && a.called == nil {
-		a.called = make(map[uint64]bool, len(reqs))
+	if a.called == nil {
+		a.called, a.failed = make(map[uint64]bool, len(reqs)), map[uint64]bool{}
 	}
 	clear(a.called)
+	clear(a.failed)
 	for i := range reqs {
 		r := &reqs[i]
 		d, bypass, err := ps.check(r)
@@ -67,44 +82,51 @@ func (ps *policySet) assemble(a *assembly, reqs []Request, cache *refusals, know
 			continue
 		}
 		a.out[i].OverrideRefused = r.Override != NoOverride && !bypass
-		a.consider(call{i: i, plan: ps.plan(r, known), bypass: bypass}, false)
+		a.consider(call{i: i, plan: ps.plan(r, known), bypass: bypass})
 	}
 }
 
 // consider answers c from the cache, or makes it a call of this round, or
-// (a user with a call in this round already, and not the last round) keeps
-// it for the next one.
-func (a *assembly) consider(c call, last bool) {
+// (a user with a call in this round already) keeps it for a later one, or
+// (a user whose earlier request failed) fails it with ErrEarlierUndecided.
+func (a *assembly) consider(c call) {
 	r := &a.reqs[c.i]
-	if a.cache == nil {
-		a.calls = append(a.calls, c)
+	switch {
+	case a.failed[r.UserID]:
+		a.out[c.i] = Decision{Err: ErrEarlierUndecided}
+		return
+	case a.called[r.UserID]:
+		a.later = append(a.later, c)
 		return
 	}
-	if a.called[r.UserID] && !last {
-		a.later = append(a.later, c)
+	a.called[r.UserID] = true
+	if a.cache == nil {
+		a.calls = append(a.calls, c)
 		return
 	}
 	m := a.cache.memoOf(r.UserID)
 	// Bookings of campaign plans count as sends for this intent only: the
 	// cache, which knows what Redis found full, may not answer it.
-	if !c.bypass && !r.Redelivered && !a.called[r.UserID] && !c.plan.anyBooked {
+	if !c.bypass && !r.Redelivered && !c.plan.anyBooked {
 		if d, ok := a.cache.lookup(a.set, r, c.plan, m); ok {
 			refused := a.out[c.i].OverrideRefused
 			a.out[c.i] = d
 			a.out[c.i].OverrideRefused = refused
 			a.hits++
+			a.called[r.UserID] = false // answered: the user's next may go on
 			return
 		}
 	}
 	// A refusal brings the user's ids when the cache lacks them.
 	c.wantIdem = m == nil || !m.known
-	a.called[r.UserID] = true
 	a.calls = append(a.calls, c)
 }
 
-// next starts the next round with the requests kept for it (round counts
-// from 1); false when none is left.
-func (a *assembly) next(round int) bool {
+// next starts the next round with the requests kept for it; false when
+// none is left. A round holds at most one call per user, so a batch takes
+// as many rounds as its most frequent user has requests Redis decides in
+// a row (the cache answers what follows a refusal within the round).
+func (a *assembly) next() bool {
 	if len(a.later) == 0 {
 		return false
 	}
@@ -112,7 +134,7 @@ func (a *assembly) next(round int) bool {
 	a.calls, a.later = a.calls[:0], nil
 	clear(a.called)
 	for _, c := range later {
-		a.consider(c, round >= maxRounds)
+		a.consider(c)
 	}
 	return true
 }
@@ -128,6 +150,13 @@ func (a *assembly) answer(k int, rep reply, err error) {
 	}
 	if err != nil {
 		*d = Decision{Err: err}
+		a.failed[r.UserID] = true
+		// The script may have run (a lost reply, a send whose replicas
+		// did not acknowledge it): what the cache knows of the user may
+		// not be what Redis holds now.
+		if a.cache != nil {
+			a.cache.forgetUser(r.UserID)
+		}
 		return
 	}
 	d.OverrideRefused = refused
@@ -138,7 +167,13 @@ func (a *assembly) answer(k int, rep reply, err error) {
 	}
 	// A refusal that counted bookings of campaign plans is this intent's
 	// only: the cache learns sends from it, not that refusal.
-	if a.cache != nil && (!c.plan.anyBooked || d.Outcome != Capped) {
+	switch {
+	case a.cache == nil:
+	case d.Outcome == Duplicate:
+		// Allowed before, by this worker or another: a send the cache may
+		// not know of, which the limits it remembers as full or not count.
+		a.cache.forgetUser(r.UserID)
+	case !c.plan.anyBooked || d.Outcome != Capped:
 		a.cache.remember(a.set, r, c.plan, *d, rep.idem, rep.withIdem)
 	}
 }
@@ -154,12 +189,23 @@ func (a *assembly) fail(err error) {
 	a.later = nil
 }
 
-// finish names the policy on every decision and defers the capped ones
-// whose limit says so (after the cache saw them: it remembers what the
-// script said, a capped limit).
+// finish keeps the batch's order (a decision on a request of a user whose
+// earlier request failed is taken back: it waits for that one), names the
+// policy on every decision and defers the capped ones whose limit says so
+// (after the cache saw them: it remembers what the script said, a capped
+// limit).
 func (a *assembly) finish() {
 	for i := range a.out {
-		a.out[i].Policy = a.set.name
-		a.set.deferral(&a.reqs[i], &a.out[i])
+		d := &a.out[i]
+		switch uid := a.reqs[i].UserID; {
+		case d.Err != nil && !errors.Is(d.Err, ErrInvalidRequest):
+			a.failed[uid] = true
+		case d.Err == nil && a.failed[uid]:
+			// Answered without Redis (exempt, quiet hours): nothing was
+			// written for it, so it can wait.
+			*d = Decision{Err: ErrEarlierUndecided}
+		}
+		d.Policy = a.set.name
+		a.set.deferral(&a.reqs[i], d)
 	}
 }

@@ -70,6 +70,9 @@ func (e *Engine) RunClockCheck(ctx context.Context) error {
 		if err != nil {
 			e.log.Warn("redis clock check failed", "err", err)
 		} else {
+			// Every master answered: Redis is back for a worker with no
+			// traffic to tell it (Ready).
+			e.health.ok()
 			for addr := range seen {
 				if _, ok := skews[addr]; !ok {
 					e.m.skew.DeleteLabelValues(addr)

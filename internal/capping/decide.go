@@ -35,18 +35,17 @@ type redisCall struct {
 // context's when ctx ended during the call (decisions already received are
 // still returned).
 //
-// The whole batch goes out as one pipeline of EVALSHA; go-redis sends each
-// node its commands (by the slot of the key) in batch order on one
-// connection, the nodes in parallel. A user's record is one field of one
-// key, so a user's requests reach one node in batch order and are decided in
-// that order. Calls that Redis refused without running the script (NOSCRIPT
-// after a failover, restart, SCRIPT FLUSH or on the importing node of a slot
-// migration; TRYAGAIN, CLUSTERDOWN, LOADING, ...) are re-sent, in batch
-// order, as EVAL. Such a re-sent call is decided after the later calls of
-// the same user that went through (NOSCRIPT when another worker's EVAL
-// re-caches the script on the node between two of our calls). Each decision
-// is still atomic, so the caps hold; only which of the user's intents is
-// allowed can change.
+// A batch goes out in rounds, each one pipeline of EVALSHA; go-redis sends
+// each node its commands (by the slot of the key) on one connection, the
+// nodes in parallel. A round holds at most one call per user, and a user's
+// next request is considered only once the answer to the previous one is
+// in (assemble.go): so a user's requests are decided in batch order even
+// when Redis refuses a call without running it while it runs a later one
+// (NOSCRIPT after a failover, restart, SCRIPT FLUSH or on the importing node
+// of a slot migration, while another worker's EVAL re-caches the script;
+// TRYAGAIN, CLUSTERDOWN, LOADING, ...). Such calls are re-sent as EVAL; a
+// call that still fails fails the user's later requests in the batch
+// (ErrEarlierUndecided), and the caller retries them together, in order.
 //
 // go-redis re-sends a node's whole sub-batch after a read timeout or a
 // LOADING/TRYAGAIN/CLUSTERDOWN on its first command. The script's duplicate
@@ -61,32 +60,43 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		e.m.observeCalls(a.asked)
 		e.m.refusalHits.Add(float64(a.hits))
 	}()
-	for round := 1; ; round++ {
-		if err := e.round(ctx, set, &a); err != nil {
+	// Redis answered every call of the batch: it can decide (Ready).
+	sent, failed := false, false
+	for {
+		sent = sent || len(a.calls) > 0
+		f, err := e.round(ctx, set, &a)
+		failed = failed || f
+		if err != nil {
 			return a.out, err
 		}
-		if !a.next(round + 1) {
+		if !a.next() {
 			break
 		}
+	}
+	if sent && !failed {
+		e.health.ok()
 	}
 	return a.out, nil
 }
 
 // round sends a round's calls as one pipeline (re-sending those Redis
-// refused without running) and answers them.
-func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) error {
+// refused without running) and answers them; failed reports a call that
+// failed.
+func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed bool, _ error) {
 	if len(a.calls) == 0 {
-		return nil
+		return false, nil
 	}
 	reqs := a.reqs
 	e.prepare(set, reqs, a.calls)
 	if err := ctx.Err(); err != nil {
 		a.fail(fmt.Errorf("decide: %w", err))
-		return err
+		return false, err
 	}
 	all := ptrs(a.calls)
+	done := e.health.begin()
 	e.send(ctx, set, reqs, all, false)
 	e.resend(ctx, set, reqs, all)
+	done()
 	for k := range a.calls {
 		c := &a.calls[k]
 		rep, err := decodeReply(c.cmd)
@@ -94,16 +104,22 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) error {
 			err = c.notReplicated
 		}
 		if err != nil {
-			e.m.errors.WithLabelValues(errorKind(err)).Inc()
 			err = fmt.Errorf("decide: %w", err)
+			if ctx.Err() == nil {
+				// Not ready before the error is counted: whoever sees
+				// the count sees the worker unready.
+				e.health.fail(err)
+				failed = true
+			}
+			e.m.errors.WithLabelValues(errorKind(err)).Inc()
 		}
 		a.answer(k, rep, err)
 	}
 	if err := ctx.Err(); err != nil {
 		a.fail(fmt.Errorf("decide: %w", err))
-		return err
+		return failed, err
 	}
-	return nil
+	return failed, nil
 }
 
 // Re-sends of calls refused without running, after the pipeline: a few

@@ -46,9 +46,13 @@ type Options struct {
 	RefusalCacheSize  int
 	RefusalCacheBytes int64
 	RefusalCacheTTL   time.Duration
-	Registerer        prometheus.Registerer
-	Logger            *slog.Logger
-	Now               func() time.Time // only for the clock-skew check
+	// StallAfter: calls that have waited longer than this for Redis make
+	// Ready fail (the Redis read timeout is a good value); 0: only failed
+	// calls and connections do.
+	StallAfter time.Duration
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	Now        func() time.Time // only for the clock-skew check
 }
 
 const defaultSkewInterval = 30 * time.Second
@@ -65,6 +69,7 @@ type Engine struct {
 	waitTimeout  time.Duration
 	refusals     *refusals // nil: no cache
 	refund       *script
+	health       *health // whether Redis can decide (Ready)
 	m            *metrics
 	log          *slog.Logger
 	now          func() time.Time
@@ -87,10 +92,12 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		skewEvery:    opts.SkewInterval,
 		waitReplicas: opts.WaitReplicas,
 		waitTimeout:  opts.WaitTimeout,
+		health:       newHealth(opts.StallAfter),
 		m:            newMetrics(opts.Registerer),
 		log:          opts.Logger,
 		now:          opts.Now,
 	}
+	e.health.watch(opts.Client)
 	e.set.Store(set)
 	if e.refund, err = newRefundScript(); err != nil {
 		return nil, fmt.Errorf("capping: %w", err)

@@ -113,8 +113,10 @@ func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutc
 		return out, err
 	}
 	all := ptrs(calls)
+	done := e.health.begin()
 	e.sendRefunds(ctx, all, false)
 	e.resendRefunds(ctx, all)
+	done()
 	for _, c := range calls {
 		res, err := c.cmd.Int64()
 		if err == nil && (res < int64(RefundApplied) || res > int64(RefundNothing)) {
@@ -122,6 +124,9 @@ func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutc
 		}
 		if err != nil {
 			out[c.i].Err = fmt.Errorf("refund: %w", err)
+			if ctx.Err() == nil {
+				e.health.fail(out[c.i].Err)
+			}
 			continue
 		}
 		out[c.i].Result = RefundResult(res)

@@ -15,7 +15,10 @@ import (
 // failed are retried with capped exponential backoff (nothing undecided is
 // forwarded and nothing is committed meanwhile), unless FailOpen is set:
 // then they are answered FailOpen. A request the engine calls invalid is
-// answered Invalid (dead-lettered), never retried.
+// answered Invalid (dead-lettered), never retried. A request that waits for
+// an earlier one of its user (capping.ErrEarlierUndecided) is retried with
+// it, after it in batch order, and is never failed open for it: once the
+// earlier one is answered FailOpen, it is decided.
 func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.Decision, error) {
 	out := make([]capping.Decision, len(reqs))
 	pending := make([]int, len(reqs))
@@ -23,6 +26,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 		pending[i] = i
 	}
 	sub := make([]capping.Request, 0, len(reqs))
+	waits := make([]bool, len(reqs)) // waiting for an earlier one, this attempt
 	backoff := w.o.RetryInitial
 	for attempt := 1; len(pending) > 0; attempt++ {
 		// The decision time is taken per attempt: a retried intent is decided
@@ -40,8 +44,12 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 		if err != nil && ctx.Err() != nil {
 			return nil, fmt.Errorf("decide: %w", err)
 		}
-		var still []int
+		// still: what is retried, in batch order; failed: how many of
+		// them Redis could not decide (the others wait for one of those).
+		var still, waiting []int
+		clear(waits)
 		var lastErr error
+		failed := 0
 		for j, i := range pending {
 			switch {
 			case err != nil:
@@ -52,9 +60,13 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 				// or a check the decoder lacks: no retry can help.
 				out[i] = capping.Decision{Outcome: capping.Invalid, Err: ds[j].Err, At: now}
 				continue
+			case errors.Is(ds[j].Err, capping.ErrEarlierUndecided):
+				still, waiting = append(still, i), append(waiting, i)
+				waits[i] = true
+				continue
 			case ds[j].Err != nil:
 				lastErr = ds[j].Err
-				if len(still) < 10 {
+				if failed < 10 {
 					// Ids only at debug: logs above it never name a user.
 					w.o.Logger.Debug("intent not decided", "user", reqs[i].UserID, "intent", reqs[i].IntentID, "error", lastErr)
 				}
@@ -62,6 +74,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 				out[i] = ds[j]
 				continue
 			}
+			failed++
 			still = append(still, i)
 		}
 		if len(still) == 0 {
@@ -69,14 +82,21 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 			return out, nil
 		}
 		if w.o.FailOpen {
-			for _, i := range still {
-				out[i] = capping.Decision{Outcome: capping.FailOpen, At: now}
+			if failed > 0 {
+				w.o.Logger.Warn("redis could not decide; failing open as configured",
+					"intents", failed, "error", lastErr)
 			}
-			w.o.Logger.Warn("redis could not decide; failing open as configured",
-				"intents", len(still), "error", lastErr)
-			return out, nil
+			// The failed ones are answered; those that waited for them
+			// are decided next.
+			for _, i := range still {
+				if !waits[i] {
+					out[i] = capping.Decision{Outcome: capping.FailOpen, At: now}
+				}
+			}
+			pending = waiting
+			continue
 		}
-		w.setNotReady("redis", fmt.Errorf("redis cannot decide %d intents: %w", len(still), lastErr))
+		w.setNotReady("redis", fmt.Errorf("redis cannot decide %d intents: %w", failed, lastErr))
 		w.m.redisRetries.Add(float64(len(still)))
 		if attempt == 1 || attempt%10 == 0 {
 			w.o.Logger.Warn("redis could not decide; waiting and retrying", "intents", len(still),

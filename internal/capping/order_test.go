@@ -1,0 +1,182 @@
+package capping
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/capper-dev/capper/internal/testenv"
+)
+
+// TestWaitFailureKeepsOrderAndCache: with WaitReplicas and a replica that
+// stops acknowledging (SIGSTOP), the master records a user's first intent
+// but its answer becomes an error. The user's second intent in the batch
+// must not be decided before the first has its final answer (it waits,
+// ErrEarlierUndecided, and never reaches Redis), and the refusal cache must
+// not answer the first one's retry from what followed it: once the replica
+// is back, Redis answers the first duplicate and caps the second.
+func TestWaitFailureKeepsOrderAndCache(t *testing.T) {
+	ctx := context.Background()
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.ReplicaOf(t, master)
+	c := redis.NewClient(&redis.Options{Addr: master.Addr(), MaxRetries: -1, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	rules := Rules{Default: Policy{Limits: []Limit{{Name: "camp", Window: time.Minute, Max: 1, Per: PerCampaign}}}}
+	e := newEngine(t, c, Options{Rules: rules, WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond,
+		RefusalCacheSize: 100, RefusalCacheTTL: time.Minute})
+	req := func(id string, at time.Time) Request {
+		return Request{UserID: 7, Segment: "s", IntentID: id, Campaign: "x", Channel: "push", Category: "marketing", At: at}
+	}
+	decide := func(reqs ...Request) []Decision {
+		t.Helper()
+		ds, err := e.Decide(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	if d := decide(Request{UserID: 1, Segment: "s", IntentID: "warm", Campaign: "w", Channel: "push", Category: "marketing", At: T0}); d[0].Err != nil {
+		t.Fatalf("warm-up: %v", d[0].Err)
+	}
+	// The cache knows user 7's ids (a refusal brought them): it answers
+	// the user's intents whose ids it does not list.
+	y := func(id string) Request { r := req(id, T0); r.Campaign = "y"; return r }
+	if d := decide(y("p"), y("q")); d[0].Outcome != Allowed || d[1].Outcome != Capped {
+		t.Fatalf("campaign y: %s, %s, want allowed, capped", d[0].Outcome, d[1].Outcome)
+	}
+	calls0 := evalCalls(t, master.Client())
+
+	replica.Pause()
+	ds := decide(req("a", T0.Add(time.Second)), req("b", T0.Add(time.Second)))
+	var nr errNotReplicated
+	if !errors.As(ds[0].Err, &nr) {
+		t.Fatalf("first intent: %+v, want a not-replicated error", ds[0])
+	}
+	if !errors.Is(ds[1].Err, ErrEarlierUndecided) {
+		t.Fatalf("second intent decided while the first has no answer: %+v (outcome %s)", ds[1], ds[1].Outcome)
+	}
+	if n := evalCalls(t, master.Client()) - calls0; n != 1 {
+		t.Fatalf("%d script calls while the first intent had no answer, want 1 (the second must not reach Redis)", n)
+	}
+	st, err := e.Inspect(ctx, 7, "s", InspectOptions{At: T0.Add(time.Second), Campaign: "x"})
+	if err != nil || len(st) != 1 || st[0].Count != 1 {
+		t.Fatalf("inspect: %+v %v, want the first intent counted by the master", st, err)
+	}
+	if err := e.Ready(); err == nil {
+		t.Fatalf("Ready() = nil after an answer the replicas did not acknowledge")
+	}
+
+	replica.Resume()
+	ds = decide(req("a", T0.Add(2*time.Second)), req("b", T0.Add(2*time.Second)))
+	if ds[0].Err != nil || ds[0].Outcome != Duplicate {
+		t.Fatalf("first intent retried: %+v (outcome %s), want duplicate: the cache must not answer it from its own send", ds[0], ds[0].Outcome)
+	}
+	if ds[1].Err != nil || ds[1].Outcome != Capped || ds[1].Limit != "camp" {
+		t.Fatalf("second intent: %+v (outcome %s), want capped by camp", ds[1], ds[1].Outcome)
+	}
+	if err := e.Ready(); err != nil {
+		t.Fatalf("Ready() = %v once Redis answered a round", err)
+	}
+}
+
+// TestDuplicateForgetsRefusals: a duplicate answer means a send the
+// refusal cache may not know of (another worker allowed it, here a bypass),
+// and the limits it remembers as not full may be full now. After one, the
+// cache must not answer from what it knew: Redis names the limit that is
+// full first in policy order.
+func TestDuplicateForgetsRefusals(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.StartRedis(t, testenv.RedisOptions{}).Client()
+	rules := Rules{Default: Policy{Limits: []Limit{
+		{Name: "b-day", Window: 24 * time.Hour, Max: 2},
+		{Name: "b-min", Window: time.Minute, Max: 1},
+	}}, Overrides: Overrides{Campaigns: []string{"urgent"}}}
+	opts := Options{Rules: rules, RefusalCacheSize: 100, RefusalCacheTTL: time.Hour}
+	e1, e2 := newEngine(t, c, opts), newEngine(t, c, opts)
+	req := func(id, campaign string, at time.Time) Request {
+		return Request{UserID: 9, Segment: "s", IntentID: id, Campaign: campaign, Channel: "push", Category: "marketing", At: at}
+	}
+	decide := func(e *Engine, r Request) Decision {
+		t.Helper()
+		ds, err := e.Decide(ctx, []Request{r})
+		if err != nil || ds[0].Err != nil {
+			t.Fatalf("%s: %v %v", r.IntentID, err, ds[0].Err)
+		}
+		return ds[0]
+	}
+	if d := decide(e1, req("x1", "c", T0)); d.Outcome != Allowed {
+		t.Fatalf("x1: %s", d.Outcome)
+	}
+	if d := decide(e1, req("x2", "c", T0.Add(time.Second))); d.Outcome != Capped || d.Limit != "b-min" {
+		t.Fatalf("x2: %s %s, want capped by b-min", d.Outcome, d.Limit)
+	}
+	// Another worker honours a bypass: counted, so b-day is full now.
+	bypass := req("x3", "urgent", T0.Add(2*time.Second))
+	bypass.Override = Bypass
+	if d := decide(e2, bypass); d.Outcome != Allowed {
+		t.Fatalf("x3 (bypass): %s", d.Outcome)
+	}
+	// This worker gets the same intent again (a partition moved).
+	bypass.Redelivered, bypass.At = true, T0.Add(3*time.Second)
+	if d := decide(e1, bypass); d.Outcome != Duplicate {
+		t.Fatalf("x3 again: %s, want duplicate", d.Outcome)
+	}
+	d := decide(e1, req("x4", "c", T0.Add(4*time.Second)))
+	if d.Outcome != Capped || d.Limit != "b-day" {
+		t.Fatalf("x4: %s by %q (retry after %s), want capped by b-day, as Redis answers", d.Outcome, d.Limit, d.RetryAfter.In)
+	}
+}
+
+// TestOutageKeepsOrder: Redis goes away while a batch holds two intents of
+// a user the refusal cache knows. The first needs Redis and fails; the
+// second, which the cache could answer, must wait for it (the order a
+// user's intents are decided in is the batch's, whatever answers them),
+// and Ready fails from that first failed attempt until a round succeeds.
+func TestOutageKeepsOrder(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.StartRedis(t, testenv.RedisOptions{Args: []string{"--appendonly", "yes", "--appendfsync", "always"}})
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	rules := Rules{Default: Policy{Limits: []Limit{{Name: "camp", Window: time.Hour, Max: 1, Per: PerCampaign}}}}
+	e := newEngine(t, c, Options{Rules: rules, RefusalCacheSize: 100, RefusalCacheTTL: time.Hour})
+	req := func(id, campaign string, at time.Time) Request {
+		return Request{UserID: 5, Segment: "s", IntentID: id, Campaign: campaign, Channel: "push", Category: "marketing", At: at}
+	}
+	ds, err := e.Decide(ctx, []Request{req("p", "y", T0), req("q", "y", T0)})
+	if err != nil || ds[0].Outcome != Allowed || ds[1].Outcome != Capped {
+		t.Fatalf("campaign y: %+v %v", ds, err)
+	}
+	if err := e.Ready(); err != nil {
+		t.Fatalf("Ready() = %v with Redis up", err)
+	}
+
+	r.Kill()
+	ds, err = e.Decide(ctx, []Request{req("a", "z", T0.Add(time.Second)), req("b", "y", T0.Add(time.Second))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds[0].Err == nil {
+		t.Fatalf("first intent decided with Redis down: %+v", ds[0])
+	}
+	if !errors.Is(ds[1].Err, ErrEarlierUndecided) {
+		t.Fatalf("second intent: %+v (outcome %s), want it to wait for the first (ErrEarlierUndecided)", ds[1], ds[1].Outcome)
+	}
+	if err := e.Ready(); err == nil {
+		t.Fatalf("Ready() = nil after a failed attempt")
+	}
+
+	r.Restart()
+	waitFor(t, "Redis to answer", func() bool {
+		ds, err = e.Decide(ctx, []Request{req("a", "z", T0.Add(2*time.Second)), req("b", "y", T0.Add(2*time.Second))})
+		return err == nil && ds[0].Err == nil
+	})
+	if ds[0].Outcome != Allowed || ds[1].Outcome != Capped || ds[1].Limit != "camp" {
+		t.Fatalf("after the outage: %s, %s by %q; want allowed, capped by camp", ds[0].Outcome, ds[1].Outcome, ds[1].Limit)
+	}
+	if err := e.Ready(); err != nil {
+		t.Fatalf("Ready() = %v once Redis answered", err)
+	}
+}
