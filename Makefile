@@ -10,7 +10,7 @@ IMAGE     ?= capper
 # make test fails, instead of skipping, when a server binary is missing.
 export CAPPER_REQUIRE_SERVERS := 1
 
-.PHONY: test deps fmt-check vet staticcheck chart rules unit bench build image
+.PHONY: test deps fmt-check vet staticcheck chart rules unit bench soak build image
 
 test: deps fmt-check vet staticcheck chart unit
 
@@ -49,6 +49,15 @@ rules: deps
 
 unit:
 	$(GO) test -race -timeout 45m $(PKGS)
+
+# The fault soak (internal/soak, CONTRIBUTING.md): the real binaries, real
+# servers and faults chosen by SEED, for DURATION seconds of traffic, then
+# every promise checked on what the topics hold. A failing seed replays.
+# `make test` runs one short soak (seed 8, 30 s).
+SEED     ?= $(shell date +%s)
+DURATION ?= 90
+soak: deps
+	CAPPER_SOAK_SEED=$(SEED) CAPPER_SOAK_DURATION=$(DURATION) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 30m ./internal/soak/
 
 # Every benchmark of the project, with the figures and their ratios to the
 # targets or peers measured in the same run (-v: the tables some print are

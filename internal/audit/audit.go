@@ -29,6 +29,9 @@ const (
 	hUnchecked = "capper-unchecked"
 	hDuplicate = "capper-duplicate"
 	hOverride  = "capper-override"
+	hPolicy    = "capper-policy"
+	hLimit     = "capper-limit"
+	hHeldFor   = "capper-held-for"
 	timeLayout = "2006-01-02T15:04:05.000Z07:00"
 )
 
@@ -41,12 +44,13 @@ type Send struct {
 	Category  string // "" reads as the policy's default category
 	Campaign  string
 	Tags      []string
-	Priority  string         // low, normal (also ""), high
+	Priority  string         // low, normal (also ""), high, or a number from 0 to 100
 	TimeZone  *time.Location // nil: the policy's
 	Segment   string
 	At        time.Time // when the caps were checked (capper-decided-at)
 	Duplicate bool      // a redelivery of an id allowed before
 	Bypass    bool      // an honoured bypass: delivered without checking, counted
+	Policy    string    // the policy version that decided it (capper-policy)
 	// Seq orders sends decided at the same time (a batch shares its
 	// decision time): the order of the records read, which for one user's
 	// deliveries (one partition) is the order they were decided in.
@@ -63,40 +67,52 @@ func Sends(records []kafka.Message) ([]Send, error) {
 		if h[hDecision] != "allowed" || h[hUnchecked] == "true" {
 			continue
 		}
-		var v struct {
-			ID       string          `json:"id"`
-			UserID   json.RawMessage `json:"user_id"`
-			Channel  string          `json:"channel"`
-			Category string          `json:"category"`
-			Campaign string          `json:"campaign_id"`
-			Tags     []string        `json:"tags"`
-			Priority string          `json:"priority"`
-			TimeZone string          `json:"time_zone"`
-		}
-		where := func(err error) error {
-			return fmt.Errorf("delivery at %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
-		}
-		if err := json.Unmarshal(r.Value, &v); err != nil {
-			return nil, where(err)
-		}
-		uid, err := strconv.ParseUint(string(bytesTrimQuotes(v.UserID)), 10, 64)
+		s, err := intentOf(r, h)
 		if err != nil {
-			return nil, where(fmt.Errorf("user_id %s: %w", v.UserID, err))
+			return nil, err
 		}
-		at, err := time.Parse(time.RFC3339Nano, h[hDecidedAt]) // capper writes ms; any RFC 3339 reads
-		if err != nil {
-			return nil, where(fmt.Errorf("%s: %w", hDecidedAt, err))
-		}
-		s := Send{User: uid, ID: v.ID, Channel: v.Channel, Category: v.Category, Campaign: v.Campaign, Tags: v.Tags,
-			Priority: v.Priority, Segment: h[hSegment], At: at, Duplicate: h[hDuplicate] == "true", Bypass: h[hOverride] == "bypass", Seq: seq}
-		if v.TimeZone != "" {
-			if s.TimeZone, err = time.LoadLocation(v.TimeZone); err != nil {
-				return nil, where(fmt.Errorf("time_zone: %w", err))
-			}
-		}
+		s.Seq = seq
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// intentOf reads what the limits look at from an output record: the
+// intent's fields, and the headers capper decided it with.
+func intentOf(r kafka.Message, h map[string]string) (Send, error) {
+	var v struct {
+		ID       string          `json:"id"`
+		UserID   json.RawMessage `json:"user_id"`
+		Channel  string          `json:"channel"`
+		Category string          `json:"category"`
+		Campaign string          `json:"campaign_id"`
+		Tags     []string        `json:"tags"`
+		Priority json.RawMessage `json:"priority"`
+		TimeZone string          `json:"time_zone"`
+	}
+	where := func(err error) error {
+		return fmt.Errorf("output at %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
+	}
+	if err := json.Unmarshal(r.Value, &v); err != nil {
+		return Send{}, where(err)
+	}
+	uid, err := strconv.ParseUint(string(bytesTrimQuotes(v.UserID)), 10, 64)
+	if err != nil {
+		return Send{}, where(fmt.Errorf("user_id %s: %w", v.UserID, err))
+	}
+	at, err := time.Parse(time.RFC3339Nano, h[hDecidedAt]) // capper writes ms; any RFC 3339 reads
+	if err != nil {
+		return Send{}, where(fmt.Errorf("%s: %w", hDecidedAt, err))
+	}
+	s := Send{User: uid, ID: v.ID, Channel: v.Channel, Category: v.Category, Campaign: v.Campaign, Tags: v.Tags,
+		Priority: string(bytesTrimQuotes(v.Priority)), Segment: h[hSegment], At: at, Duplicate: h[hDuplicate] == "true",
+		Bypass: h[hOverride] == "bypass", Policy: h[hPolicy]}
+	if v.TimeZone != "" {
+		if s.TimeZone, err = time.LoadLocation(v.TimeZone); err != nil {
+			return Send{}, where(fmt.Errorf("time_zone: %w", err))
+		}
+	}
+	return s, nil
 }
 
 func headers(r kafka.Message) map[string]string {
@@ -156,6 +172,19 @@ func (v Violation) String() string {
 // window". An honoured bypass is not checked itself, but counts for the
 // others.
 func Check(rules capping.Rules, sends []Send) []Violation {
+	return CheckVersions(func(string) (capping.Rules, bool) { return rules, true }, sends)
+}
+
+// unknownVersion is the version of a send read only as a duplicate.
+const unknownVersion = "\x00unknown"
+
+// CheckVersions is Check with each send checked under the rules of the
+// policy version that decided it (Send.Policy; a version rulesOf does not
+// know is not checked), counting the sends of every version: a policy
+// swapped live applies to the decisions it made. A send read only as a
+// duplicate is counted but not checked: its record names the version of
+// the batch that redelivered it, not of the one that allowed it.
+func CheckVersions(rulesOf func(version string) (capping.Rules, bool), sends []Send) []Violation {
 	type key struct {
 		user uint64
 		id   string
@@ -179,6 +208,7 @@ func Check(rules capping.Rules, sends []Send) []Violation {
 			// never counts it before a send it was decided after; the
 			// engine, which counts in whole seconds, counted it no less.
 			s.At = s.At.Add(time.Second - time.Millisecond)
+			s.Policy = unknownVersion
 		}
 		byUser[s.User] = append(byUser[s.User], s)
 	}
@@ -201,7 +231,8 @@ func Check(rules capping.Rules, sends []Send) []Violation {
 			return list[i].At.Before(list[j].At) || list[i].At.Equal(list[j].At) && list[i].Seq < list[j].Seq
 		})
 		for _, s := range list {
-			if s.Bypass {
+			rules, ok := rulesOf(s.Policy)
+			if s.Bypass || !ok {
 				continue
 			}
 			for _, l := range rules.PolicyOf(s.Segment).Limits {
@@ -269,12 +300,17 @@ func matches(rules capping.Rules, w capping.Where, s Send) bool {
 	return false
 }
 
+// priority reads an intent's priority: a name or a number from 0 to 100
+// (the event contract); anything else reads as normal.
 func priority(p string) capping.Priority {
 	switch p {
 	case "low":
 		return capping.Low
 	case "high":
 		return capping.High
+	}
+	if n, err := strconv.ParseUint(p, 10, 8); err == nil && n <= 100 {
+		return capping.Priority(n)
 	}
 	return capping.Normal
 }

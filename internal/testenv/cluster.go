@@ -5,6 +5,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,11 +14,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Cluster is a Redis Cluster of masters only, each a redis-server process.
+// Cluster is a Redis Cluster, each node a redis-server process: masters
+// (Nodes), and the replicas AddReplicas adds.
 type Cluster struct {
 	t     testing.TB
 	Nodes []*Redis
 	ids   []string
+	// Replicas[i] replicates Nodes[i] when AddReplicas made them (a
+	// failover may swap their roles since).
+	Replicas []*Redis
 }
 
 // StartCluster starts masters cluster-enabled redis-server processes, assigns
@@ -76,19 +81,63 @@ func (c *Cluster) Client() *redis.ClusterClient {
 // NodeID is the cluster node id of Nodes[i].
 func (c *Cluster) NodeID(i int) string { return c.ids[i] }
 
+// AddReplicas starts one cluster-enabled node per master and makes it
+// that master's replica (CLUSTER REPLICATE), waiting until each has synced.
+// The nodes run with cluster-replica-validity-factor 0, so that a replica
+// that lagged may still take over when its master dies.
+func (c *Cluster) AddReplicas() {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	first := c.Nodes[0].Client()
+	for i := range c.Nodes {
+		r := StartRedis(c.t, RedisOptions{Cluster: true, Args: []string{"--cluster-replica-validity-factor", "0"}})
+		if err := first.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", r.Port, r.BusPort).Err(); err != nil {
+			c.t.Fatalf("cluster: MEET %s: %v", r.Addr(), err)
+		}
+		rc := r.Client()
+		for {
+			// REPLICATE needs the node to know the master first.
+			err := rc.Do(ctx, "CLUSTER", "REPLICATE", c.ids[i]).Err()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				c.t.Fatalf("cluster: %s REPLICATE %s: %v", r.Addr(), c.Nodes[i].Addr(), err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		c.Replicas = append(c.Replicas, r)
+	}
+	for _, r := range c.Replicas {
+		for {
+			info, err := r.Client().Info(ctx, "replication").Result()
+			if err == nil && strings.Contains(info, "master_link_status:up") {
+				break
+			}
+			if ctx.Err() != nil {
+				c.t.Fatalf("cluster: replica %s never linked up: %v %s", r.Addr(), err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	c.WaitOK(ctx)
+}
+
 // WaitOK waits until every node reports cluster_state:ok and knows every
-// master, failing the test at ctx's deadline.
+// node, failing the test at ctx's deadline.
 func (c *Cluster) WaitOK(ctx context.Context) {
 	c.t.Helper()
 	var last string
+	all := append(slices.Clone(c.Nodes), c.Replicas...)
 	for {
 		ok := true
-		for _, n := range c.Nodes {
+		for _, n := range all {
 			cl := redis.NewClient(&redis.Options{Addr: n.Addr()})
 			info, err := cl.ClusterInfo(ctx).Result()
 			_ = cl.Close()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") ||
-				!strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(c.Nodes))) {
+				!strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(all))) {
 				ok = false
 				last = fmt.Sprintf("%s: %v %s", n.Addr(), err, info)
 				break

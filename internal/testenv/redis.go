@@ -181,6 +181,26 @@ func (r *Redis) Kill() {
 	r.cmd = nil
 }
 
+// Shutdown stops the server as an operator would (SHUTDOWN: with an
+// append-only file, it is flushed first) and waits for the process to end.
+func (r *Redis) Shutdown() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
+	_ = c.Do(context.Background(), "SHUTDOWN").Err() // the connection drops: no answer
+	_ = c.Close()
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	}
+	r.cmd = nil
+}
+
 // Pause stops the process (SIGSTOP) without killing it: it answers nothing
 // until Resume, as a stuck or partitioned node would.
 func (r *Redis) Pause() {

@@ -1,0 +1,317 @@
+package soak
+
+// The checks of a soak, on what the topics hold at the end. They read the
+// output contract (headers) and the policies as written, and share no code
+// with the engine: caps and refusals are internal/audit's, the rest is
+// here.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/audit"
+	"github.com/capper-dev/capper/internal/capping"
+)
+
+// Header names of the output contract.
+const (
+	hSource        = "capper-source"
+	hDecision      = "capper-decision"
+	hDecidedAt     = "capper-decided-at"
+	hDuplicate     = "capper-duplicate"
+	hDeferredSince = "capper-deferred-since"
+	hRetryAfter    = "capper-retry-after-ms"
+	hHeldFor       = "capper-held-for"
+	hPolicy        = "capper-policy"
+	timeLayout     = "2006-01-02T15:04:05.000Z07:00"
+)
+
+// outputs is every record of the input and output topics.
+type outputs struct {
+	inputs                    []kafka.Message
+	deliveries, suppressed, d []kafka.Message // d: dead letters
+}
+
+func readAll(ctx context.Context, addr string) (outputs, error) {
+	var o outputs
+	for _, x := range []struct {
+		topic string
+		dst   *[]kafka.Message
+	}{{tIn, &o.inputs}, {tDeliveries, &o.deliveries}, {tSuppressed, &o.suppressed}, {tDLQ, &o.d}} {
+		msgs, err := audit.ReadTopic(ctx, []string{addr}, x.topic)
+		if err != nil {
+			return o, err
+		}
+		*x.dst = msgs
+	}
+	return o, nil
+}
+
+func header(m kafka.Message, key string) string {
+	for _, h := range m.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func source(m kafka.Message) string { return fmt.Sprintf("%s/%d/%d", m.Topic, m.Partition, m.Offset) }
+
+// missing lists the inputs without any outcome yet.
+func (o outputs) missing() []string {
+	have := map[string]bool{}
+	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed, o.d} {
+		for _, m := range x {
+			have[header(m, hSource)] = true
+		}
+	}
+	var out []string
+	for _, m := range o.inputs {
+		if !have[source(m)] {
+			out = append(out, source(m))
+		}
+	}
+	return out
+}
+
+// report collects the problems of a run, by check.
+type report struct {
+	problems map[string][]string
+	counts   map[string]int
+}
+
+func (r *report) add(check, format string, args ...any) {
+	if r.problems == nil {
+		r.problems = map[string][]string{}
+	}
+	r.problems[check] = append(r.problems[check], fmt.Sprintf(format, args...))
+}
+
+// check runs every check on o. versions maps a policy version (the
+// worker's capper-policy) to its rules; refunded are the refunded ids.
+func check(o outputs, versions map[string]capping.Rules, refunded map[uint64]map[string]bool, p *plan) *report {
+	r := &report{counts: map[string]int{}}
+	checkOutcomes(r, o)
+	checkOrder(r, o)
+	rulesOf := func(v string) (capping.Rules, bool) { rules, ok := versions[v]; return rules, ok }
+	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed} {
+		for _, m := range x {
+			if v := header(m, hPolicy); v != "" {
+				if _, ok := versions[v]; !ok {
+					r.add("policy", "%s decided by policy %q, which the soak never wrote", header(m, hSource), v)
+				}
+			}
+		}
+	}
+	sends, err := audit.Sends(o.deliveries)
+	if err != nil {
+		r.add("read", "%v", err)
+		return r
+	}
+	r.counts["counted sends"] = len(sends)
+	for _, v := range audit.CheckVersions(rulesOf, audit.WithoutRefunded(sends, refunded)) {
+		r.add("caps", "%s; the user's deliveries:%s", v, deliveriesOf(o, v.User))
+	}
+	refusals, err := audit.Refusals(o.suppressed)
+	if err != nil {
+		r.add("read", "%v", err)
+		return r
+	}
+	r.counts["refusals"] = len(refusals)
+	for _, v := range audit.CheckRefusals(rulesOf, sends, refunded, refusals) {
+		r.add("refusals", "%s", v)
+	}
+	for v, rules := range versions {
+		var mine []audit.Send
+		for _, s := range sends {
+			if s.Policy == v {
+				mine = append(mine, s)
+			}
+		}
+		for _, q := range audit.Quiet(rules, mine) {
+			r.add("quiet hours", "%s", q)
+		}
+	}
+	for _, f := range refusals {
+		switch {
+		case f.HeldFor == "":
+		case f.HeldFor != p.campaign:
+			r.add("plans", "%q held for %q, not a plan of the soak", f.ID, f.HeldFor)
+		case !p.has(f.User) || f.Campaign == p.campaign || !f.At.Before(p.ends):
+			r.add("plans", "%q of user %d (campaign %s) held for %s at %s: not in its audience, its own campaign, or after its window",
+				f.ID, f.User, f.Campaign, p.campaign, f.At.Format(timeLayout))
+		default:
+			r.counts["held for the plan"]++
+		}
+	}
+	return r
+}
+
+// checkOutcomes: every input has an outcome; the soak's bad records, and
+// only they, are dead-lettered; an id is delivered and counted once
+// (later copies carry capper-duplicate); an input in two topics was capped,
+// then delivered after its retry-after (a redelivery decided again).
+func checkOutcomes(r *report, o outputs) {
+	copies := map[string][]kafka.Message{}
+	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed, o.d} {
+		for _, m := range x {
+			copies[header(m, hSource)] = append(copies[header(m, hSource)], m)
+		}
+	}
+	r.counts["inputs"] = len(o.inputs)
+	for _, in := range o.inputs {
+		src, bad := source(in), header(in, hBad)
+		cs := copies[src]
+		delete(copies, src)
+		if len(cs) == 0 {
+			r.add("outcomes", "input %s has no outcome: lost", src)
+			continue
+		}
+		if len(cs) > 1 {
+			r.counts["inputs decided more than once (redelivered)"]++
+		}
+		for _, c := range cs {
+			dead := c.Topic == tDLQ
+			switch {
+			case bad != "" && !dead:
+				r.add("outcomes", "input %s (bad: %s) was not dead-lettered: %s %s", src, bad, c.Topic, header(c, hDecision))
+			case bad == "" && dead:
+				r.add("outcomes", "input %s was dead-lettered: %s", src, header(c, "capper-error"))
+			}
+		}
+		redecided(r, src, cs)
+	}
+	for src := range copies {
+		r.add("outcomes", "an output names input %s, which the input topic does not hold", src)
+	}
+	type key struct{ user, id string }
+	allowed := map[key][]string{}
+	for _, m := range o.deliveries {
+		if header(m, hDecision) != "allowed" || header(m, hDuplicate) == "true" || header(m, "capper-unchecked") == "true" {
+			continue
+		}
+		k := key{string(m.Key), intentID(m)}
+		allowed[k] = append(allowed[k], header(m, hSource))
+	}
+	for k, srcs := range allowed {
+		if len(srcs) > 1 {
+			r.add("twice", "user %s, id %q delivered and counted %d times without capper-duplicate (inputs %v)", k.user, k.id, len(srcs), srcs)
+		}
+	}
+}
+
+// redecided checks the copies of one input: at most one that is not a
+// duplicate is allowed, and one allowed after a capped copy was decided
+// no earlier than that copy's retry-after.
+func redecided(r *report, src string, cs []kafka.Message) {
+	for _, a := range cs {
+		if a.Topic != tDeliveries || header(a, hDecision) != "allowed" || header(a, hDuplicate) == "true" {
+			continue
+		}
+		at, err := time.Parse(timeLayout, header(a, hDecidedAt))
+		if err != nil {
+			r.add("outcomes", "input %s: %s %q: %v", src, hDecidedAt, header(a, hDecidedAt), err)
+			continue
+		}
+		for _, c := range cs {
+			if c.Topic != tSuppressed || header(c, hDecision) != "capped" {
+				continue
+			}
+			cat, err1 := time.Parse(timeLayout, header(c, hDecidedAt))
+			ms, err2 := strconv.ParseInt(header(c, hRetryAfter), 10, 64)
+			if err1 != nil || err2 != nil {
+				r.add("outcomes", "input %s: capped copy without a readable decision time or retry-after", src)
+				continue
+			}
+			if cat.Before(at) && (ms < 0 || at.Before(cat.Add(time.Duration(ms)*time.Millisecond-time.Second))) {
+				r.add("outcomes", "input %s: capped at %s (retry after %dms), then delivered at %s", src,
+					cat.Format(timeLayout), ms, at.Format(timeLayout))
+			}
+		}
+	}
+}
+
+func intentID(m kafka.Message) string {
+	s := string(m.Value)
+	i := strings.Index(s, `"id":"`)
+	if i < 0 {
+		return ""
+	}
+	s = s[i+len(`"id":"`):]
+	return s[:max(strings.IndexByte(s, '"'), 0)]
+}
+
+// checkOrder: a user's inputs, in partition order, were decided in that
+// order. An input's decision on its way in is its capper-deferred-since
+// when it waited in a delay tier, else its capper-decided-at, the latest
+// of its copies (a redelivered input is decided again). A duplicate's
+// decided-at is when its id was first allowed (maybe for another record),
+// so duplicates take no part; times are compared to the second (the
+// engine's resolution).
+func checkOrder(r *report, o outputs) {
+	at := map[string]time.Time{}
+	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed} {
+		for _, m := range x {
+			if header(m, hDuplicate) == "true" {
+				continue
+			}
+			v := header(m, hDeferredSince)
+			if v == "" {
+				v = header(m, hDecidedAt)
+			}
+			t, err := time.Parse(timeLayout, v)
+			if err != nil {
+				r.add("order", "output of %s: decision time %q: %v", header(m, hSource), v, err)
+				continue
+			}
+			src := header(m, hSource)
+			if t = t.Truncate(time.Second); t.After(at[src]) {
+				at[src] = t
+			}
+		}
+	}
+	type in struct {
+		off int64
+		at  time.Time
+	}
+	byUser := map[string][]in{}
+	for _, m := range o.inputs {
+		if t, ok := at[source(m)]; ok {
+			k := fmt.Sprintf("partition %d, user %s", m.Partition, m.Key)
+			byUser[k] = append(byUser[k], in{m.Offset, t})
+		}
+	}
+	for user, ins := range byUser {
+		slices.SortFunc(ins, func(a, b in) int { return cmp.Compare(a.off, b.off) })
+		for i := 1; i < len(ins); i++ {
+			if ins[i].at.Before(ins[i-1].at) {
+				r.add("order", "%s: offset %d decided at %s, before offset %d (decided at %s)",
+					user, ins[i].off, ins[i].at.Format(time.TimeOnly), ins[i-1].off, ins[i-1].at.Format(time.TimeOnly))
+			}
+		}
+	}
+}
+
+// deliveriesOf lists a user's deliveries and refusals, for a report.
+func deliveriesOf(o outputs, user uint64) string {
+	var b strings.Builder
+	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed} {
+		for _, m := range x {
+			if string(m.Key) != strconv.FormatUint(user, 10) {
+				continue
+			}
+			fmt.Fprintf(&b, "\n    %s %s %s id=%s decided=%s policy=%s dup=%s limit=%s deferred-since=%s",
+				m.Topic, header(m, hSource), header(m, hDecision), intentID(m), header(m, hDecidedAt), header(m, hPolicy),
+				header(m, hDuplicate), header(m, "capper-limit"), header(m, hDeferredSince))
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,414 @@
+package soak
+
+// The faults: a schedule the seed chooses, printed at the start, and what
+// each one does. A Redis fault that leaves some intents undecidable is an
+// outage: from its start until just before the soak repairs it, every
+// worker that has counted a Redis error must answer /readyz 503.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/capper-dev/capper/internal/testenv"
+)
+
+// fault is one scheduled fault: what, when (from the start of traffic),
+// for how long, and on what (a worker's or a node's index, picked then).
+type fault struct {
+	kind   string
+	at     time.Duration
+	length time.Duration
+	target int
+}
+
+func (f fault) String() string {
+	return fmt.Sprintf("%6.1fs  %-16s for %.1fs (target %d)", f.at.Seconds(), f.kind, f.length.Seconds(), f.target)
+}
+
+// Kinds of faults, by topology; outages are those Redis cannot decide in.
+var (
+	singleFaults  = []string{"redis-shutdown", "redis-kill", "redis-pause", "script-flush", "worker-kill", "worker-term", "policy-swap", "broker-restart"}
+	clusterFaults = []string{"master-kill", "replica-pause", "manual-failover", "slot-migration", "script-flush", "worker-kill", "worker-term", "policy-swap", "broker-restart"}
+	outages       = map[string]bool{"redis-shutdown": true, "redis-kill": true, "redis-pause": true, "master-kill": true, "replica-pause": true}
+)
+
+// schedule draws the faults of a run: about one every 7 seconds of
+// traffic, the first and every other one a Redis outage (4-9 s: long
+// enough for a worker's first failed attempts to end, as a restart's
+// would), and a policy swap second.
+func schedule(rng *rand.Rand, cluster bool, traffic time.Duration) []fault {
+	kinds := singleFaults
+	if cluster {
+		kinds = clusterFaults
+	}
+	var outageKinds []string
+	for _, k := range kinds {
+		if outages[k] {
+			outageKinds = append(outageKinds, k)
+		}
+	}
+	n := max(4, int(traffic/(7*time.Second)))
+	slot := (traffic - 4*time.Second) / time.Duration(n)
+	var out []fault
+	for i := range n {
+		kind := kinds[rng.IntN(len(kinds))]
+		switch {
+		case i%2 == 0:
+			kind = outageKinds[rng.IntN(len(outageKinds))]
+		case i == 1:
+			kind = "policy-swap"
+		}
+		f := fault{kind: kind, at: 2*time.Second + time.Duration(i)*slot + time.Duration(rng.Int64N(int64(slot/4))),
+			length: time.Duration(1500+rng.IntN(2500)) * time.Millisecond, target: rng.IntN(1 << 16)}
+		if outages[kind] {
+			f.length = time.Duration(4000+rng.IntN(5000)) * time.Millisecond
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// outage is the state the readiness watcher checks against.
+type outage struct {
+	mu     sync.Mutex
+	active bool
+	kind   string
+	id     int
+	// base: each worker process's Redis error count when the outage began
+	// (or when the watcher first saw the process in it).
+	base map[string]float64
+}
+
+func (o *outage) begin(kind string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.active, o.kind, o.id, o.base = true, kind, o.id+1, map[string]float64{}
+}
+
+// end marks the outage over; call it before repairing, so that a worker
+// that recovers is never judged inside it.
+func (o *outage) end() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.active = false
+}
+
+// readiness is what the watcher found: samples taken in outages, how many
+// answered 503, and the violations (a Redis error counted, yet ready).
+type readiness struct {
+	mu                 sync.Mutex
+	samples, notReady  int
+	violations         []string
+	withErrors, in503s int
+}
+
+// watchReadiness polls every live worker's /metrics and /readyz while an
+// outage is active, until ctx ends.
+func watchReadiness(ctx context.Context, workers []*worker, o *outage, r *readiness) {
+	for ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		o.mu.Lock()
+		active, id := o.active, o.id
+		o.mu.Unlock()
+		if !active {
+			continue
+		}
+		for _, w := range workers {
+			cmd := w.running()
+			if cmd == nil {
+				continue
+			}
+			proc := fmt.Sprintf("%s/%d", w.name, cmd.Process.Pid)
+			errs, err := redisErrors(w)
+			if err != nil {
+				continue // not up yet, or going down
+			}
+			code, body, err := w.get("/readyz")
+			if err != nil {
+				continue
+			}
+			o.mu.Lock()
+			still := o.active && o.id == id
+			base, seen := o.base[proc]
+			if still && !seen {
+				o.base[proc], base = errs, errs
+			}
+			o.mu.Unlock()
+			if !still {
+				break
+			}
+			r.mu.Lock()
+			r.samples++
+			if code == 503 {
+				r.notReady++
+			}
+			if errs > base {
+				r.withErrors++
+				if code == 503 {
+					r.in503s++
+				} else if len(r.violations) < 20 {
+					r.violations = append(r.violations, fmt.Sprintf("%s during %s: %v Redis errors counted since it began, yet /readyz = %d %q",
+						proc, o.kind, errs-base, code, strings.TrimSpace(body)))
+				}
+			}
+			r.mu.Unlock()
+		}
+	}
+}
+
+// redisErrors is capper_redis_errors_total summed over its kinds.
+func redisErrors(w *worker) (float64, error) {
+	code, body, err := w.get("/metrics")
+	if err != nil || code != 200 {
+		return 0, fmt.Errorf("metrics: %d %v", code, err)
+	}
+	sum := 0.0
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "capper_redis_errors_total{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// chaos applies faults.
+type chaos struct {
+	t        *testing.T
+	bin, dir string
+	workers  []*worker
+	tp       *topology
+	broker   *broker
+	outage   *outage
+	policy   string    // the policy file
+	versions [2][]byte // v1, v2
+	current  int
+	log      []string // what was done, for the report
+}
+
+func (c *chaos) note(format string, args ...any) {
+	c.log = append(c.log, fmt.Sprintf(format, args...))
+}
+
+// apply runs one fault to its end (it repairs what it broke).
+func (c *chaos) apply(ctx context.Context, f fault) {
+	t := c.t
+	switch f.kind {
+	case "worker-kill", "worker-term":
+		w := c.workers[f.target%len(c.workers)]
+		if f.kind == "worker-kill" {
+			w.signal(syscall.SIGKILL, 10*time.Second)
+		} else {
+			w.signal(syscall.SIGTERM, 20*time.Second)
+		}
+		sleep(ctx, f.length)
+		w.start(t, c.bin, c.dir)
+		c.note("%s %s, restarted after %.1fs", f.kind, w.name, f.length.Seconds())
+	case "redis-shutdown", "redis-kill", "redis-pause":
+		r := c.tp.single
+		c.outage.begin(f.kind)
+		switch f.kind {
+		case "redis-shutdown":
+			r.Shutdown()
+		case "redis-kill":
+			r.Kill()
+		default:
+			r.Pause()
+		}
+		sleep(ctx, f.length)
+		c.outage.end()
+		if f.kind == "redis-pause" {
+			r.Resume()
+		} else {
+			r.Restart()
+		}
+		c.note("%s for %.1fs", f.kind, f.length.Seconds())
+	case "master-kill":
+		masters := c.tp.byRole(ctx, "master")
+		if len(masters) == 0 {
+			c.note("master-kill: no master found; skipped")
+			return
+		}
+		m := masters[f.target%len(masters)]
+		c.outage.begin(f.kind)
+		m.Kill()
+		// Its replica takes over after cluster-node-timeout; without a
+		// replica of its own the new master cannot acknowledge WAIT, so
+		// the outage lasts until the killed node is back as its replica.
+		sleep(ctx, f.length)
+		c.outage.end()
+		m.Restart()
+		c.waitHealthy(ctx, f.kind)
+		c.note("master-kill %s, restarted after %.1fs", m.Addr(), f.length.Seconds())
+	case "replica-pause":
+		replicas := c.tp.byRole(ctx, "slave")
+		if len(replicas) == 0 {
+			c.note("replica-pause: no replica found; skipped")
+			return
+		}
+		r := replicas[f.target%len(replicas)]
+		c.outage.begin(f.kind)
+		r.Pause()
+		sleep(ctx, f.length)
+		c.outage.end()
+		r.Resume()
+		c.note("replica-pause %s for %.1fs", r.Addr(), f.length.Seconds())
+	case "manual-failover":
+		replicas := c.tp.byRole(ctx, "slave")
+		if len(replicas) == 0 {
+			c.note("manual-failover: no replica found; skipped")
+			return
+		}
+		r := replicas[f.target%len(replicas)]
+		err := r.Client().Do(ctx, "CLUSTER", "FAILOVER").Err()
+		c.waitHealthy(ctx, f.kind)
+		c.note("manual-failover to %s (%v)", r.Addr(), err)
+	case "slot-migration":
+		c.migrateSlot(ctx, f)
+	case "script-flush":
+		for _, n := range c.tp.nodes() {
+			_ = n.Client().ScriptFlush(ctx).Err()
+		}
+		c.note("script-flush on every node")
+	case "policy-swap":
+		c.current = 1 - c.current
+		tmp := c.policy + ".tmp"
+		if err := os.WriteFile(tmp, c.versions[c.current], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, c.policy); err != nil {
+			t.Fatal(err)
+		}
+		c.note("policy-swap to v%d", c.current+1)
+	case "broker-restart":
+		c.broker.stop()
+		sleep(ctx, f.length)
+		if err := c.broker.start(); err != nil {
+			t.Fatal(err)
+		}
+		c.note("broker-restart after %.1fs", f.length.Seconds())
+	default:
+		t.Fatalf("unknown fault %q", f.kind)
+	}
+}
+
+// waitHealthy waits (up to a minute) until every slot is served and every
+// master has a replica in sync again.
+func (c *chaos) waitHealthy(ctx context.Context, after string) {
+	deadline := time.Now().Add(time.Minute)
+	for !c.tp.healthy(ctx) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			c.t.Errorf("Redis did not recover within a minute after %s", after)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// migrateSlot moves the slot of a busy bucket from its master to another,
+// the way redis-cli --cluster reshard does (IMPORTING, MIGRATING, MIGRATE
+// a few keys at a time, SETSLOT NODE on every master).
+func (c *chaos) migrateSlot(ctx context.Context, f fault) {
+	masters := c.tp.byRole(ctx, "master")
+	if len(masters) < 2 {
+		c.note("slot-migration: fewer than 2 masters; skipped")
+		return
+	}
+	// Users 1-31 share bucket 0, the busiest (low ids get most intents).
+	slot := int(masters[0].Client().ClusterKeySlot(ctx, "capper:{b0}").Val())
+	src := ownerOf(ctx, masters, slot)
+	if src < 0 {
+		c.note("slot-migration: no owner of slot %d; skipped", slot)
+		return
+	}
+	dst := (src + 1 + f.target%(len(masters)-1)) % len(masters)
+	id := func(n *testenv.Redis) string { return n.Client().Do(ctx, "CLUSTER", "MYID").Val().(string) }
+	s, d := masters[src], masters[dst]
+	err := d.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", id(s)).Err()
+	if err == nil {
+		err = s.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", id(d)).Err()
+	}
+	moved := 0
+	for err == nil {
+		keys, kerr := s.Client().ClusterGetKeysInSlot(ctx, slot, 2).Result()
+		if kerr != nil || len(keys) == 0 {
+			err = kerr
+			break
+		}
+		args := []any{"MIGRATE", "127.0.0.1", d.Port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err = s.Client().Do(ctx, args...).Err(); err == nil {
+			moved += len(keys)
+		}
+		sleep(ctx, 300*time.Millisecond) // batches run while the slot is half moved
+	}
+	for _, n := range masters {
+		if e := n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", id(d)).Err(); e != nil && err == nil {
+			err = e
+		}
+	}
+	c.waitHealthy(ctx, "slot-migration")
+	c.note("slot-migration of slot %d (%d keys) from %s to %s (%v)", slot, moved, s.Addr(), d.Addr(), err)
+}
+
+// ownerOf is the index in masters of the one that serves slot.
+func ownerOf(ctx context.Context, masters []*testenv.Redis, slot int) int {
+	shards, err := masters[0].Client().ClusterShards(ctx).Result()
+	if err != nil {
+		return -1
+	}
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if int64(slot) < r.Start || int64(slot) > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				for i, m := range masters {
+					if n.Role == "master" && n.Port == int64(m.Port) {
+						return i
+					}
+				}
+			}
+		}
+	}
+	return -1
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// logDir is where worker logs go: kept under CAPPER_SOAK_LOGS when set
+// (to read after a failure), else in the test's temporary directory.
+func logDir(t *testing.T) string {
+	if d := os.Getenv("CAPPER_SOAK_LOGS"); d != "" {
+		dir := filepath.Join(d, time.Now().Format("20060102T150405"))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	return t.TempDir()
+}

@@ -1,0 +1,44 @@
+package soak
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestSchedule: every schedule starts with a Redis outage, swaps the
+// policy, keeps outages long enough for a failed attempt to be counted,
+// and ends its faults within the traffic; the same seed draws the same
+// schedule (a failing seed replays).
+func TestSchedule(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		draw := func() (bool, []fault) {
+			rng := rand.New(rand.NewPCG(seed, 0xfa17))
+			cluster := rng.IntN(2) == 0
+			return cluster, schedule(rng, cluster, 30*time.Second)
+		}
+		cluster, fs := draw()
+		if _, again := draw(); len(again) != len(fs) || again[0] != fs[0] || again[len(fs)-1] != fs[len(fs)-1] {
+			t.Fatalf("seed %d: two draws differ", seed)
+		}
+		swap := false
+		for i, f := range fs {
+			if i == 0 && !outages[f.kind] {
+				t.Errorf("seed %d: the first fault is %s, not a Redis outage", seed, f.kind)
+			}
+			if outages[f.kind] && f.length < 4*time.Second {
+				t.Errorf("seed %d: outage %s lasts %s", seed, f.kind, f.length)
+			}
+			if f.at+f.length > 30*time.Second+10*time.Second {
+				t.Errorf("seed %d: %s ends past the traffic", seed, f)
+			}
+			swap = swap || f.kind == "policy-swap"
+		}
+		if !swap {
+			t.Errorf("seed %d: no policy swap", seed)
+		}
+		if testing.Verbose() {
+			t.Logf("seed %d (cluster %v): %v", seed, cluster, fs)
+		}
+	}
+}

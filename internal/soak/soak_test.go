@@ -1,0 +1,222 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/policy"
+	"github.com/capper-dev/capper/internal/testenv"
+)
+
+// The soak's settings, from the environment (make soak sets them):
+// CAPPER_SOAK_SEED (default 8, what make test runs: a cluster with
+// replicas, a master killed, a replica paused, a failover) and
+// CAPPER_SOAK_DURATION (seconds of traffic, default 30).
+func settings(t *testing.T) (seed uint64, traffic time.Duration) {
+	t.Helper()
+	seed, traffic = 8, 30*time.Second
+	if v := os.Getenv("CAPPER_SOAK_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("CAPPER_SOAK_SEED=%q: %v", v, err)
+		}
+		seed = n
+	}
+	if v := os.Getenv("CAPPER_SOAK_DURATION"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 10 {
+			t.Fatalf("CAPPER_SOAK_DURATION=%q: want whole seconds, at least 10", v)
+		}
+		traffic = time.Duration(n) * time.Second
+	}
+	return seed, traffic
+}
+
+// users is how many users the workload sends to (ids 1..users-1).
+const users = 400
+
+// workers is how many `capper run` processes share the input.
+const workers = 3
+
+// TestSoak runs the fault soak (see the package comment).
+func TestSoak(t *testing.T) {
+	seed, traffic := settings(t)
+	rng := rand.New(rand.NewPCG(seed, 0xfa17))
+	cluster := rng.IntN(2) == 0
+	faults := schedule(rng, cluster, traffic)
+	t.Logf("soak: seed %d, %s of traffic, %d workers; replay with: make soak SEED=%d DURATION=%d", seed, traffic, workers, seed, int(traffic.Seconds()))
+	dir := t.TempDir()
+	logs := logDir(t)
+	tp := startRedis(t, cluster)
+	t.Logf("soak: redis: %s", tp.name())
+	var sched []string
+	for _, f := range faults {
+		sched = append(sched, "  "+f.String())
+	}
+	t.Logf("soak: fault schedule (from the start of traffic):\n%s", strings.Join(sched, "\n"))
+
+	b := startBroker(t)
+	bin := buildBinary(t)
+	publishSegments(t, dir, users, seed)
+	start := time.Now()
+	p := publishPlan(t, dir, users, start.Add(3*time.Second), start.Add(traffic*2/3))
+	// Quiet hours (v1, dormant users in UTC) from this minute to the next
+	// (or the one after, when this one is nearly over): some traffic falls
+	// in them, and they end within the run.
+	now := start.UTC()
+	from := now.Truncate(time.Minute)
+	to := from.Add(time.Minute)
+	if to.Sub(now) < 20*time.Second {
+		to = to.Add(time.Minute)
+	}
+	v1, v2 := policies(from.Format("15:04"), to.Format("15:04"))
+	versions := map[string]capping.Rules{}
+	for _, data := range [][]byte{v1, v2} {
+		v := policy.ContentHash(data)
+		l, err := policy.Load(data, v)
+		if err != nil {
+			t.Fatalf("soak policy: %v", err)
+		}
+		versions[v] = l.Rules
+	}
+	policyFile := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policyFile, v1, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := workerConfig(t, b, tp, dir)
+	var ws []*worker
+	for i := range workers {
+		w := &worker{name: fmt.Sprintf("w%d", i+1), config: filepath.Join(dir, fmt.Sprintf("w%d.yaml", i+1)),
+			http: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
+		writeConfig(t, cfg, w.http, w.config)
+		w.start(t, bin, logs)
+		ws = append(ws, w)
+	}
+	t.Cleanup(func() {
+		for _, w := range ws {
+			w.signal(syscall.SIGKILL, 5*time.Second)
+		}
+	})
+	waitReady(t, ws)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out outage
+	var ready readiness
+	go watchReadiness(ctx, ws, &out, &ready)
+	ch := &chaos{t: t, bin: bin, dir: logs, workers: ws, tp: tp, broker: b, outage: &out, policy: policyFile, versions: [2][]byte{v1, v2}}
+
+	// Traffic, and the faults beside it.
+	g := newWorkload(seed, users, p)
+	prod := newProducer(b.addr)
+	defer prod.w.Close()
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for _, f := range faults {
+			sleep(ctx, time.Until(t0.Add(f.at)))
+			ch.apply(ctx, f)
+		}
+	}()
+	for time.Since(t0) < traffic {
+		intents, statuses := g.tick(time.Now())
+		if err := prod.write(ctx, tIn, intents); err != nil {
+			t.Fatal(err)
+		}
+		if err := prod.write(ctx, tStatus, statuses); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wg.Wait()
+	for _, w := range ws {
+		w.start(t, bin, logs) // any worker a fault left down
+	}
+	t.Logf("soak: %d intents produced (%d bad, %d retries of an earlier id among them), %d delivery statuses; faults done:\n  %s",
+		g.intents, g.bad, g.intents-g.n, g.statuses, strings.Join(ch.log, "\n  "))
+
+	// Drain: deferred intents come back within max_defer (1m) and quiet
+	// hours end within two minutes of the start.
+	var o outputs
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		var err error
+		if o, err = readAll(ctx, b.addr); err != nil {
+			t.Logf("read the topics: %v", err)
+		} else if len(o.missing()) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	cancel()
+	rep := check(o, versions, g.refunded, p)
+	ready.mu.Lock()
+	for _, v := range ready.violations {
+		rep.add("readiness", "%s", v)
+	}
+	rep.counts["readiness samples in outages"] = ready.samples
+	rep.counts["... not ready"] = ready.notReady
+	rep.counts["... with a Redis error counted"] = ready.withErrors
+	ready.mu.Unlock()
+	var counts []string
+	for k, v := range rep.counts {
+		counts = append(counts, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(counts)
+	t.Logf("soak: %s", strings.Join(counts, ", "))
+	var checks []string
+	for c := range rep.problems {
+		checks = append(checks, c)
+	}
+	slices.Sort(checks)
+	for _, c := range checks {
+		ps := rep.problems[c]
+		for i, p := range ps {
+			if i == 15 {
+				t.Errorf("%s: ... %d more", c, len(ps)-15)
+				break
+			}
+			t.Errorf("%s: %s", c, p)
+		}
+	}
+	if len(checks) > 0 {
+		t.Errorf("soak seed %d failed (%s); replay: make soak SEED=%d DURATION=%d (CAPPER_SOAK_LOGS=DIR keeps the worker logs)",
+			seed, strings.Join(checks, ", "), seed, int(traffic.Seconds()))
+	}
+}
+
+// waitReady waits until every worker answers /readyz 200 (a minute at
+// most).
+func waitReady(t *testing.T, ws []*worker) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for _, w := range ws {
+		for {
+			if code, _, _ := w.get("/readyz"); code == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("worker %s did not become ready in a minute", w.name)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}

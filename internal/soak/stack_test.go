@@ -1,0 +1,379 @@
+package soak
+
+// The servers and processes of a soak: the kfake broker (restartable on its
+// port, from its data directory), Redis (one node, or a cluster with a
+// replica per master), the stores the workers read, and the `capper run`
+// processes.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/demo"
+	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/plans"
+	"github.com/capper-dev/capper/internal/testenv"
+)
+
+// Topics of a soak; every one has partitions partitions.
+const (
+	tIn         = "send-intents"
+	tDeliveries = "deliveries"
+	tSuppressed = "suppressed"
+	tDLQ        = "send-intents-dlq"
+	tStatus     = "delivery-status"
+	tTier1      = "send-intents-delay-2s"
+	tTier2      = "send-intents-delay-10s"
+	partitions  = 4
+	group       = "capper-soak"
+)
+
+var topics = []string{tIn, tDeliveries, tSuppressed, tDLQ, tStatus, tTier1, tTier2}
+
+// broker is the kfake broker, which a fault may restart: the same port,
+// the same data directory (written synchronously), so nothing it
+// acknowledged is lost.
+type broker struct {
+	mu   sync.Mutex
+	c    *kfake.Cluster
+	port int
+	dir  string
+	addr string
+}
+
+func startBroker(t *testing.T) *broker {
+	t.Helper()
+	b := &broker{port: testenv.FreePort(t), dir: t.TempDir()}
+	b.addr = fmt.Sprintf("127.0.0.1:%d", b.port)
+	if err := b.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.stop)
+	return b
+}
+
+func (b *broker) start() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var err error
+	for range 50 { // the old listener's port may linger a moment
+		b.c, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(b.port), kfake.DataDir(b.dir), kfake.SyncWrites(),
+			kfake.SeedTopics(partitions, topics...))
+		if err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("start kfake on port %d: %w", b.port, err)
+}
+
+func (b *broker) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.c != nil {
+		b.c.Close()
+		b.c = nil
+	}
+}
+
+// topology is the Redis a soak runs against.
+type topology struct {
+	single *testenv.Redis   // single mode (with an append-only file)
+	clus   *testenv.Cluster // cluster mode: 3 masters, a replica each
+}
+
+func startRedis(t *testing.T, cluster bool) *topology {
+	t.Helper()
+	if !cluster {
+		return &topology{single: testenv.StartRedis(t, testenv.RedisOptions{Args: []string{"--appendonly", "yes", "--appendfsync", "always"}})}
+	}
+	c := testenv.StartCluster(t, 3)
+	c.AddReplicas()
+	return &topology{clus: c}
+}
+
+func (tp *topology) name() string {
+	if tp.single != nil {
+		return "single redis-server (append-only file)"
+	}
+	return "3-master Redis Cluster, a replica each, wait_replicas 1"
+}
+
+// nodes are every node, masters and replicas.
+func (tp *topology) nodes() []*testenv.Redis {
+	if tp.single != nil {
+		return []*testenv.Redis{tp.single}
+	}
+	return append(append([]*testenv.Redis(nil), tp.clus.Nodes...), tp.clus.Replicas...)
+}
+
+// role is a cluster node's role now ("master", "slave"), from INFO.
+func role(ctx context.Context, n *testenv.Redis) string {
+	c := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
+	defer c.Close()
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "role:"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// byRole lists the cluster's nodes that have role now.
+func (tp *topology) byRole(ctx context.Context, want string) []*testenv.Redis {
+	var out []*testenv.Redis
+	for _, n := range tp.nodes() {
+		if role(ctx, n) == want {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// healthy reports whether Redis serves every slot, every master has a
+// replica in sync (what wait_replicas needs), and every node answers.
+func (tp *topology) healthy(ctx context.Context) bool {
+	if tp.single != nil {
+		c := redis.NewClient(&redis.Options{Addr: tp.single.Addr(), MaxRetries: -1, DialTimeout: 300 * time.Millisecond})
+		defer c.Close()
+		return c.Ping(ctx).Err() == nil
+	}
+	for _, n := range tp.nodes() {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
+		info, err := c.ClusterInfo(ctx).Result()
+		repl, err2 := c.Info(ctx, "replication").Result()
+		c.Close()
+		if err != nil || err2 != nil || !strings.Contains(info, "cluster_state:ok") {
+			return false
+		}
+		if strings.Contains(repl, "role:master") && !strings.Contains(repl, "connected_slaves:1") {
+			return false
+		}
+		if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
+			return false
+		}
+	}
+	return true
+}
+
+// worker is one `capper run` process slot: the process now (nil while it
+// is down) and its config.
+type worker struct {
+	name   string
+	config string // path
+	http   string // host:port
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	log    *os.File
+	starts int // incarnations so far
+}
+
+// running is the process now, or nil.
+func (w *worker) running() *exec.Cmd {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cmd
+}
+
+// start runs the binary; it does not wait for readiness (a worker may
+// start while Redis or the broker is down).
+func (w *worker) start(t *testing.T, bin, dir string) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cmd != nil {
+		return
+	}
+	w.starts++
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.log", w.name, w.starts)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "--config", w.config)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", w.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = f.Close(); close(done) }()
+	w.cmd, w.done, w.log = cmd, done, f
+}
+
+// signal sends sig and, for a stop, waits for the process to end (a
+// SIGTERM'd worker finishes its batch first).
+func (w *worker) signal(sig syscall.Signal, wait time.Duration) {
+	w.mu.Lock()
+	cmd, done := w.cmd, w.done
+	w.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(wait):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	w.mu.Lock()
+	w.cmd = nil
+	w.mu.Unlock()
+}
+
+// get fetches a path of the worker's HTTP endpoint.
+func (w *worker) get(path string) (int, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.http+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// workerConfig is the config every worker runs with (its HTTP address
+// aside): short windows, two delay tiers, refunds, plans and a policy file
+// polled every second.
+func workerConfig(t *testing.T, b *broker, tp *topology, dir string) *config.Config {
+	t.Helper()
+	cfg := config.Default()
+	k := &cfg.Kafka
+	k.Brokers = []string{b.addr}
+	k.GroupID = group
+	k.Topics = config.Topics{Input: tIn, Deliveries: tDeliveries, Suppressed: tSuppressed, DeadLetter: tDLQ, DeliveryStatus: tStatus}
+	k.DelayTiers = []config.DelayTier{{Delay: config.Duration(2 * time.Second), Topic: tTier1}, {Delay: config.Duration(10 * time.Second), Topic: tTier2}}
+	k.FetchMaxWait = config.Duration(100 * time.Millisecond)
+	k.SessionTimeout = config.Duration(6 * time.Second) // kfake's minimum
+	k.RebalanceTimeout = config.Duration(6 * time.Second)
+	k.HeartbeatInterval = config.Duration(500 * time.Millisecond)
+	k.WriteTimeout = config.Duration(3 * time.Second)
+	k.LagInterval = config.Duration(2 * time.Second)
+	r := &cfg.Redis
+	if tp.single != nil {
+		r.Mode, r.Addrs = "single", []string{tp.single.Addr()}
+	} else {
+		r.Mode, r.Addrs = "cluster", tp.clus.Addrs()
+		r.WaitReplicas, r.WaitTimeout = 1, config.Duration(300*time.Millisecond)
+	}
+	r.DialTimeout, r.ReadTimeout, r.WriteTimeout = config.Duration(300*time.Millisecond), config.Duration(time.Second), config.Duration(time.Second)
+	cfg.Segments.Source = "file://" + filepath.Join(dir, "segments")
+	cfg.Segments.PollInterval = config.Duration(2 * time.Second)
+	cfg.Policy.Source = "file://" + filepath.Join(dir, "policy.yaml")
+	cfg.Policy.PollInterval = config.Duration(time.Second)
+	cfg.Plans.Source = filepath.Join(dir, "plans")
+	cfg.Plans.PollInterval = config.Duration(time.Second)
+	w := &cfg.Worker
+	w.BatchSize, w.BatchWait = 100, config.Duration(20*time.Millisecond)
+	w.RetryInitial, w.RetryMax = config.Duration(50*time.Millisecond), config.Duration(500*time.Millisecond)
+	w.ShutdownTimeout = config.Duration(8 * time.Second)
+	cfg.Log.Level = "info"
+	return &cfg
+}
+
+// writeConfig writes cfg with addr as its HTTP address.
+func writeConfig(t *testing.T, cfg *config.Config, addr, path string) {
+	t.Helper()
+	c := *cfg
+	c.HTTP.Address = addr
+	if err := c.Validate(); err != nil {
+		t.Fatalf("soak worker config: %v", err)
+	}
+	y, err := c.Effective()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, y, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// publishSegments writes the segment snapshot of users [0, users).
+func publishSegments(t *testing.T, dir string, users int, seed uint64) {
+	t.Helper()
+	st, err := objstore.Open(context.Background(), filepath.Join(dir, "segments"), objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := demo.BuildSnapshot(context.Background(), st, users, seed, time.Now); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// plan is the campaign plan of a soak: a high-priority push to every fifth
+// user, for a window inside the traffic.
+type plan struct {
+	campaign       string
+	starts, ends   time.Time
+	audience       *roaring.Bitmap
+	priority       capping.Priority
+	channel, categ string
+}
+
+func (p *plan) has(user uint64) bool { return user <= 1<<32-1 && p.audience.Contains(uint32(user)) }
+
+func publishPlan(t *testing.T, dir string, users int, starts, ends time.Time) *plan {
+	t.Helper()
+	p := &plan{campaign: "vip", starts: starts, ends: ends, audience: roaring.New(), priority: capping.High, channel: "push", categ: "marketing"}
+	for u := 5; u < users; u += 5 {
+		p.audience.Add(uint32(u))
+	}
+	var buf bytes.Buffer
+	if _, err := p.audience.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	st, err := objstore.Open(context.Background(), filepath.Join(dir, "plans"), objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &plans.Spec{Campaign: p.campaign, Priority: strconv.Itoa(int(p.priority)), Starts: starts, Ends: ends,
+		Message: plans.Message{Channel: p.channel, Category: p.categ}}
+	if _, err := plans.Publish(context.Background(), st, spec, p.priority, buf.Bytes(), p.audience.GetCardinality(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// buildBinary builds `capper` (or takes CAPPER_SOAK_BIN: a build of
+// another revision, to show what the soak finds there).
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("CAPPER_SOAK_BIN"); bin != "" {
+		return bin
+	}
+	bin := filepath.Join(t.TempDir(), "capper")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/capper-dev/capper/cmd/capper").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build capper: %v\n%s", err, out)
+	}
+	return bin
+}
