@@ -18,8 +18,8 @@ import (
 
 // Refusal is a capped intent read back from the suppressed topic.
 type Refusal struct {
-	Send           // the intent; At, Segment and Policy are the decision's
-	Limit   string // the limit that capped it (capper-limit)
+	Send         // the intent; At, Segment and Policy are the decision's
+	Limit string // the limit that capped it (capper-limit)
 	// HeldFor: a campaign plan's booking made the difference
 	// (capper-held-for); the bookings are not in the deliveries.
 	HeldFor string
