@@ -18,16 +18,18 @@ import (
 	"github.com/capper-dev/capper/internal/plans"
 )
 
-// documentedHeader is one row of the README's header table.
+// documentedHeader is one row of the header table of
+// docs/reference/event-contract.md.
 type documentedHeader struct {
 	on     map[string]bool // "deliveries", "suppressed", "dead-letter"
 	values []string        // the backticked values of the value column
 }
 
-// readmeHeaders parses the header table of README.md ("| `capper-...` | on | value |").
+// readmeHeaders parses the header table of docs/reference/event-contract.md
+// ("| `capper-...` | on | value |").
 func readmeHeaders(t *testing.T) map[string]documentedHeader {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
+	data, err := os.ReadFile("../../docs/reference/event-contract.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,14 +51,14 @@ func readmeHeaders(t *testing.T) map[string]documentedHeader {
 		out[m[1]] = h
 	}
 	if len(out) < 10 {
-		t.Fatalf("found %d header rows in README.md; the table moved?", len(out))
+		t.Fatalf("found %d header rows in docs/reference/event-contract.md; the table moved?", len(out))
 	}
 	return out
 }
 
 // TestHeadersMatchREADME runs every kind of outcome through real workers
 // (enforcing, shadow, failing open) and checks each capper-* header of each
-// output record against the README's table: documented, on a topic the
+// output record against the event contract's table: documented, on a topic the
 // table says, with a value of the documented form; and every documented
 // header shows up where it is documented. A max-0 limit says -1.
 func TestHeadersMatchREADME(t *testing.T) {
@@ -123,7 +125,7 @@ func TestHeadersMatchREADME(t *testing.T) {
 				}
 				d, ok := doc[h.Key]
 				if !ok || !d.on[topic] {
-					t.Errorf("%s on %s is not in the README's table for that topic", h.Key, topic)
+					t.Errorf("%s on %s is not in the event contract's table for that topic", h.Key, topic)
 					continue
 				}
 				if seen[h.Key] == nil {

@@ -1,0 +1,241 @@
+package docscheck
+
+// The command lines of shell blocks: which lines are commands, and their
+// words as a shell would split them.
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/alecthomas/kong"
+)
+
+// ShellLangs are the block languages whose lines are shell commands.
+var ShellLangs = []string{"sh", "console"}
+
+// Command is one command line of a shell block that runs a program.
+type Command struct {
+	Where string   // page:line
+	Line  string   // the line as written (continuations joined)
+	Args  []string // the program's arguments
+}
+
+// Commands returns every command line of the pages' shell blocks that runs
+// program (capper, segment-builder): lines that start with it, with
+// `go run ./cmd/PROGRAM` or `.bin/PROGRAM`, and the same inside $( ) and
+// <( ), after a pipe, && or ;. In a block where some lines start with
+// "$ ", only those lines are commands (the rest is their output).
+// Environment assignments before the program, redirections and comments
+// are left out.
+func Commands(pages []*Page, program string) ([]Command, error) {
+	var out []Command
+	var errs []error
+	for _, p := range pages {
+		for _, b := range p.Blocks {
+			if !slices.Contains(ShellLangs, b.Lang) {
+				continue
+			}
+			for _, l := range commandLines(b) {
+				where := p.Where(b.Line + l.offset)
+				simple, err := splitCommands(l.text)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w: %s", where, err, l.text))
+					continue
+				}
+				for _, words := range simple {
+					if args, ok := programArgs(words, program); ok {
+						out = append(out, Command{Where: where, Line: l.text, Args: args})
+					}
+				}
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+type shellLine struct {
+	offset int // lines after the fence
+	text   string
+}
+
+// commandLines joins continued lines (a trailing backslash) and keeps the
+// "$ " lines when the block has any.
+func commandLines(b Block) []shellLine {
+	lines := strings.Split(strings.TrimSuffix(b.Text, "\n"), "\n")
+	prompted := false
+	for _, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "$ ") {
+			prompted = true
+		}
+	}
+	var out []shellLine
+	for i := 0; i < len(lines); i++ {
+		start, text := i, strings.TrimSpace(lines[i])
+		if prompted {
+			var ok bool
+			if text, ok = strings.CutPrefix(text, "$ "); !ok {
+				continue
+			}
+		}
+		for strings.HasSuffix(text, `\`) && i+1 < len(lines) {
+			i++
+			text = strings.TrimSuffix(text, `\`) + " " + strings.TrimSpace(lines[i])
+		}
+		out = append(out, shellLine{offset: start + 1, text: text})
+	}
+	return out
+}
+
+var assignRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
+// programArgs returns the arguments of a simple command that runs program.
+func programArgs(words []string, program string) ([]string, bool) {
+	for len(words) > 0 && assignRE.MatchString(words[0]) {
+		words = words[1:]
+	}
+	switch {
+	case len(words) >= 1 && (words[0] == program || words[0] == ".bin/"+program):
+		return words[1:], true
+	case len(words) >= 3 && words[0] == "go" && words[1] == "run" && words[2] == "./cmd/"+program:
+		return words[3:], true
+	}
+	return nil, false
+}
+
+// splitCommands splits a command line into its simple commands' words,
+// as a POSIX shell would: quotes and backslashes, # comments, the
+// operators | || && ; & that separate commands, $( ) and <( ) that hold
+// one (its place in the outer command is the word "SUBST"), and
+// redirections (< > >> 2> and their target), which are left out. A $( )
+// inside double quotes is not read: write it unquoted.
+func splitCommands(line string) ([][]string, error) {
+	var (
+		out   [][]string
+		stack [][]string
+		cur   []string
+		word  strings.Builder
+		in    bool // a word is open (it may be "")
+	)
+	flush := func() {
+		if in {
+			cur = append(cur, word.String())
+			word.Reset()
+			in = false
+		}
+	}
+	end := func() {
+		flush()
+		if len(cur) > 0 {
+			out = append(out, cur)
+		}
+		cur = nil
+	}
+	skipTarget := false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		if skipTarget && c != ' ' && c != '\t' {
+			// The redirection's target: read the word and drop it.
+			j := i
+			for j < len(line) && line[j] != ' ' && line[j] != '\t' && line[j] != ')' && line[j] != ';' && line[j] != '|' && line[j] != '&' {
+				if line[j] == '"' || line[j] == '\'' {
+					k := strings.IndexByte(line[j+1:], line[j])
+					if k < 0 {
+						return nil, errors.New("unterminated quote")
+					}
+					j += k + 1
+				}
+				j++
+			}
+			i = j - 1
+			skipTarget = false
+			continue
+		}
+		switch {
+		case c == ' ' || c == '\t':
+			flush()
+		case c == '#' && !in:
+			i = len(line)
+		case c == '\'':
+			k := strings.IndexByte(line[i+1:], '\'')
+			if k < 0 {
+				return nil, errors.New("unterminated quote")
+			}
+			word.WriteString(line[i+1 : i+1+k])
+			in = true
+			i += k + 1
+		case c == '"':
+			in = true
+			j := i + 1
+			for ; j < len(line) && line[j] != '"'; j++ {
+				if line[j] == '\\' && j+1 < len(line) && strings.IndexByte("\"\\$`", line[j+1]) >= 0 {
+					j++
+				}
+				word.WriteByte(line[j])
+			}
+			if j == len(line) {
+				return nil, errors.New("unterminated quote")
+			}
+			i = j
+		case c == '\\' && i+1 < len(line):
+			word.WriteByte(line[i+1])
+			in = true
+			i++
+		case (c == '$' || c == '<') && i+1 < len(line) && line[i+1] == '(':
+			flush()
+			stack = append(stack, append(cur, "SUBST"))
+			cur = nil
+			i++
+		case c == ')':
+			if len(stack) == 0 {
+				return nil, errors.New("unbalanced )")
+			}
+			end()
+			cur, stack = stack[len(stack)-1], stack[:len(stack)-1]
+		case c == '|' || c == ';' || c == '&':
+			end()
+			if i+1 < len(line) && (line[i+1] == c) {
+				i++
+			}
+		case c == '>' || c == '<':
+			if in && word.String() == "2" { // 2>
+				word.Reset()
+				in = false
+			}
+			flush()
+			if i+1 < len(line) && line[i+1] == '>' {
+				i++
+			}
+			if i+1 < len(line) && line[i+1] == '&' { // >&2: no target word
+				i += 2
+				continue
+			}
+			skipTarget = true
+		default:
+			word.WriteByte(c)
+			in = true
+		}
+	}
+	if len(stack) > 0 {
+		return nil, errors.New("unbalanced $( or <(")
+	}
+	end()
+	return out, nil
+}
+
+// AnyPath is a kong option for checking command lines without running
+// them: arguments of type existingfile are read as plain strings, so the
+// files a documented command names need not exist.
+func AnyPath() kong.Option {
+	reg := kong.NewRegistry().RegisterDefaults()
+	plain := kong.MapperFunc(func(ctx *kong.DecodeContext, target reflect.Value) error {
+		return reg.ForType(target.Type()).Decode(ctx, target)
+	})
+	// A slice's elements are decoded with the registry's mapper of the
+	// same name: plain too.
+	reg.RegisterName("existingfile", plain)
+	return kong.NamedMapper("existingfile", plain)
+}
