@@ -142,6 +142,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		},
 		engine.Ready,
 		cons.worker.Ready,
+		cons.controlReady,
 		func() error {
 			if cfg.Segments.Required && current.Load() == nil {
 				return errors.New("no segment snapshot loaded")
@@ -167,6 +168,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	g.addLoop(ctx, "policy", policies.Run)
 	if planWatcher != nil {
 		g.addLoop(ctx, "plans", planWatcher.Run)
+	}
+	if cons.control != nil {
+		g.addLoop(ctx, "control", cons.followControl)
 	}
 	g.addLoop(ctx, "lag", func(ctx context.Context) error {
 		errs := make(chan error, len(cons.lag))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/dispatch"
 )
 
@@ -22,6 +23,10 @@ type consumer struct {
 	reader  *dispatch.Consumer // the intents, statuses and due tier records
 	writers *writerSet
 	lag     []*dispatch.LagReporter // the input's, then each tier's
+	// control follows the control topic (nil: no campaign control); the
+	// worker decides nothing before it read the topic to its end.
+	control *control.Follower
+	source  *dispatch.ControlSource
 }
 
 // newConsumer builds the reader, the writers and the worker; on an error it
@@ -75,6 +80,14 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 		}
 	}()
 	c := &consumer{reader: reader, writers: writers, lag: lags}
+	var ctl dispatch.Control
+	if t := cfg.Kafka.Topics.Control; t != "" {
+		if c.source, err = dispatch.NewControlSource(kopts, t); err != nil {
+			return nil, err
+		}
+		c.control = control.NewFollower(control.FollowerOptions{Source: c.source, Topic: t, Registerer: reg, Logger: log, Now: now})
+		ctl = c.control
+	}
 	w := cfg.Worker
 	worker, err := dispatch.New(dispatch.Options{
 		Reader:          reader,
@@ -89,6 +102,9 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 		Policy:          engine.PolicyVersion,
 		Snapshots:       snaps,
 		Plans:           plans,
+		Control:         ctl,
+		MaxPause:        cfg.Control.MaxPause.D(),
+		Exempt:          engine.Exempt,
 		Decoder:         dec,
 		Segments:        cfg.SegmentNames(),
 		BatchSize:       w.BatchSize,
@@ -128,6 +144,9 @@ func checkTopics(ctx context.Context, admin *kafka.Client, k *config.Kafka) erro
 	if t.DeliveryStatus != "" {
 		topics["kafka.topics.delivery_status"] = t.DeliveryStatus
 	}
+	if t.Control != "" {
+		topics["kafka.topics.control"] = t.Control
+	}
 	for i, d := range k.DelayTiers {
 		topics[fmt.Sprintf("kafka.delay_tiers[%d].topic", i)] = d.Topic
 	}
@@ -142,11 +161,34 @@ func checkTopics(ctx context.Context, admin *kafka.Client, k *config.Kafka) erro
 }
 
 // run consumes until ctx ends and the batch in flight is committed, then
-// leaves the group and closes the writers.
+// leaves the group and closes the writers. With campaign control it first
+// waits until the control topic was read to its end: a worker started
+// after a stop never delivers an intent of that campaign.
 func (c *consumer) run(ctx context.Context, log *slog.Logger) error {
+	if c.control != nil {
+		if err := c.control.Wait(ctx); err != nil {
+			c.close(log)
+			return nil // stopped before the first decision
+		}
+	}
 	err := c.worker.Run(ctx)
 	c.close(log)
 	return err
+}
+
+// followControl is the control actor: it follows the topic until ctx
+// ends, then closes its readers.
+func (c *consumer) followControl(ctx context.Context) error {
+	defer c.source.Close()
+	return c.control.Run(ctx)
+}
+
+// controlReady fails until the control topic was read to its end.
+func (c *consumer) controlReady() error {
+	if c.control == nil {
+		return nil
+	}
+	return c.control.Ready()
 }
 
 func (c *consumer) close(log *slog.Logger) {

@@ -40,6 +40,7 @@ const (
 	tDelay10m = "send-intents-delay-10m"
 	tDelay1h  = "send-intents-delay-1h"
 	tStatus   = "delivery-status"
+	tControl  = "capper-control"
 	e2eS3     = "capper-segments"
 )
 
@@ -102,7 +103,7 @@ func newE2E(t *testing.T, mode string, redisArgs ...string) *e2e {
 	default:
 		t.Fatalf("mode %q", mode)
 	}
-	e.kafka = testenv.StartKafka(t, 4, []string{tIn, tDel, tSup, tDLQ, tStatus, tDelay1m, tDelay10m, tDelay1h})
+	e.kafka = testenv.StartKafka(t, 4, []string{tIn, tDel, tSup, tDLQ, tStatus, tDelay1m, tDelay10m, tDelay1h, tControl})
 	e.s3 = testenv.StartS3(t, e2eS3)
 	e.s3.SetEnv(t)
 	st, err := app.OpenSegmentStore(context.Background(), e.config(), nil)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/segments"
 )
@@ -31,6 +33,11 @@ type Inspection struct {
 	At       time.Time
 	TimeZone *time.Location // the zone calendar limits were read in
 	Limits   []capping.LimitState
+	// Campaign is the campaign asked about (--campaign) and, with
+	// kafka.topics.control, its control record (nil: none, active).
+	Campaign   string
+	Control    *control.Entry
+	controlled bool // kafka.topics.control is set
 }
 
 // InspectOptions say what to look at.
@@ -78,19 +85,45 @@ func Inspect(ctx context.Context, cfg *config.Config, userID uint64, o InspectOp
 	}
 	segment := snap.Lookup(userID)
 	opts := capping.InspectOptions{At: o.At, TimeZone: o.TimeZone, Campaign: o.Campaign}
+	var ctl *control.Snapshot
+	if cfg.Kafka.Topics.Control != "" {
+		if ctl, err = controlState(ctx, cfg, log); err != nil {
+			return nil, err
+		}
+	}
 	var planSet string
 	if cfg.Plans.Source != "" {
 		set, err := inspectPlans(ctx, cfg, o.At, log)
 		if err != nil {
 			return nil, err
 		}
-		opts.Planned, planSet = set.For(nil, userID, 0, o.At), set.Version()
+		// As a worker books: a stopped campaign's plans book nothing.
+		planned := set.For(nil, userID, 0, o.At)
+		opts.Planned = slices.DeleteFunc(planned, func(p capping.Planned) bool { return ctl.Stopped(p.Campaign) })
+		planSet = set.Version()
 	}
 	states, err := engine.Inspect(ctx, userID, segment, opts)
 	if err != nil {
 		return nil, fmt.Errorf("inspect user %d: %w", userID, err)
 	}
-	return &Inspection{User: userID, Segment: segment, Snapshot: snap.Version(), Plans: planSet, At: o.At, TimeZone: o.TimeZone, Limits: states}, nil
+	return &Inspection{User: userID, Segment: segment, Snapshot: snap.Version(), Plans: planSet, At: o.At, TimeZone: o.TimeZone, Limits: states,
+		Campaign: o.Campaign, Control: ctl.Campaign(o.Campaign), controlled: ctl != nil}, nil
+}
+
+// campaignLine is the campaign's control state, in words.
+func (in *Inspection) campaignLine() string {
+	switch {
+	case in.Campaign == "" || !in.controlled:
+		return ""
+	case in.Control == nil:
+		return "active (no control record)"
+	}
+	e := in.Control
+	s := fmt.Sprintf("%s since %s by %s: %s (%s)", e.State, e.Since.Format(time.RFC3339), orDash(e.By), orDash(e.Reason), e.Pos)
+	if !e.SendBy.IsZero() {
+		s += ", send by " + e.SendBy.Format(time.RFC3339)
+	}
+	return s
 }
 
 // inspectPlans loads the plans in force at at, as a worker would.
@@ -134,6 +167,9 @@ func (in *Inspection) WriteTable(w io.Writer) error {
 	if in.Plans != "" {
 		fmt.Fprintf(w, "plans     set %s\n", in.Plans)
 	}
+	if c := in.campaignLine(); c != "" {
+		fmt.Fprintf(w, "campaign  %s: %s\n", in.Campaign, c)
+	}
 	fmt.Fprintf(w, "at        %s (%s)\n\n", local(in.At), in.TimeZone)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LIMIT\tSCOPE\tWINDOW\tFROM\tTO\tCOUNT\tMAX\tRESERVED\tBOOKED\tNEXT SLOT FREE")
@@ -173,13 +209,27 @@ func (in *Inspection) WriteTable(w io.Writer) error {
 // inspectionJSON is the JSON form of an Inspection (`capper inspect -o
 // json`). Times are RFC 3339 with milliseconds in the user's time zone.
 type inspectionJSON struct {
-	User     uint64      `json:"user"`
-	Segment  string      `json:"segment"`
-	Snapshot *string     `json:"snapshot"` // null: none loaded
-	Plans    *string     `json:"plans"`    // the plan set; null: no plans.source
-	At       string      `json:"at"`
-	TimeZone string      `json:"time_zone"`
-	Limits   []limitJSON `json:"limits"`
+	User     uint64  `json:"user"`
+	Segment  string  `json:"segment"`
+	Snapshot *string `json:"snapshot"` // null: none loaded
+	Plans    *string `json:"plans"`    // the plan set; null: no plans.source
+	// Campaign: the campaign asked about and its control state (null: no
+	// --campaign, or no kafka.topics.control).
+	Campaign *campaignStateJSON `json:"campaign"`
+	At       string             `json:"at"`
+	TimeZone string             `json:"time_zone"`
+	Limits   []limitJSON        `json:"limits"`
+}
+
+// campaignStateJSON is a campaign's control state in `capper inspect -o json`.
+type campaignStateJSON struct {
+	Campaign string `json:"campaign"`
+	State    string `json:"state"`
+	Since    string `json:"since,omitempty"`
+	SendBy   string `json:"send_by,omitempty"`
+	By       string `json:"by,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Record   string `json:"record,omitempty"`
 }
 
 type limitJSON struct {
@@ -220,6 +270,16 @@ func (in *Inspection) WriteJSON(w io.Writer) error {
 	}
 	if in.Plans != "" {
 		out.Plans = &in.Plans
+	}
+	if in.Campaign != "" && in.controlled {
+		c := &campaignStateJSON{Campaign: in.Campaign, State: control.Active.String()}
+		if e := in.Control; e != nil {
+			c.State, c.Since, c.By, c.Reason, c.Record = e.State.String(), f(e.Since), e.By, e.Reason, e.Pos.String()
+			if !e.SendBy.IsZero() {
+				c.SendBy = f(e.SendBy)
+			}
+		}
+		out.Campaign = c
 	}
 	str := func(s string) *string { return &s }
 	for _, s := range in.Limits {

@@ -53,9 +53,16 @@ const (
 	ReasonCap            // deferred: a limit with on_cap: defer is full
 	ReasonQuiet          // deferred: the user's quiet hours
 	ReasonExpired        // capped: it would wait past max_defer since it was first deferred
+	// Campaign control (the worker's, before the engine): deferred while
+	// its campaign (or every intent) is paused; cancelled for a stopped
+	// campaign, or past its send-by (or a pause longer than max_pause).
+	ReasonPaused
+	ReasonStopped
+	ReasonSendBy
 )
 
-var reasonNames = [...]string{NoReason: "", ReasonCap: "cap", ReasonQuiet: "quiet-hours", ReasonExpired: "defer-expired"}
+var reasonNames = [...]string{NoReason: "", ReasonCap: "cap", ReasonQuiet: "quiet-hours", ReasonExpired: "defer-expired",
+	ReasonPaused: "paused", ReasonStopped: "campaign-stopped", ReasonSendBy: "expired"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {
@@ -203,8 +210,9 @@ type Deferral struct {
 }
 
 // Next is the deferral after decision d of the intent: a Deferred decision
-// counts one more, and the first one starts Since at its time; any other
-// leaves it as it was.
+// counts one more, and the first one starts Since at its time (a wait for
+// a paused campaign too: max_defer bounds the whole wait); any other leaves
+// it as it was.
 func (f Deferral) Next(d *Decision) Deferral {
 	if d.Outcome != Deferred {
 		return f

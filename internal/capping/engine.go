@@ -151,6 +151,10 @@ func (e *Engine) SetPolicy(ctx context.Context, rules Rules, version string) err
 	return nil
 }
 
+// Exempt reports whether category is exempt from the caps in the policy in
+// use (campaign control's incident switch does not pause it).
+func (e *Engine) Exempt(category string) bool { return e.set.Load().rules.IsExempt(category) }
+
 // PolicyVersion names the policy in use.
 func (e *Engine) PolicyVersion() string { return e.set.Load().name }
 

@@ -6,7 +6,7 @@ import "strconv"
 
 // Outcome is what happened to one intent. It is capper's one vocabulary of
 // outcomes: the engine answers with Allowed, Capped, Duplicate, Exempt or Deferred, the
-// worker adds the others, and String is the word every surface uses (the
+// worker adds the others (campaign control: Cancelled, and Deferred for a pause), and String is the word every surface uses (the
 // capper_intents_total label, logs, `capper inspect`, the demo's report).
 // The capper-decision header is derived from it in one place (dispatch).
 type Outcome uint8
@@ -19,7 +19,8 @@ const (
 	ShadowCapped                // shadow mode: would have been capped; forwarded, not recorded
 	FailOpen                    // Redis could not decide; forwarded unchecked, not recorded
 	Invalid                     // could not be decoded or validated; dead-lettered
-	Deferred                    // held back (a cap with on_cap: defer, quiet hours); decided again later
+	Deferred                    // held back (a cap with on_cap: defer, quiet hours, a paused campaign); decided again later
+	Cancelled                   // campaign control: its campaign is stopped, or past its send-by; never delivered, not counted
 )
 
 var outcomeNames = [...]string{
@@ -31,6 +32,7 @@ var outcomeNames = [...]string{
 	FailOpen:     "fail_open",
 	Invalid:      "invalid",
 	Deferred:     "deferred",
+	Cancelled:    "cancelled",
 }
 
 func (o Outcome) String() string {

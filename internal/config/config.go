@@ -22,6 +22,7 @@ type Config struct {
 	Policy   PolicySource `yaml:"policy"`
 	Segments Segments     `yaml:"segments"`
 	Plans    Plans        `yaml:"plans"`
+	Control  Control      `yaml:"control"`
 	Worker   Worker       `yaml:"worker"`
 	Refunds  Refunds      `yaml:"refunds"`
 	HTTP     HTTP         `yaml:"http"`
@@ -76,6 +77,10 @@ type Topics struct {
 	// DeliveryStatus is the topic of delivery statuses that can refund a
 	// send (empty: no refunds).
 	DeliveryStatus string `yaml:"delivery_status"`
+	// Control is the campaign control topic (compacted, one partition
+	// recommended), which every worker reads whole (empty: no campaign
+	// control; intents' send_by still holds).
+	Control string `yaml:"control"`
 }
 
 // Refunds says which delivery statuses give a send's slot back.
@@ -187,6 +192,13 @@ type Plans struct {
 	PollInterval Duration `yaml:"poll_interval"`
 }
 
+// Control tunes campaign control (kafka.topics.control).
+type Control struct {
+	// MaxPause: a campaign paused longer than this has its waiting
+	// intents cancelled (capper-reason: expired).
+	MaxPause Duration `yaml:"max_pause"`
+}
+
 // Segments says where the segment snapshot comes from.
 type Segments struct {
 	Source       string   `yaml:"source"`
@@ -264,8 +276,9 @@ func Default() Config {
 			RefusalCache:      RefusalCache{Size: 10_000_000, MaxBytes: 128 << 20, TTL: Duration(30 * time.Second)},
 			Document:          policy.Default(),
 		},
-		Policy: PolicySource{PollInterval: Duration(10 * time.Second)},
-		Plans:  Plans{PollInterval: Duration(30 * time.Second)},
+		Policy:  PolicySource{PollInterval: Duration(10 * time.Second)},
+		Plans:   Plans{PollInterval: Duration(30 * time.Second)},
+		Control: Control{MaxPause: Duration(24 * time.Hour)},
 		Segments: Segments{
 			Source:       "file:///var/lib/capper/segments",
 			PollInterval: Duration(30 * time.Second),

@@ -23,6 +23,7 @@ func (c *Config) Validate() error {
 	c.validatePolicy(&p)
 	c.Segments.validate(&p)
 	c.Plans.validate(&p)
+	c.Control.validate(&p, &c.Kafka)
 	c.Worker.validate(&p)
 	c.Refunds.validate(&p, c.Kafka.Topics.DeliveryStatus)
 	c.HTTP.validate(&p)
@@ -122,6 +123,12 @@ func (k *Kafka) validate(p *problems.List) {
 // holds the output topics by value.
 func (k *Kafka) validateDelay(p *problems.List, taken map[string]string) {
 	taken[k.Topics.Input] = "kafka.topics.input"
+	if s := k.Topics.Control; s != "" {
+		if other, dup := taken[s]; dup {
+			p.Add(problems.Key("kafka.topics.control"), "%q is also %s", s, other)
+		}
+		taken[s] = "kafka.topics.control"
+	}
 	if s := k.Topics.DeliveryStatus; s != "" {
 		if other, dup := taken[s]; dup {
 			p.Add(problems.Key("kafka.topics.delivery_status"), "%q is also %s", s, other)
@@ -147,6 +154,19 @@ func (k *Kafka) validateDelay(p *problems.List, taken map[string]string) {
 	}
 	if len(k.DelayTiers) > 0 && k.DelayGroup() == k.GroupID {
 		p.Add(problems.Key("kafka.delay_group_id"), "%q is also kafka.group_id: the tiers need a group of their own", k.DelayGroupID)
+	}
+}
+
+// MaxMaxPause bounds control.max_pause: paused intents wait in the delay
+// tiers, whose retention must outlast the wait (as for max_defer).
+const MaxMaxPause = 7 * 24 * time.Hour
+
+func (c *Control) validate(p *problems.List, k *Kafka) {
+	if c.MaxPause < Duration(time.Minute) || c.MaxPause > Duration(MaxMaxPause) {
+		p.Add(problems.Key("control.max_pause"), "%s out of range [1m, %s]", c.MaxPause.D(), MaxMaxPause)
+	}
+	if k.Topics.Control != "" && len(k.DelayTiers) == 0 {
+		p.Add(problems.Key("kafka.topics.control"), "needs kafka.delay_tiers: a paused campaign's intents wait in the first tier")
 	}
 }
 

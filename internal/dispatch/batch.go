@@ -77,6 +77,9 @@ type entry struct {
 	// home: the user's input partition, the index of the tier partition a
 	// deferral of it waits in (copartition.go).
 	home int
+	// control names the control record that decided it (capper-control),
+	// when one did.
+	control string
 }
 
 // setUnreadable dead-letters e: it could not be read, as err says (an
@@ -108,6 +111,7 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 	}
 	var planned []capping.Planned // the batch's bookings, cut per request
 	reqs := make([]capping.Request, 0, len(msgs))
+	sendBy := make([]time.Time, 0, len(msgs))
 	var refunds []refundReq
 	for i := range msgs {
 		m, e := &msgs[i], &b.entries[i]
@@ -137,13 +141,13 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 			planned = ps.For(planned, in.UserID, r.Priority, b.now)
 			r.Planned = planned[n:len(planned):len(planned)]
 		}
-		reqs = append(reqs, r)
+		reqs, sendBy = append(reqs, r), append(sendBy, in.SendBy)
 	}
 	// Refunds first: a slot they free is there for this batch's intents.
 	if err := w.refund(ctx, b.entries, refunds); err != nil {
 		return nil, err
 	}
-	decisions, err := w.decide(ctx, reqs)
+	decisions, ctl, err := w.decide(ctx, reqs, sendBy)
 	if err != nil {
 		return nil, err
 	}
@@ -153,12 +157,14 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		if !e.kind.decided() {
 			continue
 		}
-		e.decision = decisions[j]
+		e.decision, e.control = decisions[j], ctl[j]
 		j++
 		switch o := &e.decision.Outcome; {
 		case *o == capping.Invalid:
 			e.invalid = engineInvalid(e.decision.Err)
-		case w.o.Shadow && (*o == capping.Capped || *o == capping.Deferred):
+		case w.o.Shadow && (*o == capping.Capped || *o == capping.Deferred && e.decision.Reason != capping.ReasonPaused):
+			// Campaign control is not a cap: a pause waits and a stop
+			// cancels in shadow mode too.
 			*o = capping.ShadowCapped
 		case *o == capping.Deferred && len(w.o.Tiers) == 0:
 			// The app refuses a policy that defers without tiers; should
@@ -166,6 +172,10 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 			*o = capping.Capped
 		}
 		e.next = e.tier.Next(&e.decision)
+		if e.tier.paused && e.decision.Reason == capping.ReasonPaused {
+			// Still paused: the same wait, looked at again.
+			e.next = e.tier.Deferral
+		}
 	}
 	return b, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/control"
 )
 
 // decide asks the Decider until every request has an answer. Requests that
@@ -19,67 +20,117 @@ import (
 // an earlier one of its user (capping.ErrEarlierUndecided) is retried with
 // it, after it in batch order, and is never failed open for it: once the
 // earlier one is answered FailOpen, it is decided.
-func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.Decision, error) {
-	out := make([]capping.Decision, len(reqs))
+//
+// Campaign control comes first, at each attempt's time (control.go): a
+// request of a stopped campaign, or past its send-by, is Cancelled; one of
+// a paused campaign is Deferred for the pause; neither reaches the engine,
+// nor is counted. sendBy[i] is request i's own send-by (zero: none). ctl[i]
+// names the control record that decided request i, when one did.
+func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []time.Time) (out []capping.Decision, ctl []string, _ error) {
+	out = make([]capping.Decision, len(reqs))
+	ctl = make([]string, len(reqs))
 	pending := make([]int, len(reqs))
 	for i := range pending {
 		pending[i] = i
 	}
 	sub := make([]capping.Request, 0, len(reqs))
-	waits := make([]bool, len(reqs)) // waiting for an earlier one, this attempt
+	subOf := make([]int, 0, len(reqs)) // sub[j] is reqs[subOf[j]]
+	byControl := make([]bool, len(reqs))
+	deadline := make([]time.Time, len(reqs)) // a deferral past it cancels
+	waits := make([]bool, len(reqs))         // waiting for an earlier one, this attempt
+	blocked := map[uint64]bool{}             // users with a request not decided, this attempt
 	backoff := w.o.RetryInitial
 	for attempt := 1; len(pending) > 0; attempt++ {
 		// The decision time is taken per attempt: a retried intent is decided
-		// now, not when it first arrived.
+		// now, not when it first arrived. The control state is read after
+		// it: a stop applied before this time is seen.
 		now := w.o.Now().Truncate(time.Millisecond)
-		sub = sub[:0]
+		snap := w.controlState()
+		sub, subOf = sub[:0], subOf[:0]
 		for _, i := range pending {
 			r := reqs[i]
+			v := snap.Check(r.Campaign, w.exempt(r.Category), sendBy[i], now, w.o.MaxPause)
+			byControl[i], deadline[i], ctl[i] = v.Action != control.Go, v.SendBy, ""
+			if v.By != nil {
+				ctl[i] = v.By.Pos.String()
+			}
+			if byControl[i] {
+				out[i] = w.controlDecision(v, now)
+				continue
+			}
 			r.At = now
-			sub = append(sub, r)
+			r.Planned = withoutStopped(snap, r.Planned)
+			sub, subOf = append(sub, r), append(subOf, i)
 		}
-		t0 := time.Now()
-		ds, err := w.o.Decider.Decide(ctx, sub)
-		w.m.decision.Observe(time.Since(t0).Seconds())
-		if err != nil && ctx.Err() != nil {
-			return nil, fmt.Errorf("decide: %w", err)
+		var ds []capping.Decision
+		var err error
+		if len(sub) > 0 {
+			t0 := time.Now()
+			ds, err = w.o.Decider.Decide(ctx, sub)
+			w.m.decision.Observe(time.Since(t0).Seconds())
+			if err != nil && ctx.Err() != nil {
+				return nil, nil, fmt.Errorf("decide: %w", err)
+			}
 		}
 		// still: what is retried, in batch order; failed: how many of
 		// them Redis could not decide (the others wait for one of those).
 		var still, waiting []int
 		clear(waits)
+		clear(blocked)
 		var lastErr error
-		failed := 0
-		for j, i := range pending {
+		failed, j := 0, 0
+		for _, i := range pending {
+			uid := reqs[i].UserID
+			if byControl[i] {
+				if blocked[uid] {
+					// Answered without the engine, but after a request of
+					// its user that has no answer yet: it waits for it.
+					still, waiting = append(still, i), append(waiting, i)
+					waits[i] = true
+				}
+				continue
+			}
+			var d capping.Decision
+			if err == nil {
+				d = ds[j]
+			}
+			j++
 			switch {
 			case err != nil:
 				lastErr = err
-			case errors.Is(ds[j].Err, capping.ErrInvalidRequest):
+			case errors.Is(d.Err, capping.ErrInvalidRequest):
 				// The policy that decides it does not know its channel
 				// or category (it changed since the intent was decoded),
 				// or a check the decoder lacks: no retry can help.
-				out[i] = capping.Decision{Outcome: capping.Invalid, Err: ds[j].Err, At: now}
+				out[i] = capping.Decision{Outcome: capping.Invalid, Err: d.Err, At: now}
 				continue
-			case errors.Is(ds[j].Err, capping.ErrEarlierUndecided):
+			case errors.Is(d.Err, capping.ErrEarlierUndecided):
 				still, waiting = append(still, i), append(waiting, i)
-				waits[i] = true
+				waits[i], blocked[uid] = true, true
 				continue
-			case ds[j].Err != nil:
-				lastErr = ds[j].Err
+			case d.Err != nil:
+				lastErr = d.Err
 				if failed < 10 {
 					// Ids only at debug: logs above it never name a user.
-					w.o.Logger.Debug("intent not decided", "user", reqs[i].UserID, "intent", reqs[i].IntentID, "error", lastErr)
+					w.o.Logger.Debug("intent not decided", "user", uid, "intent", reqs[i].IntentID, "error", lastErr)
 				}
 			default:
-				out[i] = ds[j]
+				out[i] = d
+				if d.Outcome == capping.Deferred && !deadline[i].IsZero() && d.NotBefore.After(deadline[i]) {
+					// Its slot (or the end of quiet hours) comes after its
+					// send-by: it would never be delivered in time.
+					out[i] = capping.Decision{Outcome: capping.Cancelled, Reason: capping.ReasonSendBy, At: now,
+						Limit: d.Limit, HeldFor: d.HeldFor, Policy: d.Policy}
+				}
 				continue
 			}
 			failed++
+			blocked[uid] = true
 			still = append(still, i)
 		}
 		if len(still) == 0 {
 			w.setReady("redis")
-			return out, nil
+			return out, ctl, nil
 		}
 		if w.o.FailOpen {
 			if failed > 0 {
@@ -103,12 +154,12 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 				"attempt", attempt, "backoff", backoff, "error", lastErr)
 		}
 		if err := sleep(ctx, backoff); err != nil {
-			return nil, fmt.Errorf("decide: %w (last redis error: %v)", err, lastErr)
+			return nil, nil, fmt.Errorf("decide: %w (last redis error: %v)", err, lastErr)
 		}
 		backoff = min(2*backoff, w.o.RetryMax)
 		pending = still
 	}
-	return out, nil
+	return out, ctl, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

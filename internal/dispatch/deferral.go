@@ -61,10 +61,12 @@ type tierHeaders struct {
 	notBefore time.Time
 	capping.Deferral
 	source []byte // capper-source: the intent's input record
+	// paused: it waits for a paused campaign (capper-reason: paused).
+	paused bool
 }
 
 // tierReasons are the capper-reason values of a deferred intent.
-var tierReasons = map[string]bool{capping.ReasonCap.String(): true, capping.ReasonQuiet.String(): true}
+var tierReasons = map[string]bool{capping.ReasonCap.String(): true, capping.ReasonQuiet.String(): true, capping.ReasonPaused.String(): true}
 
 // readTier reads a delay tier's record into e, and reports whether it is
 // due (kindDue: its value is decoded and decided again). Otherwise it hops
@@ -123,6 +125,7 @@ func readTierHeaders(h []kafka.Header) (tierHeaders, *InvalidError) {
 	if d.notBefore, err = parseHeaderTime(notBefore); err != nil {
 		return d, bad(HeaderNotBefore, err)
 	}
+	d.paused = string(reason) == capping.ReasonPaused.String()
 	if d.Since, err = parseHeaderTime(since); err != nil {
 		return d, bad(HeaderDeferredSince, err)
 	}
@@ -132,7 +135,7 @@ func readTierHeaders(h []kafka.Header) (tierHeaders, *InvalidError) {
 	// Only checked: the next decision gives the reason anew, but a record
 	// without one was not written by capper.
 	if !tierReasons[string(reason)] {
-		return d, bad(HeaderReason, fmt.Errorf("%q is not cap or quiet-hours", reason))
+		return d, bad(HeaderReason, fmt.Errorf("%q is not cap, quiet-hours or paused", reason))
 	}
 	return d, nil
 }

@@ -58,6 +58,7 @@ var decisionValue = map[capping.Outcome][]byte{
 	capping.ShadowCapped: []byte(DecisionShadowCapped),
 	capping.Capped:       []byte(DecisionCapped),
 	capping.Deferred:     []byte(DecisionDeferred),
+	capping.Cancelled:    []byte(DecisionCancelled),
 }
 
 // overrideValue is the capper-override of an honoured override (in
@@ -129,6 +130,9 @@ func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 				})})
 		}
 		add = hb.delayPath(add, e)
+		if e.control != "" {
+			add = append(add, kafka.Header{Key: HeaderControl, Value: hb.name(e.control)})
+		}
 		if d.HeldFor != "" {
 			add = append(add, kafka.Header{Key: HeaderHeldFor, Value: hb.name(d.HeldFor)})
 		}

@@ -40,6 +40,9 @@ type Intent struct {
 	// Override is what the intent asks of capping (the "capping" field);
 	// the engine honours it only where the policy allows.
 	Override capping.Override
+	// SendBy: never delivered after it (campaign control cancels it, and
+	// a deferral past it cancels instead); zero when absent.
+	SendBy time.Time
 }
 
 // Limits on fields, from the event contract (README, "The event contract").
@@ -54,7 +57,7 @@ const (
 // invalidFields are every InvalidError.Field the decoder uses (a bounded
 // metric label: a key capper does not read is reported as "value").
 var invalidFields = []string{"value", "key", "id", "user_id", "campaign_id", "channel", "category", "created_at",
-	"tags", "priority", "time_zone", "capping"}
+	"tags", "priority", "time_zone", "capping", "send_by"}
 
 // InvalidError says why an intent cannot be decided. Its text goes into the
 // dead-letter record's capper-error header, so it names the field.
@@ -243,6 +246,17 @@ func (d *Decoder) validate(key []byte, keyed bool, f *fields) (Intent, error) {
 			return Intent{}, invalid("created_at", "%q is not an RFC 3339 time", clip.String(createdAt, 40))
 		}
 		in.CreatedAt = t
+	}
+	sendBy, err := f.str("send_by", f.sendBy, false)
+	if err != nil {
+		return Intent{}, err
+	}
+	if sendBy != "" {
+		t, err := time.Parse(time.RFC3339Nano, sendBy)
+		if err != nil {
+			return Intent{}, invalid("send_by", "%q is not an RFC 3339 time", clip.String(sendBy, 40))
+		}
+		in.SendBy = t
 	}
 	var buf [20]byte
 	if keyed && !bytes.Equal(key, strconv.AppendUint(buf[:0], in.UserID, 10)) {

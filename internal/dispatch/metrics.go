@@ -30,6 +30,8 @@ type metrics struct {
 	expired      prometheus.Counter
 	refunds      *prometheus.CounterVec
 	held         *prometheus.CounterVec
+	cancelled    *prometheus.CounterVec
+	pausedWait   prometheus.Gauge
 }
 
 // newMetrics registers the worker's metrics on reg and starts every series
@@ -40,7 +42,7 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 	m := &metrics{
 		intents: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "capper_intents_total",
-			Help: "Send-intents processed, by outcome (allowed, duplicate, exempt, capped, shadow_capped, invalid, fail_open) and segment.",
+			Help: "Send-intents processed, by outcome (allowed, duplicate, exempt, capped, shadow_capped, invalid, fail_open, deferred, cancelled) and segment.",
 		}, []string{"outcome", "segment"}),
 		invalid: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "capper_invalid_intents_total",
@@ -83,7 +85,7 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 		}, []string{"result"}),
 		deferred: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "capper_deferred_total",
-			Help: "Intents deferred to a delay tier, by reason: cap (a limit with on_cap: defer is full) or quiet-hours. A deferred intent deferred again counts again.",
+			Help: "Intents deferred to a delay tier, by reason: cap (a limit with on_cap: defer is full), quiet-hours, or paused (its campaign, or every intent, is paused). A deferred intent deferred again counts again.",
 		}, []string{"reason"}),
 		hops: f.NewCounter(prometheus.CounterOpts{
 			Name: "capper_defer_hops_total",
@@ -106,8 +108,19 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 			Name: "capper_held_for_plan_total",
 			Help: "Intents capped or deferred because a campaign plan of a higher priority booked the slot (capper-held-for), by segment and limit; shadow mode counts what it would have held.",
 		}, []string{"segment", "limit"}),
+		cancelled: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "capper_cancelled_total",
+			Help: "Intents cancelled by campaign control (never delivered, not counted), by reason: campaign-stopped, or expired (past its send-by, or paused longer than control.max_pause).",
+		}, []string{"reason"}),
+		pausedWait: f.NewGauge(prometheus.GaugeOpts{
+			Name: "capper_paused_waiting",
+			Help: "Intents waiting in the delay tiers for a paused campaign: those this worker sent there minus those it read back (sum it over the workers: a worker may read back what another sent).",
+		}),
 	}
-	for _, r := range []capping.Reason{capping.ReasonCap, capping.ReasonQuiet} {
+	for _, r := range []capping.Reason{capping.ReasonStopped, capping.ReasonSendBy} {
+		m.cancelled.WithLabelValues(r.String())
+	}
+	for _, r := range []capping.Reason{capping.ReasonCap, capping.ReasonQuiet, capping.ReasonPaused} {
 		m.deferred.WithLabelValues(r.String())
 	}
 	for _, r := range refundResults {
@@ -151,10 +164,18 @@ func (w *Worker) observe(b *batch) {
 			continue
 		case kindDue:
 			w.m.dueLag.Observe(max(d.At.Sub(e.tier.notBefore).Seconds(), 0))
+			if e.tier.paused {
+				w.m.pausedWait.Dec()
+			}
 		}
 		switch {
 		case d.Outcome == capping.Deferred:
 			w.m.deferred.WithLabelValues(d.Reason.String()).Inc()
+			if d.Reason == capping.ReasonPaused {
+				w.m.pausedWait.Inc()
+			}
+		case d.Outcome == capping.Cancelled:
+			w.m.cancelled.WithLabelValues(d.Reason.String()).Inc()
 		case d.Reason == capping.ReasonExpired:
 			w.m.expired.Inc()
 		}

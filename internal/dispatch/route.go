@@ -17,8 +17,8 @@ type outputs struct {
 }
 
 // route sends unreadable entries and intents the engine refused to the
-// dead-letter topic, capped intents to the suppressed topic (or nowhere,
-// without one), deferred ones and hops to a delay tier, and everything
+// dead-letter topic, capped and cancelled intents to the suppressed topic
+// (or nowhere, without one), deferred ones and hops to a delay tier, and everything
 // else, shadow-capped included, to deliveries; a delivery status has no
 // output. Keys and values are the input's bytes, untouched.
 func (w *Worker) route(b *batch) outputs {
@@ -46,7 +46,7 @@ func (w *Worker) route(b *batch) outputs {
 			switch d := &e.decision; d.Outcome {
 			case capping.Invalid:
 				dst[i] = deadLetter
-			case capping.Capped:
+			case capping.Capped, capping.Cancelled:
 				if w.suppressed.wr != nil {
 					dst[i] = suppressed
 				}

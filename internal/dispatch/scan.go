@@ -25,7 +25,7 @@ import (
 // delimiter of an object.
 type fields struct {
 	id, userID, campaignID, channel, category, createdAt json.RawValue
-	tags, priority, timeZone, override                   json.RawValue
+	tags, priority, timeZone, override, sendBy           json.RawValue
 	status, at                                           json.RawValue // a delivery status's
 }
 
@@ -51,6 +51,8 @@ func (f *fields) slot(name []byte) *json.RawValue {
 		return &f.timeZone
 	case "capping":
 		return &f.override
+	case "send_by":
+		return &f.sendBy
 	case "status":
 		return &f.status
 	case "at":

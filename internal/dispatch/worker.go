@@ -18,6 +18,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/segments"
 )
@@ -68,6 +69,12 @@ type Plans interface {
 	Load() *plans.Set
 }
 
+// Control gives the campaign control state in use (*control.Follower; a
+// nil snapshot: every campaign active).
+type Control interface {
+	Load() *control.Snapshot
+}
+
 // Output is an output topic: its name (for metrics, logs and the error of
 // a refused record) and its writer.
 type Output struct {
@@ -95,6 +102,14 @@ type Options struct {
 	// Segments are the segment names the metrics start at 0 for (the
 	// configured ones); others appear when first seen.
 	Segments []string
+	// Control is campaign control (nil: every campaign active; intents'
+	// send_by still holds). A paused campaign's intents wait in the first
+	// delay tier, so it needs Tiers; past MaxPause of a pause they are
+	// cancelled. Exempt says which categories the incident switch leaves
+	// alone (the policy's exempt categories; nil: none).
+	Control  Control
+	MaxPause time.Duration
+	Exempt   func(category string) bool
 
 	// Tiers are the delay tiers, shortest first: Deferred intents wait
 	// there (their writers put a record in the partition its Partition
@@ -145,6 +160,7 @@ func (o Options) validate() error {
 	required(o.Snapshots != nil, "Snapshots")
 	required(o.Decoder != nil, "Decoder")
 	required(o.StatusTopic == "" || o.Refunder != nil, "Refunder with StatusTopic")
+	required(o.Control == nil || len(o.Tiers) > 0 && o.MaxPause > 0, "Tiers and MaxPause with Control (paused intents wait in a tier)")
 	for i, t := range o.Tiers {
 		required(t.Writer != nil && t.Topic != "", fmt.Sprintf("Tiers[%d]", i))
 		if t.Delay <= 0 || i > 0 && t.Delay <= o.Tiers[i-1].Delay {
