@@ -68,7 +68,7 @@ func workerRegistry(t *testing.T) registry {
 	t.Helper()
 	ctx := context.Background()
 	rds := testenv.StartRedis(t, testenv.RedisOptions{})
-	kafka := testenv.StartKafka(t, 2, []string{"send-intents", "deliveries", "suppressed", "send-intents-dlq"})
+	kafka := testenv.StartKafka(t, 2, []string{"send-intents", "deliveries", "suppressed", "send-intents-dlq", "capper-control", "send-intents-delay-1m"})
 	dir := t.TempDir()
 	store, err := objstore.Open(ctx, dir, objstore.Options{})
 	if err != nil {
@@ -87,6 +87,9 @@ func workerRegistry(t *testing.T) registry {
 	cfg.Redis.Addrs = []string{rds.Addr()}
 	cfg.Segments.Source = dir
 	cfg.Plans.Source = t.TempDir() // an empty plan store: the plans' metrics registered
+	// Campaign control (it needs a delay tier): its metrics registered.
+	cfg.Kafka.Topics.Control = "capper-control"
+	cfg.Kafka.DelayTiers = []config.DelayTier{{Delay: config.Duration(time.Minute), Topic: "send-intents-delay-1m"}}
 	cfg.HTTP.Address = "127.0.0.1:0"
 	policyFile := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(policyFile, configs.ExamplePolicy(), 0o644); err != nil {

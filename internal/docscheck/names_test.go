@@ -177,9 +177,11 @@ func workerFamilies(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every optional part on: delay tiers, refunds, a plan store.
+	// Every optional part on: delay tiers, refunds, campaign control, a
+	// plan store.
 	cfg.Kafka.DelayTiers = []config.DelayTier{{Delay: config.Duration(time.Minute), Topic: "send-intents-delay-1m"}}
 	cfg.Kafka.Topics.DeliveryStatus = "delivery-status"
+	cfg.Kafka.Topics.Control = "capper-control"
 	var topics []string
 	v := reflect.ValueOf(cfg.Kafka.Topics)
 	for i := range v.NumField() {

@@ -353,6 +353,23 @@ capping.Rules.Problems) */ -}}
 {{- fail "config.kafka.delay_tiers: the policy under capping defers intents (on_cap: defer or quiet_hours), so at least one delay tier is required" -}}
 {{- end -}}
 {{- end -}}
+{{- /* Campaign control: paused intents wait in the first delay tier. */ -}}
+{{- with $c.kafka.topics.control -}}
+{{- if not $tiers -}}
+{{- fail "config.kafka.topics.control: needs kafka.delay_tiers: a paused campaign's intents wait in the first tier" -}}
+{{- end -}}
+{{- range $key := list "input" "deliveries" "suppressed" "dead_letter" "delivery_status" -}}
+{{- if eq (get $c.kafka.topics $key) $c.kafka.topics.control -}}
+{{- fail (printf "config.kafka.topics.control: %q is also kafka.topics.%s" $c.kafka.topics.control $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- with $c.control -}}{{- with .max_pause -}}
+{{- $ms := include "capper.durationMillis" (list "control.max_pause" .) | atoi -}}
+{{- if or (lt $ms 60000) (gt $ms 604800000) -}}
+{{- fail (printf "config.control.max_pause: %s out of range [1m, 168h0m0s]" .) -}}
+{{- end -}}
+{{- end -}}{{- end -}}
 {{- if not (has $capping.default_category $categories) -}}
 {{- fail (printf "config.capping.default_category: %q is not one of the categories (%s)" $capping.default_category (join ", " $categories)) -}}
 {{- end -}}
