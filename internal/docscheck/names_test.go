@@ -277,8 +277,18 @@ func sortedKeys(m map[string]bool) []string {
 	return keys
 }
 
-// configSections are the top-level keys of the worker config.
-var configSections = []string{"kafka", "redis", "capping", "policy", "segments", "plans", "refunds", "worker", "http", "log"}
+// configSections are the top-level keys of the worker config (its yaml
+// tags, so that a new section is checked too).
+var configSections = func() []string {
+	var out []string
+	t := reflect.TypeFor[config.Config]()
+	for i := range t.NumField() {
+		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); tag != "" && tag != "-" {
+			out = append(out, tag)
+		}
+	}
+	return out
+}()
 
 // configKeyRE finds a config key at the start of inline code: the key
 // path (after "config." in Helm values), then the end of the span, ':',
