@@ -96,11 +96,13 @@ func (r *report) add(check, format string, args ...any) {
 }
 
 // check runs every check on o. versions maps a policy version (the
-// worker's capper-policy) to its rules; refunded are the refunded ids.
-func check(o outputs, versions map[string]capping.Rules, refunded map[uint64]map[string]bool, p *plan) *report {
+// worker's capper-policy) to its rules; refunded are the refunded ids;
+// held are the times campaigns were stopped or paused.
+func check(o outputs, versions map[string]capping.Rules, refunded map[uint64]map[string]bool, p *plan, held []heldWindow) *report {
 	r := &report{counts: map[string]int{}}
 	checkOutcomes(r, o)
 	checkOrder(r, o)
+	checkHeld(r, o, held)
 	rulesOf := func(v string) (capping.Rules, bool) { rules, ok := versions[v]; return rules, ok }
 	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed} {
 		for _, m := range x {
@@ -314,4 +316,38 @@ func deliveriesOf(o outputs, user uint64) string {
 		}
 	}
 	return b.String()
+}
+
+// checkHeld: no delivery of a stopped or paused campaign was decided after
+// every worker had applied the stop (or pause) and before its resume was
+// written; a duplicate's decided-at is its first allowance's, so it takes
+// no part.
+func checkHeld(r *report, o outputs, held []heldWindow) {
+	for _, w := range held {
+		for _, m := range o.deliveries {
+			if header(m, hDuplicate) == "true" || campaignOf(m) != w.campaign {
+				continue
+			}
+			at, err := time.Parse(timeLayout, header(m, hDecidedAt))
+			if err == nil && at.After(w.from) && at.Before(w.to) {
+				r.add("control", "%s of campaign %s delivered, decided at %s, while it was %s (applied by every worker at %s, resumed at %s)",
+					header(m, hSource), w.campaign, at.Format(timeLayout), w.state, w.from.Format(timeLayout), w.to.Format(timeLayout))
+			}
+		}
+	}
+	for _, m := range o.suppressed {
+		if header(m, hDecision) == "cancelled" {
+			r.counts["cancelled by control"]++
+		}
+	}
+}
+
+func campaignOf(m kafka.Message) string {
+	s := string(m.Value)
+	i := strings.Index(s, `"campaign_id":"`)
+	if i < 0 {
+		return ""
+	}
+	s = s[i+len(`"campaign_id":"`):]
+	return s[:max(strings.IndexByte(s, '"'), 0)]
 }

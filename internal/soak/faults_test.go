@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,15 +39,15 @@ func (f fault) String() string {
 
 // Kinds of faults, by topology; outages are those Redis cannot decide in.
 var (
-	singleFaults  = []string{"redis-shutdown", "redis-kill", "redis-pause", "script-flush", "worker-kill", "worker-term", "policy-swap", "broker-restart"}
-	clusterFaults = []string{"master-kill", "replica-pause", "manual-failover", "slot-migration", "script-flush", "worker-kill", "worker-term", "policy-swap", "broker-restart"}
+	singleFaults  = []string{"redis-shutdown", "redis-kill", "redis-pause", "script-flush", "worker-kill", "worker-term", "policy-swap", "broker-restart", "campaign-stop", "campaign-pause"}
+	clusterFaults = []string{"master-kill", "replica-pause", "manual-failover", "slot-migration", "script-flush", "worker-kill", "worker-term", "policy-swap", "broker-restart", "campaign-stop", "campaign-pause"}
 	outages       = map[string]bool{"redis-shutdown": true, "redis-kill": true, "redis-pause": true, "master-kill": true, "replica-pause": true}
 )
 
 // schedule draws the faults of a run: about one every 7 seconds of
 // traffic, the first and every other one a Redis outage (4-9 s: long
 // enough for a worker's first failed attempts to end, as a restart's
-// would), and a policy swap second.
+// would), a policy swap second and a campaign stopped (or paused) fourth.
 func schedule(rng *rand.Rand, cluster bool, traffic time.Duration) []fault {
 	kinds := singleFaults
 	if cluster {
@@ -67,6 +69,8 @@ func schedule(rng *rand.Rand, cluster bool, traffic time.Duration) []fault {
 			kind = outageKinds[rng.IntN(len(outageKinds))]
 		case i == 1:
 			kind = "policy-swap"
+		case i == 3:
+			kind = []string{"campaign-stop", "campaign-pause"}[rng.IntN(2)]
 		}
 		f := fault{kind: kind, at: 2*time.Second + time.Duration(i)*slot + time.Duration(rng.Int64N(int64(slot/4))),
 			length: time.Duration(1500+rng.IntN(2500)) * time.Millisecond, target: rng.IntN(1 << 16)}
@@ -201,6 +205,16 @@ type chaos struct {
 	versions [2][]byte // v1, v2
 	current  int
 	log      []string // what was done, for the report
+	// held: while a campaign was stopped or paused, from when every
+	// running worker had applied it to when its resume was written: no
+	// delivery of it may be decided in between.
+	held []heldWindow
+}
+
+// heldWindow is a campaign stopped or paused, on the workers' clock.
+type heldWindow struct {
+	campaign, state string
+	from, to        time.Time
 }
 
 func (c *chaos) note(format string, args ...any) {
@@ -297,6 +311,16 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 			t.Fatal(err)
 		}
 		c.note("policy-swap to v%d", c.current+1)
+	case "campaign-stop", "campaign-pause":
+		campaign := fmt.Sprintf("c%d", 1+f.target%5)
+		state := strings.TrimPrefix(f.kind, "campaign-")
+		pos := c.campaign(state, campaign, "--reason", "soak: "+f.kind)
+		from := c.appliedAt(ctx, pos)
+		sleep(ctx, f.length)
+		to := time.Now()
+		c.campaign("resume", campaign)
+		c.held = append(c.held, heldWindow{campaign: campaign, state: state, from: from, to: to})
+		c.note("%s %s (record %s), resumed after %.1fs", f.kind, campaign, pos, f.length.Seconds())
 	case "broker-restart":
 		c.broker.stop()
 		sleep(ctx, f.length)
@@ -307,6 +331,59 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 	default:
 		t.Fatalf("unknown fault %q", f.kind)
 	}
+}
+
+// campaign runs `capper campaign STATE CAMPAIGN ARGS...` (the real
+// binary, with a worker's config) and returns where it wrote, as it
+// printed ("... to <topic>/<partition>/<offset> ...").
+func (c *chaos) campaign(state, campaign string, args ...string) string {
+	c.t.Helper()
+	cmd := exec.Command(c.bin, append([]string{"campaign", state, campaign, "--by", "soak", "--config", c.workers[0].config}, args...)...)
+	out, err := cmd.CombinedOutput()
+	m := writtenRE.FindSubmatch(out)
+	if err != nil || m == nil {
+		c.t.Fatalf("capper campaign %s %s: %v\n%s", state, campaign, err, out)
+	}
+	return string(m[1])
+}
+
+var writtenRE = regexp.MustCompile(` to (\S+/\d+/\d+) `)
+
+// appliedAt waits until every running worker applied the control record at
+// pos and returns the latest time one did (its clock: this machine's).
+func (c *chaos) appliedAt(ctx context.Context, pos string) time.Time {
+	c.t.Helper()
+	parts := strings.Split(pos, "/")
+	partition, off := parts[len(parts)-2], parts[len(parts)-1]
+	want, _ := strconv.ParseFloat(off, 64)
+	offRE := regexp.MustCompile(`(?m)^capper_control_applied_offset\{partition="` + partition + `"\} (\S+)$`)
+	atRE := regexp.MustCompile(`(?m)^capper_control_applied_timestamp_seconds (\S+)$`)
+	var latest time.Time
+	for _, w := range c.workers {
+		deadline := time.Now().Add(30 * time.Second)
+		for w.running() != nil && ctx.Err() == nil {
+			code, body, err := w.get("/metrics")
+			if err == nil && code == 200 {
+				if m := offRE.FindStringSubmatch(body); m != nil {
+					if v, _ := strconv.ParseFloat(m[1], 64); v >= want {
+						if a := atRE.FindStringSubmatch(body); a != nil {
+							sec, _ := strconv.ParseFloat(a[1], 64)
+							if t := time.UnixMilli(int64(sec * 1000)); t.After(latest) {
+								latest = t
+							}
+						}
+						break
+					}
+				}
+			}
+			if time.Now().After(deadline) {
+				c.t.Errorf("worker %s did not apply control record %s in 30s", w.name, pos)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return latest
 }
 
 // waitHealthy waits (up to a minute) until every slot is served and every

@@ -7,7 +7,7 @@ import (
 )
 
 // TestSchedule: every schedule starts with a Redis outage, swaps the
-// policy, keeps outages long enough for a failed attempt to be counted,
+// policy, stops or pauses a campaign, keeps outages long enough for a failed attempt to be counted,
 // and ends its faults within the traffic; the same seed draws the same
 // schedule (a failing seed replays).
 func TestSchedule(t *testing.T) {
@@ -21,7 +21,7 @@ func TestSchedule(t *testing.T) {
 		if _, again := draw(); len(again) != len(fs) || again[0] != fs[0] || again[len(fs)-1] != fs[len(fs)-1] {
 			t.Fatalf("seed %d: two draws differ", seed)
 		}
-		swap := false
+		swap, control := false, false
 		for i, f := range fs {
 			if i == 0 && !outages[f.kind] {
 				t.Errorf("seed %d: the first fault is %s, not a Redis outage", seed, f.kind)
@@ -33,9 +33,10 @@ func TestSchedule(t *testing.T) {
 				t.Errorf("seed %d: %s ends past the traffic", seed, f)
 			}
 			swap = swap || f.kind == "policy-swap"
+			control = control || f.kind == "campaign-stop" || f.kind == "campaign-pause"
 		}
-		if !swap {
-			t.Errorf("seed %d: no policy swap", seed)
+		if !swap || !control {
+			t.Errorf("seed %d: a policy swap %v, a campaign stopped or paused %v: want both", seed, swap, control)
 		}
 		if testing.Verbose() {
 			t.Logf("seed %d (cluster %v): %v", seed, cluster, fs)

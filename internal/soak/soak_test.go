@@ -167,7 +167,7 @@ func TestSoak(t *testing.T) {
 		time.Sleep(2 * time.Second)
 	}
 	cancel()
-	rep := check(o, versions, g.refunded, p)
+	rep := check(o, versions, g.refunded, p, ch.held)
 	ready.mu.Lock()
 	for _, v := range ready.violations {
 		rep.add("readiness", "%s", v)

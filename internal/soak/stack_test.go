@@ -42,11 +42,12 @@ const (
 	tStatus     = "delivery-status"
 	tTier1      = "send-intents-delay-2s"
 	tTier2      = "send-intents-delay-10s"
+	tControl    = "capper-control"
 	partitions  = 4
 	group       = "capper-soak"
 )
 
-var topics = []string{tIn, tDeliveries, tSuppressed, tDLQ, tStatus, tTier1, tTier2}
+var topics = []string{tIn, tDeliveries, tSuppressed, tDLQ, tStatus, tTier1, tTier2, tControl}
 
 // broker is the kfake broker, which a fault may restart: the same port,
 // the same data directory (written synchronously), so nothing it
@@ -270,7 +271,7 @@ func workerConfig(t *testing.T, b *broker, tp *topology, dir string) *config.Con
 	k := &cfg.Kafka
 	k.Brokers = []string{b.addr}
 	k.GroupID = group
-	k.Topics = config.Topics{Input: tIn, Deliveries: tDeliveries, Suppressed: tSuppressed, DeadLetter: tDLQ, DeliveryStatus: tStatus}
+	k.Topics = config.Topics{Input: tIn, Deliveries: tDeliveries, Suppressed: tSuppressed, DeadLetter: tDLQ, DeliveryStatus: tStatus, Control: tControl}
 	k.DelayTiers = []config.DelayTier{{Delay: config.Duration(2 * time.Second), Topic: tTier1}, {Delay: config.Duration(10 * time.Second), Topic: tTier2}}
 	k.FetchMaxWait = config.Duration(100 * time.Millisecond)
 	k.SessionTimeout = config.Duration(6 * time.Second) // kfake's minimum
