@@ -175,6 +175,26 @@ func Check(rules capping.Rules, sends []Send) []Violation {
 	return CheckVersions(func(string) (capping.Rules, bool) { return rules, true }, sends)
 }
 
+// sendKey is a user's intent id: one send, however many copies.
+type sendKey struct {
+	user uint64
+	id   string
+}
+
+// firstSends is each send's original delivery, not a redelivery marked
+// duplicate (that one carries the time in whole seconds, and its own place
+// in the order); a duplicate only when nothing else of it was read.
+func firstSends(sends []Send) map[sendKey]Send {
+	first := map[sendKey]Send{}
+	for _, s := range sends {
+		k := sendKey{s.User, s.ID}
+		if f, ok := first[k]; !ok || f.Duplicate && !s.Duplicate || f.Duplicate == s.Duplicate && s.At.Before(f.At) {
+			first[k] = s
+		}
+	}
+	return first
+}
+
 // unknownVersion is the version of a send read only as a duplicate.
 const unknownVersion = "\x00unknown"
 
@@ -185,20 +205,7 @@ const unknownVersion = "\x00unknown"
 // duplicate is counted but not checked: its record names the version of
 // the batch that redelivered it, not of the one that allowed it.
 func CheckVersions(rulesOf func(version string) (capping.Rules, bool), sends []Send) []Violation {
-	type key struct {
-		user uint64
-		id   string
-	}
-	first := map[key]Send{}
-	for _, s := range sends {
-		// The original delivery, not a redelivery marked duplicate: that
-		// one carries the time in whole seconds, and its own place in the
-		// order.
-		k := key{s.User, s.ID}
-		if f, ok := first[k]; !ok || f.Duplicate && !s.Duplicate || f.Duplicate == s.Duplicate && s.At.Before(f.At) {
-			first[k] = s
-		}
-	}
+	first := firstSends(sends)
 	byUser := map[uint64][]Send{}
 	for _, s := range first {
 		if s.Duplicate {

@@ -67,17 +67,7 @@ func (p RefusalProblem) String() string {
 //     its window (for the intent's campaign when it counts per campaign),
 //     unless a campaign plan's booking made the difference (HeldFor).
 func CheckRefusals(rulesOf func(version string) (capping.Rules, bool), sends []Send, refunded map[uint64]map[string]bool, refusals []Refusal) []RefusalProblem {
-	type key struct {
-		user uint64
-		id   string
-	}
-	first := map[key]Send{}
-	for _, s := range sends {
-		k := key{s.User, s.ID}
-		if f, ok := first[k]; !ok || f.Duplicate && !s.Duplicate || f.Duplicate == s.Duplicate && s.At.Before(f.At) {
-			first[k] = s
-		}
-	}
+	first := firstSends(sends)
 	byUser := map[uint64][]Send{}
 	for _, s := range first {
 		byUser[s.User] = append(byUser[s.User], s)
@@ -91,7 +81,7 @@ func CheckRefusals(rulesOf func(version string) (capping.Rules, bool), sends []S
 		problem := func(format string, args ...any) {
 			out = append(out, RefusalProblem{r, fmt.Sprintf(format, args...)})
 		}
-		if s, ok := first[key{r.User, r.ID}]; ok && !s.Duplicate && s.At.Before(r.At.Add(-time.Second)) {
+		if s, ok := first[sendKey{r.User, r.ID}]; ok && !s.Duplicate && s.At.Before(r.At.Add(-time.Second)) {
 			problem("its id was allowed at %s: Redis answers a duplicate", s.At.UTC().Format(timeLayout))
 			continue
 		}

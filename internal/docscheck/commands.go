@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"testing"
 
 	"github.com/alecthomas/kong"
 )
@@ -238,4 +239,33 @@ func AnyPath() kong.Option {
 	// same name: plain too.
 	reg.RegisterName("existingfile", plain)
 	return kong.NamedMapper("existingfile", plain)
+}
+
+// CheckCommands parses every command line of program in the docs under
+// root with parse (the program's own grammar, without running it), and
+// each of bad, which must fail to parse (so the check can fail); at least
+// minimum lines must be found. The programs' tests call it.
+func CheckCommands(t testing.TB, root, program string, minimum int, parse func([]string) error, bad []string) {
+	t.Helper()
+	pages, err := Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := Commands(pages, program)
+	if err != nil {
+		t.Error(err)
+	}
+	if len(cmds) < minimum {
+		t.Fatalf("found only %d %s command lines in the docs", len(cmds), program)
+	}
+	for _, c := range cmds {
+		if err := parse(c.Args); err != nil {
+			t.Errorf("%s: %s: %v", c.Where, c.Line, err)
+		}
+	}
+	for _, b := range bad {
+		if err := parse(strings.Fields(b)); err == nil {
+			t.Errorf("%s %s parses", program, b)
+		}
+	}
 }

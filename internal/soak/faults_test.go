@@ -255,12 +255,10 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 		}
 		c.note("%s for %.1fs", f.kind, f.length.Seconds())
 	case "master-kill":
-		masters := c.tp.byRole(ctx, "master")
-		if len(masters) == 0 {
-			c.note("master-kill: no master found; skipped")
+		m := c.pick(ctx, f, "master")
+		if m == nil {
 			return
 		}
-		m := masters[f.target%len(masters)]
 		c.outage.begin(f.kind)
 		m.Kill()
 		// Its replica takes over after cluster-node-timeout; without a
@@ -272,12 +270,10 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 		c.waitHealthy(ctx, f.kind)
 		c.note("master-kill %s, restarted after %.1fs", m.Addr(), f.length.Seconds())
 	case "replica-pause":
-		replicas := c.tp.byRole(ctx, "slave")
-		if len(replicas) == 0 {
-			c.note("replica-pause: no replica found; skipped")
+		r := c.pick(ctx, f, "slave")
+		if r == nil {
 			return
 		}
-		r := replicas[f.target%len(replicas)]
 		c.outage.begin(f.kind)
 		r.Pause()
 		sleep(ctx, f.length)
@@ -285,12 +281,10 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 		r.Resume()
 		c.note("replica-pause %s for %.1fs", r.Addr(), f.length.Seconds())
 	case "manual-failover":
-		replicas := c.tp.byRole(ctx, "slave")
-		if len(replicas) == 0 {
-			c.note("manual-failover: no replica found; skipped")
+		r := c.pick(ctx, f, "slave")
+		if r == nil {
 			return
 		}
-		r := replicas[f.target%len(replicas)]
 		err := r.Client().Do(ctx, "CLUSTER", "FAILOVER").Err()
 		c.waitHealthy(ctx, f.kind)
 		c.note("manual-failover to %s (%v)", r.Addr(), err)
@@ -331,6 +325,17 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 	default:
 		t.Fatalf("unknown fault %q", f.kind)
 	}
+}
+
+// pick is the node of a role (master, slave) a fault hits, by its target;
+// nil (noted) when there is none.
+func (c *chaos) pick(ctx context.Context, f fault, role string) *testenv.Redis {
+	nodes := c.tp.byRole(ctx, role)
+	if len(nodes) == 0 {
+		c.note("%s: no %s found; skipped", f.kind, role)
+		return nil
+	}
+	return nodes[f.target%len(nodes)]
 }
 
 // campaign runs `capper campaign STATE CAMPAIGN ARGS...` (the real
