@@ -209,6 +209,9 @@ type chaos struct {
 	// running worker had applied it to when its resume was written: no
 	// delivery of it may be decided in between.
 	held []heldWindow
+	// noControl: the binary has no campaign control (CAPPER_SOAK_BIN of
+	// an older build); its faults are skipped.
+	noControl bool
 }
 
 // heldWindow is a campaign stopped or paused, on the workers' clock.
@@ -306,6 +309,10 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 		}
 		c.note("policy-swap to v%d", c.current+1)
 	case "campaign-stop", "campaign-pause":
+		if c.noControl {
+			c.note("%s: skipped, this build of capper has no campaign control", f.kind)
+			return
+		}
 		campaign := fmt.Sprintf("c%d", 1+f.target%5)
 		state := strings.TrimPrefix(f.kind, "campaign-")
 		pos := c.campaign(state, campaign, "--reason", "soak: "+f.kind)

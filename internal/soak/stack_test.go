@@ -24,6 +24,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
@@ -301,7 +302,9 @@ func workerConfig(t *testing.T, b *broker, tp *topology, dir string) *config.Con
 	return &cfg
 }
 
-// writeConfig writes cfg with addr as its HTTP address.
+// writeConfig writes cfg with addr as its HTTP address. Without campaign
+// control (an older build) the keys it added are left out: such a build
+// refuses keys it does not know.
 func writeConfig(t *testing.T, cfg *config.Config, addr, path string) {
 	t.Helper()
 	c := *cfg
@@ -312,6 +315,17 @@ func writeConfig(t *testing.T, cfg *config.Config, addr, path string) {
 	y, err := c.Effective()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.Kafka.Topics.Control == "" {
+		var doc map[string]any
+		if err := yaml.Unmarshal(y, &doc); err != nil {
+			t.Fatal(err)
+		}
+		delete(doc, "control")
+		delete(doc["kafka"].(map[string]any)["topics"].(map[string]any), "control")
+		if y, err = yaml.Marshal(doc); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.WriteFile(path, y, 0o644); err != nil {
 		t.Fatal(err)
@@ -363,6 +377,11 @@ func publishPlan(t *testing.T, dir string, users int, starts, ends time.Time) *p
 	}
 	return p
 }
+
+// hasControl reports whether the binary has campaign control (`capper
+// campaign`): an older build, run through CAPPER_SOAK_BIN to see what the
+// soak finds there, has not.
+func hasControl(bin string) bool { return exec.Command(bin, "campaign", "--help").Run() == nil }
 
 // buildBinary builds `capper` (or takes CAPPER_SOAK_BIN: a build of
 // another revision, to show what the soak finds there).

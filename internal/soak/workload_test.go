@@ -46,6 +46,7 @@ type workload struct {
 	intents  int
 	bad      int
 	statuses int
+	fresh    int // fresh users so far
 }
 
 func newWorkload(seed uint64, users int, p *plan) *workload {
@@ -66,7 +67,19 @@ func (g *workload) tick(now time.Time) (intents, statuses []kafka.Message) {
 	for range 3 + g.rng.IntN(6) {
 		u := g.user()
 		for range 1 + g.rng.IntN(4) {
-			intents = append(intents, g.intent(u, now))
+			intents = append(intents, g.intent(u, now, ""))
+		}
+	}
+	// A fresh user (the upper half, in turn) with two or three intents of
+	// one campaign in a row: the first is allowed, the next capped by it,
+	// in the same batch, which is where a failed answer must hold the
+	// rest back.
+	if g.rng.IntN(10) < 4 {
+		u := uint64(g.users/2 + g.fresh%(g.users/2))
+		g.fresh++
+		campaign := g.pick("c1", "c2", "c3", "c4", "c5")
+		for range 2 + g.rng.IntN(2) {
+			intents = append(intents, g.intent(u, now, campaign))
 		}
 	}
 	if g.rng.IntN(100) < 30 && len(g.sent) > 0 {
@@ -87,8 +100,8 @@ func (g *workload) tick(now time.Time) (intents, statuses []kafka.Message) {
 }
 
 // intent is one record for user u: mostly valid, with every field of the
-// contract chosen at random.
-func (g *workload) intent(u uint64, now time.Time) kafka.Message {
+// contract chosen at random (its campaign too, unless campaign is set).
+func (g *workload) intent(u uint64, now time.Time, campaign string) kafka.Message {
 	key := []byte(strconv.FormatUint(u, 10))
 	g.intents++
 	switch r := g.rng.IntN(100); {
@@ -101,7 +114,10 @@ func (g *workload) intent(u uint64, now time.Time) kafka.Message {
 	}
 	g.n++
 	id := fmt.Sprintf("i-%d", g.n)
-	v := map[string]any{"id": id, "user_id": u, "campaign_id": g.pick("c1", "c2", "c3", "c4", "c5"),
+	if campaign == "" {
+		campaign = g.pick("c1", "c2", "c3", "c4", "c5")
+	}
+	v := map[string]any{"id": id, "user_id": u, "campaign_id": campaign,
 		"channel": g.pick("email", "push", "push", "sms", "inapp"), "created_at": now.UTC().Format(time.RFC3339), "payload": map[string]any{"n": g.n}}
 	if g.rng.IntN(10) == 0 {
 		v["user_id"] = strconv.FormatUint(u, 10) // a decimal string
