@@ -1,9 +1,11 @@
 // Command capper-demo runs the whole capper pipeline on one machine with
 // nothing installed: a synthetic segment snapshot, an in-process Kafka
 // broker and Redis (or a real Redis), a campaign blast decided by the real
-// worker, a report and an independent audit of the deliveries (see README,
-// "Quick start"). It is a binary of its own so that the production capper
-// binary does not link the embedded broker and Redis.
+// worker and, in the same run, a campaign plan, deferral and quiet hours,
+// refunds and a campaign stopped mid-blast; a report and an independent
+// audit of what it reads back from Kafka (see README, "Quick start"). It is
+// a binary of its own so that the production capper binary does not link
+// the embedded broker and Redis.
 package main
 
 import (
@@ -41,7 +43,7 @@ func main() {
 }
 
 // run is the whole program; its result is the exit code: 0 ok, 1 failure
-// (including an audit that found a user above a limit), 2 usage error.
+// (including an audit that found a violation), 2 usage error.
 func run(args []string, stdout, stderr io.Writer) int {
 	var c flags
 	if _, code, ok := cli.Parse("capper-demo", "Run capper end to end on embedded Kafka and Redis, then audit the deliveries.",

@@ -3,7 +3,11 @@
 // code, starts an in-process Kafka broker (kfake) and Redis (miniredis, which
 // runs the same Lua script; or a real Redis), produces a campaign blast, runs
 // the real worker (the code of `capper run`) until the input is drained, then
-// reports what happened and audits the deliveries read back from Kafka.
+// reports what happened and audits what it reads back from Kafka. In the same
+// run, on users of their own, its sections show what capper does beyond first
+// come, first served: a campaign plan, deferral and quiet hours, refunds, and a
+// campaign stopped mid-blast (sections.go); the demo's clock skips the hours
+// they wait (clock.go), and the audit covers them all (check.go).
 package demo
 
 import (
@@ -16,24 +20,22 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/schollz/progressbar/v3"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"golang.org/x/term"
 
-	"github.com/capper-dev/capper/configs"
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/audit"
-	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/objstore"
-	"github.com/capper-dev/capper/internal/segments"
+	"github.com/capper-dev/capper/internal/replay"
 )
 
 // Options sizes and points the demo.
@@ -44,8 +46,12 @@ type Options struct {
 	Seed      int64
 	Out       io.Writer // the report
 	Progress  io.Writer // progress: a bar on a terminal, else a line every few seconds
-	// Now is the worker's decision clock and the blast's created_at; nil
-	// is time.Now.
+	// Now is the clock the demo starts from: the blast's created_at and
+	// the worker's decision clock while the blast is decided. nil is
+	// DefaultStart plus the wall time since Run began. Once the blast is
+	// decided, the demo moves the worker's clock on past the hours its
+	// sections wait (deferrals, quiet hours, a plan's window): the
+	// worker's clock is then Now plus those hours.
 	Now func() time.Time
 	// SaveIntents, when set, is a file the blast is written to, one intent
 	// value per line (gzipped when it ends in .gz): capper replay's input.
@@ -53,7 +59,7 @@ type Options struct {
 	// SaveSnapshot, when set, is the directory the snapshot is published
 	// to (and kept), instead of a temporary one: capper replay's --snapshot.
 	SaveSnapshot string
-	// Summary, when set, receives the report's totals.
+	// Summary, when set, receives the report's totals (the blast's).
 	Summary *Summary
 }
 
@@ -65,14 +71,24 @@ const (
 )
 
 const (
-	topicIn  = "send-intents"
-	topicDel = "deliveries"
-	topicSup = "suppressed"
-	topicDLQ = "send-intents-dlq"
+	topicIn      = "send-intents"
+	topicDel     = "deliveries"
+	topicSup     = "suppressed"
+	topicDLQ     = "send-intents-dlq"
+	topicStatus  = "delivery-status"
+	topicControl = "capper-control"
 )
 
+// demoTiers are the delay tiers, as configs/capper.yaml suggests them.
+var demoTiers = []config.DelayTier{
+	{Delay: config.Duration(time.Minute), Topic: "send-intents-delay-1m"},
+	{Delay: config.Duration(10 * time.Minute), Topic: "send-intents-delay-10m"},
+	{Delay: config.Duration(time.Hour), Topic: "send-intents-delay-1h"},
+	{Delay: config.Duration(6 * time.Hour), Topic: "send-intents-delay-6h"},
+}
+
 // Run runs the demo and returns an error when anything failed, including an
-// audit that found a user above a limit.
+// audit that found a violation (ErrAudit).
 func Run(ctx context.Context, o Options) error {
 	if o.Users <= 0 || o.Intents <= 0 {
 		return fmt.Errorf("demo: users (%d) and intents (%d) must be above 0", o.Users, o.Intents)
@@ -83,9 +99,12 @@ func Run(ctx context.Context, o Options) error {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	base := o.Now
+	if base == nil {
+		t0 := time.Now()
+		base = func() time.Time { return DefaultStart.Add(time.Since(t0)) }
 	}
+	clk := newClock(base)
 	start := time.Now()
 	dir := o.SaveSnapshot
 	if dir == "" {
@@ -98,23 +117,37 @@ func Run(ctx context.Context, o Options) error {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("demo: --save-snapshot: %w", err)
 	}
+	// The plan store and the files of the plan's replay.
+	work, err := os.MkdirTemp("", "capper-demo-plans-")
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer os.RemoveAll(work)
+	plansDir := filepath.Join(work, "plans")
 
 	step := func(format string, args ...any) { fmt.Fprintf(o.Progress, "- "+format+"\n", args...) }
 	store, err := objstore.Open(ctx, dir, objstore.Options{})
 	if err != nil {
 		return err
 	}
-	m, err := BuildSnapshot(ctx, store, o.Users, uint64(o.Seed), time.Now)
+	at := clk.Now()
+	sec := newSections(o.Users, at)
+	m, err := buildSnapshot(ctx, store, o.Users, uint64(o.Seed), clk.Now, sec.segments())
 	if err != nil {
 		return err
 	}
-	step("snapshot %s: %s", m.Version, describeSegments(m))
+	step("snapshot %s: %s (the sections' segments hold users %d-%d)", m.Version, describeSegments(m), sec.shoppers.from, sec.flash.to-1)
 
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topicIn, topicDel, topicSup, topicDLQ))
+	topics := []string{topicIn, topicDel, topicSup, topicDLQ, topicStatus}
+	for _, t := range demoTiers {
+		topics = append(topics, t.Topic)
+	}
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topics...), kfake.SeedTopics(1, topicControl))
 	if err != nil {
 		return fmt.Errorf("demo: start kafka: %w", err)
 	}
 	defer broker.Close()
+	brokers := broker.ListenAddrs()
 	redisAddr := o.RedisAddr
 	if redisAddr == "" {
 		mr, err := miniredis.Run()
@@ -123,22 +156,37 @@ func Run(ctx context.Context, o Options) error {
 		}
 		defer mr.Close()
 		redisAddr = mr.Addr()
-		step("kafka (kfake) at %s, redis (embedded miniredis) at %s", broker.ListenAddrs()[0], redisAddr)
+		step("kafka (kfake) at %s, redis (embedded miniredis) at %s", brokers[0], redisAddr)
 	} else {
-		step("kafka (kfake) at %s, redis at %s", broker.ListenAddrs()[0], redisAddr)
+		step("kafka (kfake) at %s, redis at %s", brokers[0], redisAddr)
 	}
 
-	cfg, err := demoConfig(broker.ListenAddrs(), redisAddr, dir)
+	cfg, err := demoConfig(brokers, redisAddr, dir, plansDir)
 	if err != nil {
 		return err
 	}
-	msgs := Blast(BlastOptions{Users: o.Users, Intents: o.Intents, Seed: uint64(o.Seed), Now: o.Now()})
+	rules, err := demoRules(cfg)
+	if err != nil {
+		return fmt.Errorf("demo policy: %w", err)
+	}
+	planStore, err := objstore.Open(ctx, plansDir, objstore.Options{})
+	if err != nil {
+		return err
+	}
+	plan, err := sec.publishPlan(ctx, planStore, rules, clk.Now())
+	if err != nil {
+		return err
+	}
+	step("%s published: priority high, %s to %s, a push to %d users", plan, stamp(plan.Starts), stamp(plan.Ends), plan.Audience.Users)
+
+	msgs := Blast(BlastOptions{Users: o.Users, Intents: o.Intents, Seed: uint64(o.Seed), Now: at})
 	if o.SaveIntents != "" {
 		if err := SaveIntents(o.SaveIntents, msgs); err != nil {
 			return err
 		}
 		step("blast saved to %s, snapshot in %s (capper replay --from %s --snapshot %s)", o.SaveIntents, dir, o.SaveIntents, dir)
 	}
+	early, flashLate := sec.morning(at)
 
 	reg := prometheus.NewRegistry()
 	runCtx, stop := context.WithCancel(ctx)
@@ -146,33 +194,33 @@ func Run(ctx context.Context, o Options) error {
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	t0 := time.Now()
 	go func() {
-		done <- app.Run(runCtx, app.Options{Config: cfg, Logger: quiet, Registry: reg, Now: o.Now, Build: cli.BuildOf("demo", ""),
-			Started: func(string) { close(started) }})
+		done <- app.Run(runCtx, app.Options{Config: cfg, Logger: quiet, Registry: reg, Now: clk.Now, Sleep: clk.Sleep,
+			Build: cli.BuildOf("demo", ""), Started: func(string) { close(started) }})
 	}()
 	select {
 	case <-started:
 	case err := <-done:
 		return fmt.Errorf("demo: worker did not start: %w", err)
 	}
-	// The blast arrives while the worker runs, as a campaign's would (a
-	// backlog that was there when a worker took its partitions over is
-	// decided by Redis alone: see the README's refusal cache).
-	if err := produce(ctx, broker.ListenAddrs(), msgs); err != nil {
+	p := &play{runner: runner{reg: reg, done: done, progress: o.Progress}, clk: clk, sec: sec, cfg: cfg, brokers: brokers, log: quiet, step: step}
+	tp, err := p.blast(ctx, msgs, early, flashLate)
+	if err != nil {
 		return err
 	}
-	step("produced %d send-intents (%d campaigns; tags, priorities and users' time zones; repeats, malformed, transactional and override-asking ones)", len(msgs), 6)
-	if err := waitDrained(ctx, reg, len(msgs), o.Progress, done); err != nil {
+	if err := p.refunds(ctx); err != nil {
 		return err
 	}
-	elapsed := time.Since(t0)
+	cart, err := p.later(ctx)
+	if err != nil {
+		return err
+	}
 	stop()
 	if err := <-done; err != nil {
 		return fmt.Errorf("demo: worker: %w", err)
 	}
 
-	outs, err := readOutputs(ctx, broker.ListenAddrs())
+	outs, err := readOutputs(ctx, brokers)
 	if err != nil {
 		return err
 	}
@@ -180,12 +228,158 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("demo: metrics: %w", err)
 	}
-	sum := writeReport(o.Out, mfs, outs, len(msgs), elapsed)
+	sec.refundsApplied = counter(mfs, "capper_refunds_total", "result", "applied")
+	var planMsgs []kafka.Message
+	for _, m := range slices.Concat(early, cart) {
+		if c := jsonString(m.Value, "campaign_id"); c == campNewsletter || c == campCart {
+			planMsgs = append(planMsgs, m)
+		}
+	}
+	policyFile, _ := cfg.PolicyFile()
+	err = sec.replayPlan(ctx, func(ctx context.Context, from string) (*replay.Report, error) {
+		return app.Replay(ctx, app.ReplayOptions{Policy: policyFile, Store: store, Plans: plansDir, From: from}, nil)
+	}, work, planMsgs)
+	if err != nil {
+		return err
+	}
+
+	sum := writeReport(o.Out, mfs, outs, len(msgs), tp)
 	if o.Summary != nil {
 		*o.Summary = sum
 	}
-	fmt.Fprintf(o.Out, "total time: %s\n\n", time.Since(start).Round(time.Millisecond))
-	return auditDeliveries(o.Out, cfg, outs.deliveries)
+	sec.writeSections(&tableWriter{o.Out}, outs)
+	fmt.Fprintf(o.Out, "\ntotal time: %s\n\n", time.Since(start).Round(time.Millisecond))
+	results, err := auditAll(outs, facts{rules: rules, refunded: sec.refunded, plans: map[string]time.Time{plan.Campaign: plan.Ends},
+		stopped: campFlash, stopApplied: sec.stopApplied, inputTopic: topicIn})
+	if err != nil {
+		return err
+	}
+	return writeAudit(o.Out, results, len(outs.deliveries), len(outs.input))
+}
+
+// play is the demo's timeline: what it produces, when, and what it does
+// meanwhile (the stop, the failed deliveries, the clock's steps).
+type play struct {
+	runner
+	clk     *clock
+	sec     *sections
+	cfg     *config.Config
+	brokers []string
+	log     *slog.Logger
+	step    func(format string, args ...any)
+}
+
+// blast produces the blast in two parts: the first third with the
+// sections' first intents (half of flash-sale's among them), then the
+// rest with flash-sale's other half in its second half, behind thousands
+// of the blast's. It arrives while the worker runs, as a campaign's would
+// (a backlog that was there when a worker took its partitions over is
+// decided by Redis alone: see the README's refusal cache). Once the first
+// part is decided and the rest is in the input topic, flash-sale is
+// stopped, as capper campaign stop does it.
+func (p *play) blast(ctx context.Context, msgs, early, flashLate []kafka.Message) (throughput, error) {
+	third, mid := len(msgs)/3, len(msgs)/3+(len(msgs)-len(msgs)/3)/2
+	partA := interleave(msgs[:third], early)
+	partB := append(slices.Clone(msgs[third:mid]), interleave(msgs[mid:], flashLate)...)
+	t0 := time.Now()
+	if err := p.produce(ctx, partA); err != nil {
+		return throughput{}, err
+	}
+	if _, err := p.settle(ctx, "deciding", decidedAll, 0); err != nil {
+		return throughput{}, err
+	}
+	if err := p.produce(ctx, partB); err != nil {
+		return throughput{}, err
+	}
+	p.step("produced %d send-intents (%d campaigns; tags, priorities and users' time zones; repeats, malformed, transactional and override-asking ones) and %d of the sections",
+		len(msgs), 6, len(early)+len(flashLate))
+	written, err := app.SetCampaign(ctx, p.cfg, app.CampaignChange{Campaign: campFlash, State: control.Stopped,
+		Reason: "wrong price in the push", By: "capper-demo", Now: p.clk.Now()}, p.log)
+	if err != nil {
+		return throughput{}, fmt.Errorf("demo: stop %s: %w", campFlash, err)
+	}
+	p.sec.stopRecord = written.Position.String()
+	if p.sec.stopApplied, err = p.applied(ctx, written.Position); err != nil {
+		return throughput{}, err
+	}
+	if c := p.counts(); c.produced > c.final+c.waiting() {
+		p.sec.stopBacklog = c.produced - c.final - c.waiting()
+	}
+	p.step("%s stopped (record %s), applied by the worker at %s", campFlash, p.sec.stopRecord, stamp(p.sec.stopApplied))
+	c, err := p.settle(ctx, "deciding", decidedAll, 0)
+	if err != nil {
+		return throughput{}, err
+	}
+	return throughput{intents: p.produced, elapsed: time.Since(t0), batches: uint64(c.batches)}, nil
+}
+
+// refunds reports a tenth of the welcome emails failed (read back from
+// the deliveries) on the delivery-status topic, waits until the worker
+// read the statuses, then sends the tips email to the same users.
+func (p *play) refunds(ctx context.Context) error {
+	dels, err := audit.ReadTopic(ctx, p.brokers, topicDel)
+	if err != nil {
+		return err
+	}
+	statuses := p.sec.failures(dels, p.clk.Now())
+	if err := p.produceTo(ctx, topicStatus, statuses); err != nil {
+		return err
+	}
+	if _, err := p.settle(ctx, "", func(c counts) bool { return c.statuses >= len(statuses) }, 0); err != nil {
+		return err
+	}
+	tips := p.sec.intents(campTips, "email", "", p.sec.refund, 1, p.clk.Now(), nil)
+	if err := p.produce(ctx, tips); err != nil {
+		return err
+	}
+	if _, err := p.settle(ctx, "", decidedAll, 0); err != nil {
+		return err
+	}
+	p.step("%d welcome emails reported failed, then %d tips emails", len(statuses), len(tips))
+	return nil
+}
+
+// later moves the clock on past the hours the held intents wait, in
+// steps: to when they are due, then to the plan's window, where
+// cart-rescue sends (its intents are returned). Anything still waiting
+// then (a start where quiet hours last past the plan) is due within a
+// day: the clock moves on an hour at a time until nothing waits.
+func (p *play) later(ctx context.Context) ([]kafka.Message, error) {
+	p.clk.advance(p.sec.due)
+	p.step("the clock moves on to %s: the deferred and quiet-hours intents are due", stamp(p.sec.due))
+	if _, err := p.settle(ctx, "", nothingWaits, 10*time.Second); err != nil && !errors.Is(err, errSlow) {
+		return nil, err
+	}
+	p.clk.advance(p.sec.planStarts)
+	cart := p.sec.intents(campCart, "push", "high", p.sec.cart, 1, p.clk.Now(), nil)
+	if err := p.produce(ctx, cart); err != nil {
+		return nil, err
+	}
+	p.step("the clock moves on to %s: cart-rescue's window opens, %d pushes", stamp(p.sec.planStarts), len(cart))
+	c, err := p.settle(ctx, "", nothingWaits, 10*time.Second)
+	for hours := 0; errors.Is(err, errSlow) && hours < 48; hours++ {
+		p.clk.advance(p.clk.Now().Add(time.Hour))
+		p.step("the clock moves on to %s: %d intents still wait", stamp(p.clk.Now()), c.waiting())
+		c, err = p.settle(ctx, "", nothingWaits, 2*time.Second)
+	}
+	if errors.Is(err, errSlow) {
+		return nil, fmt.Errorf("demo: %d intents still wait in the delay tiers at %s, and %d inputs of %d have an outcome",
+			c.waiting(), stamp(p.clk.Now()), c.final, c.produced)
+	}
+	return cart, err
+}
+
+// produce writes intents to the input topic and counts them.
+func (p *play) produce(ctx context.Context, msgs []kafka.Message) error {
+	if err := p.produceTo(ctx, topicIn, msgs); err != nil {
+		return err
+	}
+	p.produced += len(msgs)
+	return nil
+}
+
+func (p *play) produceTo(ctx context.Context, topic string, msgs []kafka.Message) error {
+	return produce(ctx, p.brokers, topic, msgs)
 }
 
 // SaveIntents writes the values of msgs to path, one per line, gzipped
@@ -221,168 +415,4 @@ func SaveIntents(path string, msgs []kafka.Message) (err error) {
 		}
 	}
 	return nil
-}
-
-func describeSegments(m *segments.Manifest) string {
-	var parts []string
-	for _, s := range m.Segments {
-		parts = append(parts, fmt.Sprintf("%s %d", s.Name, s.Users))
-	}
-	return strings.Join(parts, ", ") + " users"
-}
-
-// demoConfig is configs/capper.yaml pointed at the embedded servers, with
-// configs/policy.yaml (the demo's caps) as its policy file in dir. Keys go
-// under their own prefix, so that a demo against a real Redis never touches
-// a production worker's counts.
-func demoConfig(brokers []string, redisAddr, dir string) (*config.Config, error) {
-	cfg, err := config.Parse(configs.Example(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("demo config: %w", err)
-	}
-	policyFile := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policyFile, configs.ExamplePolicy(), 0o644); err != nil {
-		return nil, fmt.Errorf("demo policy: %w", err)
-	}
-	cfg.Policy.Source = "file://" + filepath.ToSlash(policyFile)
-	cfg.Capping.KeyPrefix = "capper-demo"
-	cfg.Kafka.Brokers = brokers
-	cfg.Kafka.GroupID = "capper-demo"
-	cfg.Kafka.FetchMaxWait = config.Duration(100 * time.Millisecond)
-	cfg.Kafka.SessionTimeout = config.Duration(6 * time.Second)
-	cfg.Kafka.HeartbeatInterval = config.Duration(500 * time.Millisecond)
-	cfg.Redis.Addrs = []string{redisAddr}
-	cfg.Segments.Source = dir
-	cfg.HTTP.Address = "127.0.0.1:0"
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("demo config: %w", err)
-	}
-	return cfg, nil
-}
-
-// demoRules are the rules of the demo's policy file.
-func demoRules(cfg *config.Config) (capping.Rules, error) {
-	path, err := cfg.PolicyFile()
-	if err != nil {
-		return capping.Rules{}, err
-	}
-	d, problems, err := config.ReadPolicy(path)
-	if err != nil {
-		return capping.Rules{}, err
-	}
-	r, _ := d.Rules()
-	return r, problems.Err()
-}
-
-func produce(ctx context.Context, brokers []string, msgs []kafka.Message) error {
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topicIn, RequiredAcks: kafka.RequireAll,
-		Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, BatchSize: 1000}
-	defer w.Close()
-	for lo := 0; lo < len(msgs); lo += 1000 { // a stream, not one lump
-		chunk := msgs[lo:min(lo+1000, len(msgs))]
-		if err := w.WriteMessages(ctx, chunk...); err != nil {
-			var werrs kafka.WriteErrors
-			if errors.As(err, &werrs) {
-				return fmt.Errorf("demo: produce send-intents: %d of %d records failed", werrs.Count(), len(werrs))
-			}
-			return fmt.Errorf("demo: produce send-intents: %w", err)
-		}
-	}
-	return nil
-}
-
-// waitDrained follows capper_intents_total until every intent has an outcome.
-func waitDrained(ctx context.Context, reg *prometheus.Registry, total int, progress io.Writer, done <-chan error) error {
-	var bar *progressbar.ProgressBar
-	if f, ok := progress.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(progress),
-			progressbar.OptionSetDescription("deciding"), progressbar.OptionShowCount(),
-			progressbar.OptionShowIts(), progressbar.OptionSetItsString("intents"), progressbar.OptionClearOnFinish())
-	}
-	lastLine := time.Now()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		n := int(sumCounter(reg, "capper_intents_total"))
-		if bar != nil {
-			_ = bar.Set(n)
-		} else if time.Since(lastLine) > 3*time.Second {
-			fmt.Fprintf(progress, "  %d/%d intents decided\n", n, total)
-			lastLine = time.Now()
-		}
-		if n >= total {
-			if bar != nil {
-				_ = bar.Finish()
-			}
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-done:
-			return fmt.Errorf("demo: worker stopped early: %v", err)
-		case <-tick.C:
-		}
-	}
-}
-
-func sumCounter(reg *prometheus.Registry, name string) float64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return 0
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-type outputs struct{ deliveries, suppressed, dlq []kafka.Message }
-
-func readOutputs(ctx context.Context, brokers []string) (outputs, error) {
-	var o outputs
-	var err error
-	if o.deliveries, err = audit.ReadTopic(ctx, brokers, topicDel); err != nil {
-		return o, err
-	}
-	if o.suppressed, err = audit.ReadTopic(ctx, brokers, topicSup); err != nil {
-		return o, err
-	}
-	o.dlq, err = audit.ReadTopic(ctx, brokers, topicDLQ)
-	return o, err
-}
-
-// ErrAudit is returned when the audit finds a user above a limit.
-var ErrAudit = errors.New("audit failed")
-
-// auditDeliveries checks the deliveries read back from Kafka and prints the
-// verdict: "audit: ok, ..." or the violations (and then returns ErrAudit).
-func auditDeliveries(w io.Writer, cfg *config.Config, deliveries []kafka.Message) error {
-	sends, err := audit.Sends(deliveries)
-	if err != nil {
-		return fmt.Errorf("demo: audit: %w", err)
-	}
-	rules, err := demoRules(cfg)
-	if err != nil {
-		return fmt.Errorf("demo: audit: %w", err)
-	}
-	v := audit.Check(rules, sends)
-	if len(v) == 0 {
-		fmt.Fprintf(w, "audit: ok, no user above any limit (%d deliveries checked against every window)\n", len(sends))
-		return nil
-	}
-	fmt.Fprintf(w, "audit: %d violations\n", len(v))
-	for i, x := range v {
-		if i == 20 {
-			fmt.Fprintf(w, "  ... and %d more\n", len(v)-20)
-			break
-		}
-		fmt.Fprintf(w, "  %s\n", x)
-	}
-	return fmt.Errorf("%w: %d windows above their limit", ErrAudit, len(v))
 }

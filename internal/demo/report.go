@@ -26,7 +26,23 @@ type Summary struct {
 	Intents, Allowed, Capped, Exempt, Duplicates, DeadLettered int
 }
 
-func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, elapsed time.Duration) Summary {
+// throughput is what the worker decided while the blast came: intents
+// (the blast's and the sections' that came with it) and the time.
+type throughput struct {
+	intents int
+	elapsed time.Duration
+	batches uint64
+}
+
+// newTable is the report's table style: columns right-aligned, two spaces
+// apart.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+}
+
+// writeReport prints the blast's table (the segments of the sections
+// left out: they have their own) and the worker's figures.
+func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, tp throughput) Summary {
 	rows := map[string]*row{}
 	get := func(seg string) *row {
 		if rows[seg] == nil {
@@ -51,6 +67,9 @@ func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, ela
 			if seg == "" {
 				seg = "(malformed)"
 			}
+			if isSectionSegment(seg) {
+				continue
+			}
 			n := int(m.GetCounter().GetValue())
 			r := get(seg)
 			r.intents += n
@@ -69,7 +88,9 @@ func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, ela
 		}
 	}
 	for _, m := range o.suppressed {
-		get(headerOf(m, "capper-segment")).byLimit[headerOf(m, "capper-limit")]++
+		if seg := headerOf(m, "capper-segment"); !isSectionSegment(seg) && headerOf(m, "capper-decision") == "capped" {
+			get(seg).byLimit[headerOf(m, "capper-limit")]++
+		}
 	}
 	names := make([]string, 0, len(rows))
 	for n := range rows {
@@ -79,7 +100,7 @@ func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, ela
 	sort.Slice(names, func(i, j int) bool { return order[names[i]] < order[names[j]] })
 
 	fmt.Fprintf(w, "\ncapper demo: %d send-intents\n\n", total)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "segment\tintents\tallowed\tcapped\t(by limit)\texempt\tduplicates\tdead-lettered\t")
 	var sum row
 	for _, n := range names {
@@ -95,8 +116,8 @@ func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, ela
 	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t\t%d\t%d\t%d\t\n", sum.intents, sum.allowed, sum.capped, sum.exempt, sum.duplicates, sum.deadLettered)
 	_ = tw.Flush()
 	p50, p99 := quantile(mfs, "capper_decision_duration_seconds", 0.5), quantile(mfs, "capper_decision_duration_seconds", 0.99)
-	batches := quantileCount(mfs, "capper_batch_size")
-	fmt.Fprintf(w, "\nthroughput: %.0f intents/s (%d intents in %s, %d batches)\n", float64(total)/elapsed.Seconds(), total, elapsed.Round(time.Millisecond), batches)
+	fmt.Fprintf(w, "\nthroughput: %.0f intents/s (%d intents in %s, %d batches: the blast and the sections' intents that came with it)\n",
+		float64(tp.intents)/tp.elapsed.Seconds(), tp.intents, tp.elapsed.Round(time.Millisecond), tp.batches)
 	fmt.Fprintf(w, "decision latency per batch (one Redis pipeline): p50 %s, p99 %s\n", fmtSeconds(p50), fmtSeconds(p99))
 	fmt.Fprintf(w, "overrides: %.0f honoured (bypass, delivered past the caps and counted), %.0f refused (capped as usual)\n",
 		counter(mfs, "capper_overrides_total", "result", "bypass"), counter(mfs, "capper_overrides_total", "result", "refused"))
@@ -181,15 +202,6 @@ func quantile(mfs []*dto.MetricFamily, name string, q float64) float64 {
 			prevBound, prevCount = b.GetUpperBound(), c
 		}
 		return prevBound
-	}
-	return 0
-}
-
-func quantileCount(mfs []*dto.MetricFamily, name string) uint64 {
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
-			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
-		}
 	}
 	return 0
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,9 +29,27 @@ var segmentMix = []struct {
 // BuildSnapshot publishes a synthetic snapshot of users [0, users) to st
 // with the segment-builder's code path (segbuild.Builder and Publish).
 func BuildSnapshot(ctx context.Context, st objstore.Store, users int, seed uint64, now func() time.Time) (*segments.Manifest, error) {
+	return buildSnapshot(ctx, st, users, seed, now, nil)
+}
+
+// userRange is a segment of users [from, to), beside the synthetic mix.
+type userRange struct {
+	segment  string
+	from, to int
+}
+
+// buildSnapshot is BuildSnapshot with more segments of given users (the
+// demo's sections, above the blast's users): users [0, users) are drawn
+// as BuildSnapshot draws them.
+func buildSnapshot(ctx context.Context, st objstore.Store, users int, seed uint64, now func() time.Time, extra []userRange) (*segments.Manifest, error) {
 	names := make([]string, len(segmentMix))
 	for i, s := range segmentMix {
 		names[i] = s.name
+	}
+	for _, e := range extra {
+		if !slices.Contains(names, e.segment) {
+			names = append(names, e.segment)
+		}
 	}
 	b := segbuild.NewBuilder(segbuild.BuilderOptions{Segments: names})
 	r := rand.New(rand.NewPCG(seed, 1))
@@ -44,6 +63,13 @@ func BuildSnapshot(ctx context.Context, st objstore.Store, users int, seed uint6
 				break
 			}
 			x -= s.share
+		}
+	}
+	for _, e := range extra {
+		for u := e.from; u < e.to; u++ {
+			if err := b.Add(uint64(u), e.segment, segbuild.Position{Source: "synthetic", Line: int64(u + 1)}); err != nil {
+				return nil, fmt.Errorf("synthetic snapshot: %w", err)
+			}
 		}
 	}
 	build, err := b.Finish(ctx)
