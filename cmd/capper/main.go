@@ -35,7 +35,7 @@ type commands struct {
 	Run         runCmd            `cmd:"" help:"Run the worker (consume, decide, forward)."`
 	CheckConfig checkConfigCmd    `cmd:"" name:"check-config" help:"Validate a config file and print the effective config, secrets masked."`
 	Inspect     inspectCmd        `cmd:"" help:"Show a user's segment and caps (read-only)."`
-	Policy      policyCmd         `cmd:"" help:"Check, compare, publish and list cap policies (README, Changing caps)."`
+	Policy      policyCmd         `cmd:"" help:"Check, compare, publish and list cap policies (docs/operations/changing-caps.md)."`
 	Migrate     migrateCmd        `cmd:"" help:"Convert the first version's Redis keys (sorted sets) into records; the workers must be stopped."`
 	Replay      replayCmd         `cmd:"" help:"Decide past intents with a candidate policy (and a baseline) in memory: what would it have done? No Redis, no writes."`
 	Campaign    campaignCmd       `cmd:"" help:"Stop, pause and resume campaigns (and every intent at once), and list their states: the workers apply it to every intent they hold, within seconds."`

@@ -19,9 +19,9 @@ import (
 	"github.com/capper-dev/capper/internal/capping"
 )
 
-// Header names and values read back; they are the output contract (README,
-// "The event contract"), spelled out here rather than imported so the audit
-// does not share code with what it audits.
+// Header names and values read back; they are the output contract
+// (docs/reference/event-contract.md), spelled out here rather than imported
+// so the audit does not share code with what it audits.
 const (
 	hDecision  = "capper-decision"
 	hSegment   = "capper-segment"

@@ -5,7 +5,7 @@ package capping
 // value is checked. Scopes (scope.go: compiled sets, matching, identity,
 // words), validation (rules.go) and the policy diff read the table, so a
 // dimension is a field of Where and a row here (plus, for a new intent
-// field, the Request field and the decoder: see the README, "Where to
+// field, the Request field and the decoder: see CONTRIBUTING.md, "Where to
 // look").
 
 import "strconv"

@@ -47,7 +47,7 @@ var badFiles = map[string][]string{
 
 	// The cap policy (package policy, capping.Rules).
 	"sliding-window.bad.yaml": {"capping.algorithm: sliding_window was removed: the packed exact log costs less CPU and memory " +
-		"at every max capper supports (see README, Caps); remove the key"},
+		"at every max capper supports (docs/design/one-algorithm.md); remove the key"},
 	"unknown-policy-key.bad.yaml": {"line 9", `unknown key "slot"`},
 	"window-and-calendar.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "daily"): ` +
 		"has both window and calendar: a limit is rolling or calendar, not both"},

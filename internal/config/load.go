@@ -71,7 +71,7 @@ func parse(data []byte, environ []string, baseDir string) (*Config, error) {
 	cfg.Deprecations = cfg.Capping.dropDeprecated()
 	if len(cfg.Capping.InlinePolicy) > 0 {
 		cfg.Deprecations = append(cfg.Deprecations, "capping."+strings.Join(cfg.Capping.InlinePolicy, ", capping.")+
-			": a cap policy inside the worker config is deprecated; move it to a policy file (capper policy check FILE) and set policy.source (README, Changing caps)")
+			": a cap policy inside the worker config is deprecated; move it to a policy file (capper policy check FILE) and set policy.source (docs/operations/changing-caps.md)")
 	}
 	return &cfg, nil
 }

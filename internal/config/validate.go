@@ -239,7 +239,7 @@ func (c *Capping) validate(p *problems.List) {
 	case "sliding_window":
 		// Refused rather than ignored: the file asks for a trade-off (less
 		// memory, approximate caps) that capper no longer makes.
-		p.Add(problems.Key("capping.algorithm"), "sliding_window was removed: the packed exact log costs less CPU and memory at every max capper supports (see README, Caps); remove the key")
+		p.Add(problems.Key("capping.algorithm"), "sliding_window was removed: the packed exact log costs less CPU and memory at every max capper supports (docs/design/one-algorithm.md); remove the key")
 	default:
 		p.Add(problems.Key("capping.algorithm"), "%q is not an algorithm; the key is deprecated (capper has one, exact, algorithm): remove it", c.Algorithm)
 	}

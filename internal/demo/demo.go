@@ -274,7 +274,7 @@ type play struct {
 // rest with flash-sale's other half in its second half, behind thousands
 // of the blast's. It arrives while the worker runs, as a campaign's would
 // (a backlog that was there when a worker took its partitions over is
-// decided by Redis alone: see the README's refusal cache). Once the first
+// decided by Redis alone: see docs/operations/refusal-cache.md). Once the first
 // part is decided and the rest is in the input topic, flash-sale is
 // stopped, as capper campaign stop does it.
 func (p *play) blast(ctx context.Context, msgs, early, flashLate []kafka.Message) (throughput, error) {

@@ -1,7 +1,7 @@
 package dispatch
 
 // The header contract: every capper-* header of an output record is built
-// here, from its entry's outcome (README, "The event contract").
+// here, from its entry's outcome (docs/reference/event-contract.md).
 
 import (
 	"cmp"
@@ -27,7 +27,7 @@ const (
 	HeaderDuplicate  = "capper-duplicate"      // "true": this id was allowed before (a redelivery)
 	HeaderUnchecked  = "capper-unchecked"      // "true": failed open, Redis did not decide
 	HeaderSource     = "capper-source"         // <topic>/<partition>/<offset> of the input record
-	HeaderTruncated  = "capper-truncated"      // "true": dead-lettered with its value cut down (see README)
+	HeaderTruncated  = "capper-truncated"      // "true": dead-lettered with its value cut down (docs/reference/event-contract.md)
 	HeaderOverride   = "capper-override"       // the intent asked to bypass the caps: see overrideValue
 	HeaderPolicy     = "capper-policy"         // the version of the cap policy that decided
 	HeaderHeldFor    = "capper-held-for"       // capped or deferred by a plan's booking: its campaign

@@ -45,7 +45,7 @@ type Intent struct {
 	SendBy time.Time
 }
 
-// Limits on fields, from the event contract (README, "The event contract").
+// Limits on fields, from the event contract (docs/reference/event-contract.md).
 const (
 	maxIDBytes       = capping.MaxIntentID
 	maxCampaignBytes = 256

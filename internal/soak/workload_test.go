@@ -67,19 +67,22 @@ func (g *workload) tick(now time.Time) (intents, statuses []kafka.Message) {
 	for range 3 + g.rng.IntN(6) {
 		u := g.user()
 		for range 1 + g.rng.IntN(4) {
-			intents = append(intents, g.intent(u, now, ""))
+			intents = append(intents, g.intent(u, now, "", ""))
 		}
 	}
-	// A fresh user (the upper half, in turn) with two or three intents of
-	// one campaign in a row: the first is allowed, the next capped by it,
-	// in the same batch, which is where a failed answer must hold the
-	// rest back.
+	// A fresh user (the upper half, in turn): an sms, capped by a max 0
+	// limit (the refusal cache now knows the user and its ids), then two
+	// or three emails of one campaign in a row: the first allowed, the
+	// next capped by it, in the same batch. Where the first's answer fails
+	// (a replica that does not acknowledge it), the rest must wait, and
+	// the cache must not answer its retry from what followed.
 	if g.rng.IntN(10) < 4 {
 		u := uint64(g.users/2 + g.fresh%(g.users/2))
 		g.fresh++
 		campaign := g.pick("c1", "c2", "c3", "c4", "c5")
+		intents = append(intents, g.intent(u, now, campaign, "sms"))
 		for range 2 + g.rng.IntN(2) {
-			intents = append(intents, g.intent(u, now, campaign))
+			intents = append(intents, g.intent(u, now, campaign, "email"))
 		}
 	}
 	if g.rng.IntN(100) < 30 && len(g.sent) > 0 {
@@ -100,8 +103,8 @@ func (g *workload) tick(now time.Time) (intents, statuses []kafka.Message) {
 }
 
 // intent is one record for user u: mostly valid, with every field of the
-// contract chosen at random (its campaign too, unless campaign is set).
-func (g *workload) intent(u uint64, now time.Time, campaign string) kafka.Message {
+// contract chosen at random (its campaign and channel too, unless set).
+func (g *workload) intent(u uint64, now time.Time, campaign, channel string) kafka.Message {
 	key := []byte(strconv.FormatUint(u, 10))
 	g.intents++
 	switch r := g.rng.IntN(100); {
@@ -117,8 +120,11 @@ func (g *workload) intent(u uint64, now time.Time, campaign string) kafka.Messag
 	if campaign == "" {
 		campaign = g.pick("c1", "c2", "c3", "c4", "c5")
 	}
+	if channel == "" {
+		channel = g.pick("email", "push", "push", "sms", "inapp")
+	}
 	v := map[string]any{"id": id, "user_id": u, "campaign_id": campaign,
-		"channel": g.pick("email", "push", "push", "sms", "inapp"), "created_at": now.UTC().Format(time.RFC3339), "payload": map[string]any{"n": g.n}}
+		"channel": channel, "created_at": now.UTC().Format(time.RFC3339), "payload": map[string]any{"n": g.n}}
 	if g.rng.IntN(10) == 0 {
 		v["user_id"] = strconv.FormatUint(u, 10) // a decimal string
 	}
@@ -249,12 +255,14 @@ time_zone: UTC
 segments:
   - name: new
     limits:
+      - {name: no-sms, window: 1m, max: 0, where: {channels: [sms]}}
       - {name: n-1m, window: 1m, max: 1}
       - {name: n-2m, window: 2m, max: 3}
   - name: active
     on_cap: defer
     max_defer: 1m
     limits:
+      - {name: no-sms, window: 1m, max: 0, where: {channels: [sms]}}
 `
 	v1 = []byte(head + `      - {name: a-1m, window: 1m, max: 2, reserve: {slots: 1, below: high}}
       - {name: a-camp, window: 1m, max: 1, per: campaign}
@@ -263,10 +271,12 @@ segments:
   - name: dormant
     quiet_hours: {from: "` + quietFrom + `", to: "` + quietTo + `", channels: [push, sms], jitter: 5s}
     limits:
+      - {name: no-sms, window: 1m, max: 0, where: {channels: [sms]}}
       - {name: d-1m, window: 1m, max: 1}
       - {name: d-promo, window: 5m, max: 2, where: {tags: [promo]}}
 default_policy:
   limits:
+    - {name: no-sms, window: 1m, max: 0, where: {channels: [sms]}}
     - {name: x-1m, window: 1m, max: 2}
     - {name: x-sms, window: 2m, max: 1, where: {channels: [sms]}}
 `)
@@ -276,10 +286,12 @@ default_policy:
       - {name: a-day, calendar: day, max: 12}
   - name: dormant
     limits:
+      - {name: no-sms, window: 1m, max: 0, where: {channels: [sms]}}
       - {name: d-1m, window: 1m, max: 1}
       - {name: d-promo, window: 5m, max: 2, where: {tags: [promo]}}
 default_policy:
   limits:
+    - {name: no-sms, window: 1m, max: 0, where: {channels: [sms]}}
     - {name: x-1m, window: 1m, max: 3}
     - {name: x-sms, window: 2m, max: 1, where: {channels: [sms]}}
 `)
