@@ -65,6 +65,11 @@ func TestCampaignCLI(t *testing.T) {
 		t.Fatalf("stop again: exit %d\n%s", code, out)
 	}
 
+	// inspect --campaign shows the campaign's state.
+	out, stderr, code = capper(t, nil, "inspect", "--user", "1", "--campaign", "spring-sale", "--config", on)
+	if code != 0 || !strings.Contains(out, "campaign  spring-sale: stopped since ") || !strings.Contains(out, "still wrong") {
+		t.Fatalf("inspect --campaign: exit %d\n%s%s", code, out, stderr)
+	}
 	out, _, code = capper(t, nil, "campaign", "list", "--config", on)
 	if code != 0 || !strings.Contains(out, "(all)") || !strings.Contains(out, "spring-sale") || !strings.Contains(out, "still wrong") ||
 		!strings.Contains(out, "2 campaigns with a record") {

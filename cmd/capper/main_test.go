@@ -552,8 +552,11 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 		Segment  string  `json:"segment"`
 		Snapshot *string `json:"snapshot"`
 		Plans    *string `json:"plans"`
-		At       string  `json:"at"`
-		TimeZone string  `json:"time_zone"`
+		Campaign *struct {
+			State string `json:"state"`
+		} `json:"campaign"` // null: no --campaign (or no kafka.topics.control)
+		At       string `json:"at"`
+		TimeZone string `json:"time_zone"`
 		Limits   []struct {
 			Name     string  `json:"name"`
 			Scope    string  `json:"scope"`
@@ -577,7 +580,7 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 		t.Fatalf("inspect -o json: %v\n%s", err, out)
 	}
 	if got.User == nil || *got.User != 42 || got.Segment != segment || got.Snapshot == nil || *got.Snapshot == "" ||
-		got.TimeZone != s.cfg.Capping.TimeZone {
+		got.TimeZone != s.cfg.Capping.TimeZone || got.Campaign != nil {
 		t.Fatalf("inspect -o json: wrong header:\n%s", out)
 	}
 	at, err := time.Parse(time.RFC3339, got.At)

@@ -31,6 +31,17 @@ type Snapshot struct {
 	counts    [Stopped + 1]int
 }
 
+// NewSnapshot is a state of the given campaigns' records and the switch's
+// (nil: none), as a follower would build it from the topic: for callers
+// that decide by a state they set themselves (tests, tools).
+func NewSnapshot(campaigns []*Entry, all *Entry) *Snapshot {
+	m := make(map[string]*Entry, len(campaigns))
+	for _, e := range campaigns {
+		m[e.Campaign] = e
+	}
+	return newSnapshot(m, all)
+}
+
 func newSnapshot(campaigns map[string]*Entry, all *Entry) *Snapshot {
 	s := &Snapshot{campaigns: campaigns, all: all}
 	for _, e := range campaigns {

@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/plans"
 )
@@ -109,9 +110,18 @@ func TestHeadersMatchREADME(t *testing.T) {
 	run(held, len(first)+len(second)+len(held), withPlans)
 	shadowHeld := []kafka.Message{msg(11, intentValue("h2", 11, "push", ""))}
 	run(shadowHeld, len(first)+len(second)+len(held)+len(shadowHeld), func(o *Options) { withPlans(o); o.Shadow = true })
+	// A stopped campaign's intent: cancelled, naming the control record.
+	stopped := []kafka.Message{msg(12, intentOf("k1", 12, "spring-sale", "push", ""))}
+	run(stopped, len(first)+len(second)+len(held)+len(shadowHeld)+len(stopped), func(o *Options) {
+		o.Control = fixedControl{control.NewSnapshot([]*control.Entry{{
+			Record: control.Record{Campaign: "spring-sale", State: control.Stopped, Reason: "wrong price"},
+			Pos:    control.Position{Topic: "capper-control", Offset: 3}}}, nil)}
+		o.MaxPause = time.Hour
+		o.Tiers = []Tier{{Delay: time.Minute, Output: Output{"delay-1m", &kafka.Writer{}}}}
+	})
 	e.redis.Kill()
 	third := []kafka.Message{msg(6, intentValue("c1", 6, "push", ""))} // failed open
-	run(third, len(first)+len(second)+len(held)+len(shadowHeld)+len(third), func(o *Options) { o.FailOpen = true })
+	run(third, len(first)+len(second)+len(held)+len(shadowHeld)+len(stopped)+len(third), func(o *Options) { o.FailOpen = true })
 
 	o := e.read()
 	seen := map[string]map[string]bool{}
@@ -205,3 +215,8 @@ func heldPlans(t *testing.T, users ...uint32) *plans.Current {
 	cur.Store(set)
 	return &cur
 }
+
+// fixedControl is a campaign control state that does not change.
+type fixedControl struct{ s *control.Snapshot }
+
+func (f fixedControl) Load() *control.Snapshot { return f.s }
