@@ -85,7 +85,8 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 		if c.source, err = dispatch.NewControlSource(kopts, t); err != nil {
 			return nil, err
 		}
-		c.control = control.NewFollower(control.FollowerOptions{Source: c.source, Topic: t, Registerer: reg, Logger: log, Now: now})
+		c.control = control.NewFollower(control.FollowerOptions{Source: c.source, Writer: c.source, Topic: t, Registerer: reg,
+			Logger: log, Now: now})
 		ctl = c.control
 	}
 	w := cfg.Worker

@@ -2,9 +2,14 @@ package control
 
 // The follower: every worker reads the whole control topic, outside the
 // consumer group (every worker needs every record): at start to its end,
-// before the first decision, then live. A malformed record is logged,
-// counted and skipped: the key keeps its previous state, so nothing
-// written by something else can turn a stop into nothing.
+// before the first decision, then live. One goroutine owns the state: the
+// partitions' readers only hand it records, so the state it publishes is
+// always the one it built last (two publishers could store an older copy
+// over a newer one and lose a stop). A malformed record is logged, counted
+// and skipped: the key keeps its previous state, so nothing written by
+// something else can turn a stop into nothing; and since compaction keeps
+// only a key's latest record, the follower writes the key's last valid
+// record again after it (reassert.go), so the topic keeps the state too.
 
 import (
 	"context"
@@ -13,7 +18,6 @@ import (
 	"log/slog"
 	"maps"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +42,13 @@ type Source interface {
 	Read(ctx context.Context, partition int, offset int64) (Message, error)
 }
 
+// Writer writes a record to one partition of the control topic (acks=all)
+// and returns its offset: the follower re-asserts a key's last valid record
+// with it. Implemented by internal/dispatch.
+type Writer interface {
+	WriteRecord(ctx context.Context, partition int, key, value []byte) (int64, error)
+}
+
 // FollowerOptions configure NewFollower.
 type FollowerOptions struct {
 	Source     Source
@@ -45,6 +56,16 @@ type FollowerOptions struct {
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	Now        func() time.Time // when a record is applied (the decision clock)
+	// Writer, when set, re-asserts the last valid record of a key that a
+	// foreign record (malformed, a tombstone, another campaign's) followed,
+	// so that compaction cannot take the state away. Workers set it; a
+	// command that only reads the state does not.
+	Writer Writer
+	// ReassertAfter is how long a foreign record may stand before this
+	// follower re-asserts (default 1s, plus up to as much again at random:
+	// several workers see the same record, and the first re-assertion
+	// spares the others theirs).
+	ReassertAfter time.Duration
 }
 
 // Follower keeps the control state current. It is an actor: Run reads
@@ -54,12 +75,6 @@ type Follower struct {
 	current atomic.Pointer[Snapshot]
 	ready   chan struct{} // closed once the topic was read to its end
 	m       followerMetrics
-
-	mu        sync.Mutex // the state being built
-	campaigns map[string]*Entry
-	all       *Entry
-	ends      map[int]int64 // at start
-	read      map[int]int64 // the last offset applied, per partition
 }
 
 type followerMetrics struct {
@@ -67,6 +82,7 @@ type followerMetrics struct {
 	appliedAt          prometheus.Gauge
 	campaigns          *prometheus.GaugeVec
 	malformed, readErr prometheus.Counter
+	reasserted         prometheus.Counter
 }
 
 // NewFollower registers the follower's metrics.
@@ -77,11 +93,14 @@ func NewFollower(o FollowerOptions) *Follower {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.ReassertAfter <= 0 {
+		o.ReassertAfter = time.Second
+	}
 	f := promauto.With(o.Registerer)
-	fl := &Follower{o: o, ready: make(chan struct{}), campaigns: map[string]*Entry{}, read: map[int]int64{}, m: followerMetrics{
+	fl := &Follower{o: o, ready: make(chan struct{}), m: followerMetrics{
 		applied: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "capper_control_applied_offset",
-			Help: "The offset of the last control record this worker applied, per partition of the control topic.",
+			Help: "The offset of the last control record this worker applied, per partition of the control topic (-1: none yet).",
 		}, []string{"partition"}),
 		lag: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "capper_control_lag",
@@ -102,6 +121,10 @@ func NewFollower(o FollowerOptions) *Follower {
 		readErr: f.NewCounter(prometheus.CounterOpts{
 			Name: "capper_control_read_errors_total",
 			Help: "Failed reads of the control topic (retried; the state in use stays).",
+		}),
+		reasserted: f.NewCounter(prometheus.CounterOpts{
+			Name: "capper_control_reasserted_total",
+			Help: "Valid control records this worker wrote again after a foreign record under their key (so that compaction keeps them).",
 		}),
 	}}
 	for _, s := range stateNames {
@@ -136,12 +159,10 @@ func (f *Follower) Wait(ctx context.Context) error {
 // Run reads every partition until ctx ends; it returns nil then. A failed
 // read is counted, logged and retried.
 func (f *Follower) Run(ctx context.Context) error {
+	var ends map[int]int64
 	for {
-		ends, err := f.o.Source.Ends(ctx)
-		if err == nil {
-			f.mu.Lock()
-			f.ends = ends
-			f.mu.Unlock()
+		var err error
+		if ends, err = f.o.Source.Ends(ctx); err == nil {
 			break
 		}
 		if ctx.Err() != nil {
@@ -150,41 +171,28 @@ func (f *Follower) Run(ctx context.Context) error {
 		f.readError(err)
 		sleep(ctx, time.Second)
 	}
-	var wg sync.WaitGroup
-	caught := make(chan int, len(f.ends))
-	for p, end := range f.ends {
-		wg.Add(1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	records := make(chan Message, 256)
+	done := make(chan struct{}, len(ends))
+	for p := range ends {
 		go func() {
-			defer wg.Done()
-			f.follow(ctx, p, end, caught)
+			defer func() { done <- struct{}{} }()
+			f.read(ctx, p, records)
 		}()
 	}
-	for range f.ends {
-		select {
-		case <-caught:
-		case <-ctx.Done():
-			wg.Wait()
-			return nil
-		}
+	st := newBuilder(f, ends)
+	st.run(ctx, records)
+	cancel()
+	for range ends {
+		<-done
 	}
-	f.publish()
-	close(f.ready)
-	f.o.Logger.Info("control topic read to its end", "topic", f.o.Topic, "campaigns", len(f.Load().campaigns),
-		"stopped", f.Load().Count(Stopped), "paused", f.Load().Count(Paused))
-	wg.Wait()
 	return nil
 }
 
-// follow reads partition p from its start; once past end it says so on
-// caught, and from then on publishes what it applies.
-func (f *Follower) follow(ctx context.Context, p int, end int64, caught chan<- int) {
-	label := strconv.Itoa(p)
-	f.m.lag.WithLabelValues(label).Set(float64(end))
-	next, live := int64(0), false
-	if next >= end {
-		caught <- p
-		live = true
-	}
+// read hands partition p's records, from its start, to the state's owner.
+func (f *Follower) read(ctx context.Context, p int, out chan<- Message) {
+	next := int64(0)
 	for ctx.Err() == nil {
 		m, err := f.o.Source.Read(ctx, p, next)
 		if err != nil {
@@ -195,17 +203,11 @@ func (f *Follower) follow(ctx context.Context, p int, end int64, caught chan<- i
 			sleep(ctx, time.Second)
 			continue
 		}
-		f.apply(m)
 		next = m.Offset + 1
-		f.m.lag.WithLabelValues(label).Set(float64(max(m.HighWaterMark-next, 0)))
-		switch {
-		case !live && next >= end:
-			live = true
-			caught <- p
-		case live && next >= m.HighWaterMark:
-			// Publish once the partition holds no more: a burst of
-			// records costs one copy of the state.
-			f.publish()
+		select {
+		case out <- m:
+		case <-ctx.Done():
+			return
 		}
 	}
 }
@@ -215,44 +217,125 @@ func (f *Follower) readError(err error) {
 	f.o.Logger.Warn("cannot read the control topic; the state in use stays", "topic", f.o.Topic, "error", err)
 }
 
+// builder is the state being built; only its run goroutine touches it.
+type builder struct {
+	f         *Follower
+	campaigns map[string]*Entry
+	all       *Entry
+	ends      map[int]int64 // at start
+	read      map[int]int64 // the last offset applied, per partition
+	behind    map[int]bool  // partitions not yet read to their end at start
+	keys      map[keyAt]*keyState
+	reassert  *reasserter
+}
+
+func newBuilder(f *Follower, ends map[int]int64) *builder {
+	b := &builder{f: f, campaigns: map[string]*Entry{}, ends: ends, read: map[int]int64{}, behind: map[int]bool{},
+		keys: map[keyAt]*keyState{}}
+	b.reassert = newReasserter(f)
+	for p, end := range ends {
+		label := strconv.Itoa(p)
+		f.m.lag.WithLabelValues(label).Set(float64(end))
+		f.m.applied.WithLabelValues(label).Set(-1)
+		b.read[p] = -1
+		if end > 0 {
+			b.behind[p] = true
+		}
+	}
+	return b
+}
+
+// run applies records until ctx ends: ready once every partition was read
+// to its end at start; then published whenever a partition holds no more.
+func (b *builder) run(ctx context.Context, records <-chan Message) {
+	if len(b.behind) == 0 {
+		b.caughtUp()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			b.reassert.wait()
+			return
+		case m := <-records:
+			b.apply(m)
+			next := m.Offset + 1
+			b.f.m.lag.WithLabelValues(strconv.Itoa(m.Partition)).Set(float64(max(m.HighWaterMark-next, 0)))
+			switch {
+			case len(b.behind) > 0:
+				if b.behind[m.Partition] && next >= b.ends[m.Partition] {
+					delete(b.behind, m.Partition)
+					if len(b.behind) == 0 {
+						b.caughtUp()
+					}
+				}
+			case next >= m.HighWaterMark:
+				// Publish once the partition holds no more: a burst of
+				// records costs one copy of the state.
+				b.publish()
+			}
+		case k := <-b.reassert.due():
+			b.reassertDue(ctx, k)
+		}
+	}
+}
+
+func (b *builder) caughtUp() {
+	b.publish()
+	close(b.f.ready)
+	s := b.f.Load()
+	b.f.o.Logger.Info("control topic read to its end", "topic", b.f.o.Topic, "campaigns", len(s.campaigns),
+		"stopped", s.Count(Stopped), "paused", s.Count(Paused))
+	// Keys whose latest record is foreign are re-asserted from now on (not
+	// while reading the past: a later valid record may follow).
+	for k, ks := range b.keys {
+		if ks.foreign && ks.valid != nil {
+			b.reassert.schedule(k)
+		}
+	}
+}
+
 // apply takes a record into the state being built.
-func (f *Follower) apply(m Message) {
-	f.mu.Lock()
-	f.read[m.Partition] = m.Offset // applied, malformed or not
-	f.mu.Unlock()
-	pos := Position{Topic: f.o.Topic, Partition: m.Partition, Offset: m.Offset}
+func (b *builder) apply(m Message) {
+	b.read[m.Partition] = m.Offset // applied, malformed or not
+	pos := Position{Topic: b.f.o.Topic, Partition: m.Partition, Offset: m.Offset}
+	k := keyAt{partition: m.Partition, key: string(m.Key)}
+	ks := b.keys[k]
+	if ks == nil {
+		ks = &keyState{}
+		b.keys[k] = ks
+	}
 	r, err := Parse(m.Key, m.Value)
 	if err != nil {
-		f.m.malformed.Inc()
-		f.o.Logger.Error("control record skipped: its key keeps its previous state", "position", pos.String(),
+		b.f.m.malformed.Inc()
+		b.f.o.Logger.Error("control record skipped: its key keeps its previous state", "position", pos.String(),
 			"key", string(m.Key), "error", err)
+		ks.foreign = true
+		if ks.valid != nil && len(b.behind) == 0 {
+			b.reassert.schedule(k)
+		}
 		return
 	}
+	ks.foreign, ks.valid = false, m.Value
 	e := &Entry{Record: *r, Pos: pos}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if r.All {
-		f.all = e
+		b.all = e
 	} else {
-		f.campaigns[r.Campaign] = e
+		b.campaigns[r.Campaign] = e
 	}
 }
 
 // publish makes the state built so far the one workers decide by, then
 // notes when (the decision clock) and which offsets it holds: whoever sees
 // an offset applied sees the time it took effect, or a later one.
-func (f *Follower) publish() {
-	f.mu.Lock()
-	s := newSnapshot(maps.Clone(f.campaigns), f.all)
-	read := maps.Clone(f.read)
-	f.mu.Unlock()
-	f.current.Store(s)
-	f.m.appliedAt.Set(float64(f.o.Now().UnixMilli()) / 1000)
-	for p, off := range read {
-		f.m.applied.WithLabelValues(strconv.Itoa(p)).Set(float64(off))
+func (b *builder) publish() {
+	s := newSnapshot(maps.Clone(b.campaigns), b.all)
+	b.f.current.Store(s)
+	b.f.m.appliedAt.Set(float64(b.f.o.Now().UnixMilli()) / 1000)
+	for p, off := range b.read {
+		b.f.m.applied.WithLabelValues(strconv.Itoa(p)).Set(float64(off))
 	}
 	for st, n := range s.counts {
-		f.m.campaigns.WithLabelValues(State(st).String()).Set(float64(n))
+		b.f.m.campaigns.WithLabelValues(State(st).String()).Set(float64(n))
 	}
 }
 

@@ -112,6 +112,20 @@ func (s *ControlSource) Close() error {
 	return errors.Join(errs...)
 }
 
+// WriteRecord writes key and value to partition of the control topic with
+// acks=all and returns its offset (the follower's re-assertions).
+func (s *ControlSource) WriteRecord(ctx context.Context, partition int, key, value []byte) (int64, error) {
+	resp, err := s.client.Produce(ctx, &kafka.ProduceRequest{Topic: s.topic, Partition: partition, RequiredAcks: kafka.RequireAll,
+		Records: kafka.NewRecordReader(kafka.Record{Key: kafka.NewBytes(key), Value: kafka.NewBytes(value), Time: time.Now()})})
+	if err == nil {
+		err = resp.Error
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write %q to %s partition %d: %w", key, s.topic, partition, err)
+	}
+	return resp.BaseOffset, nil
+}
+
 // WriteControl writes a control record with acks=all to the partition of
 // its key (murmur2, as every capper writer keys) and returns its position.
 func WriteControl(ctx context.Context, o KafkaOptions, topic string, r *control.Record) (control.Position, error) {

@@ -2,7 +2,11 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,4 +131,259 @@ func regValue(t *testing.T, reg *prometheus.Registry, name, label string) float6
 	}
 	t.Fatalf("no series %s{%s}", name, label)
 	return 0
+}
+
+// TestControlFollowerOneWriter: records arriving on eight partitions at
+// once, every campaign's last one a stop; once the follower has applied
+// every record, every campaign is stopped and no applied offset ever went
+// backwards. (With a state published by each partition's reader, an older
+// copy could be stored over a newer one: a stop lost until the next record.)
+func TestControlFollowerOneWriter(t *testing.T) {
+	const partitions, campaigns, rounds = 8, 16, 60
+	k := testenv.StartKafka(t, partitions, []string{"ctl"})
+	o := testKafkaOptions(k.Addrs, "g")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	src, err := NewControlSource(o, "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	reg := prometheus.NewRegistry()
+	f := control.NewFollower(control.FollowerOptions{Source: src, Topic: "ctl", Registerer: reg})
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	if err := f.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Watch the applied offsets: they never go backwards.
+	stopWatch := make(chan struct{})
+	watched := make(chan string, 1)
+	go func() {
+		last := map[string]float64{}
+		for {
+			select {
+			case <-stopWatch:
+				watched <- ""
+				return
+			case <-time.After(time.Millisecond):
+			}
+			for p := range partitions {
+				label := strconv.Itoa(p)
+				v := gaugeOrMinus(reg, "capper_control_applied_offset", label)
+				if prev, ok := last[label]; ok && v < prev {
+					watched <- fmt.Sprintf("capper_control_applied_offset{partition=%s} went from %v to %v", label, prev, v)
+					return
+				}
+				last[label] = v
+			}
+		}
+	}()
+	t0 := time.Now().UTC().Truncate(time.Second)
+	for round := range rounds {
+		// Every campaign's stop is written at once, so that partitions'
+		// records are applied side by side.
+		var wg sync.WaitGroup
+		errs := make(chan error, campaigns)
+		start := make(chan struct{})
+		for c := range campaigns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := fmt.Sprintf("r%d-c%d", round, c)
+				<-start
+				r := control.Record{Campaign: id, State: control.Stopped, Reason: "test", At: t0, Since: t0}
+				if _, err := WriteControl(ctx, o, "ctl", &r); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		ends, err := src.Ends(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Every record applied (as the gauges say), then the state.
+		deadline := time.Now().Add(20 * time.Second)
+		for !appliedAll(reg, ends) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		s := f.Load()
+		var missing []string
+		for c := range campaigns {
+			id := fmt.Sprintf("r%d-c%d", round, c)
+			if e := s.Campaign(id); e == nil || e.State != control.Stopped {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) > 0 || !appliedAll(reg, ends) {
+			t.Fatalf("round %d: every record written (ends %v); campaigns not stopped in the state in use: %v", round, ends, missing)
+		}
+	}
+	close(stopWatch)
+	if msg := <-watched; msg != "" {
+		t.Fatal(msg)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func appliedAll(reg *prometheus.Registry, ends map[int]int64) bool {
+	for p, end := range ends {
+		if gaugeOrMinus(reg, "capper_control_applied_offset", strconv.Itoa(p)) != float64(end-1) {
+			return false
+		}
+	}
+	return true
+}
+
+// gaugeOrMinus is a gauge's value for the label, -1 when it has none.
+func gaugeOrMinus(reg *prometheus.Registry, name, label string) float64 {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+// TestControlStopSurvivesCompaction: foreign records written after a
+// campaign's state (a tombstone, another campaign's record under its key,
+// bad JSON) never undo it in a running follower, which writes the last
+// valid record again; after a compaction, the topic holds only that, and a
+// follower started then has every state.
+func TestControlStopSurvivesCompaction(t *testing.T) {
+	k := testenv.StartKafka(t, 1, nil)
+	if err := k.Cluster.CreateTopic("ctl", 1, map[string]string{"cleanup.policy": "compact", "delete.retention.ms": "0"}); err != nil {
+		t.Fatal(err)
+	}
+	o := testKafkaOptions(k.Addrs, "g")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	t0 := time.Now().UTC().Truncate(time.Second)
+	write := func(id string, st control.State) {
+		t.Helper()
+		if _, err := WriteControl(ctx, o, "ctl", &control.Record{Campaign: id, State: st, Reason: "test", At: t0, Since: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a", control.Stopped)
+	write("b", control.Stopped)
+	write("c", control.Paused)
+	other := fmt.Sprintf(`{"campaign":"c","state":"active","at":%q,"since":%q}`, t0.Format(time.RFC3339), t0.Format(time.RFC3339))
+	k.Produce(t, "ctl", []kafka.Message{
+		{Key: []byte("campaign/a")}, // a tombstone
+		{Key: []byte("campaign/b"), Value: []byte(other)},
+		{Key: []byte("campaign/c"), Value: []byte("{not json")},
+	})
+	want := map[string]control.State{"a": control.Stopped, "b": control.Stopped, "c": control.Paused}
+	check := func(who string, s *control.Snapshot) {
+		t.Helper()
+		for id, st := range want {
+			if e := s.Campaign(id); e == nil || e.State != st {
+				t.Fatalf("%s: campaign %s is %+v, want %s", who, id, e, st)
+			}
+		}
+	}
+
+	src, err := NewControlSource(o, "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	reg := prometheus.NewRegistry()
+	f := control.NewFollower(control.FollowerOptions{Source: src, Writer: src, Topic: "ctl", Registerer: reg, ReassertAfter: 20 * time.Millisecond})
+	run, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.Run(run) }()
+	if err := f.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("the running follower", f.Load())
+	deadline := time.Now().Add(20 * time.Second)
+	for regValue(t, reg, "capper_control_reasserted_total", "") < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("re-asserted %v records in 20s, want 3", regValue(t, reg, "capper_control_reasserted_total", ""))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Compaction keeps a partition's last batch: one more record after.
+	write("z", control.Active)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	check("the running follower at its end", f.Load())
+
+	k.Cluster.Compact()
+	left := readAll(t, k.Addrs, "ctl")
+	for _, m := range left {
+		if r, err := control.Parse(m.Key, m.Value); err != nil || (r.Campaign != "z" && r.State != want[r.Campaign]) {
+			t.Fatalf("after compaction the topic holds %s=%q: %v", m.Key, m.Value, err)
+		}
+	}
+	if len(left) != 4 {
+		t.Fatalf("after compaction the topic holds %d records, want 4 (one per key)", len(left))
+	}
+	src2, err := NewControlSource(o, "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src2.Close()
+	f2 := control.NewFollower(control.FollowerOptions{Source: src2, Topic: "ctl", Registerer: prometheus.NewRegistry()})
+	run2, stop2 := context.WithCancel(ctx)
+	defer stop2()
+	go func() { _ = f2.Run(run2) }()
+	if err := f2.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("a follower started after the compaction", f2.Load())
+}
+
+// readAll is every record of a one-partition topic, from its start.
+func readAll(t *testing.T, brokers []string, topic string) []kafka.Message {
+	t.Helper()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	offs, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.FirstOffsetOf(0)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: 0, Offset: offs.Topics[topic][0].FirstOffset, MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Error != nil {
+		t.Fatal(resp.Error)
+	}
+	var out []kafka.Message
+	for {
+		r, err := resp.Records.ReadRecord()
+		if err != nil {
+			break
+		}
+		m := kafka.Message{Offset: r.Offset}
+		if r.Key != nil {
+			m.Key, _ = io.ReadAll(r.Key)
+		}
+		if r.Value != nil {
+			m.Value, _ = io.ReadAll(r.Value)
+		}
+		out = append(out, m)
+	}
+	return out
 }
