@@ -48,6 +48,8 @@ func (c *campaignArgs) set(e *env, st control.State) error {
 		return usageError{errors.New("give a campaign id or --all, not both")}
 	case !c.All && c.Campaign == "":
 		return usageError{errors.New("campaign: an id is required (or --all)")}
+	case c.All && st == control.Stopped:
+		return usageError{errors.New("--all: every intent can be paused and resumed, not stopped: stop campaigns one by one, or pause --all")}
 	}
 	switch v := c.SendBy; v {
 	case "":

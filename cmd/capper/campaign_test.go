@@ -2,10 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/config"
 )
@@ -35,7 +39,7 @@ func TestCampaignCLI(t *testing.T) {
 		{"campaign and --all", []string{"campaign", "pause", "c1", "--all", "--reason", "x", "--config", on}, "give a campaign id or --all, not both"},
 		{"no reason", []string{"campaign", "stop", "c1", "--config", on}, "reason: is required to mark a campaign stopped"},
 		{"oversize campaign", []string{"campaign", "pause", strings.Repeat("c", 257), "--reason", "x", "--config", on}, "campaign: 257 bytes, at most 256"},
-		{"stop every intent", []string{"campaign", "stop", "--all", "--reason", "x", "--config", on}, "state: every intent can be paused and resumed, not stopped"},
+		{"stop every intent", []string{"campaign", "stop", "--all", "--reason", "x", "--config", on}, "--all: every intent can be paused and resumed, not stopped"},
 		{"bad send-by", []string{"campaign", "resume", "c1", "--send-by", "tonight", "--config", on}, `--send-by: "tonight" is not an RFC 3339 time`},
 		{"unknown state", []string{"campaign", "halt", "c1", "--config", on}, "unexpected argument halt"},
 		{"control off", []string{"campaign", "stop", "c1", "--reason", "x", "--config", off}, "kafka.topics.control is not set"},
@@ -44,6 +48,10 @@ func TestCampaignCLI(t *testing.T) {
 			_, stderr, code := capper(t, nil, c.args...)
 			if code != 2 || !strings.Contains(stderr, c.want) {
 				t.Fatalf("exit %d, stderr %q; want exit 2 and %q", code, stderr, c.want)
+			}
+			// The refusal comes with the usage the CLI reference promises.
+			if !strings.Contains(stderr, "Usage: capper campaign") {
+				t.Fatalf("no usage after the refusal:\n%s", stderr)
 			}
 		})
 	}
@@ -88,5 +96,29 @@ func TestCampaignCLI(t *testing.T) {
 	if !list[0].All || list[0].State != "paused" || list[1].Campaign != "spring-sale" || list[1].State != "stopped" ||
 		list[1].SendBy == nil || list[1].Record != "capper-control/0/2" || list[1].By == "" || list[1].Since > list[1].At {
 		t.Fatalf("list -o json: %+v", list)
+	}
+
+	// Records that are not control records: a command says so once, in one
+	// line, not an ERROR per record; and a command that succeeded prints
+	// no warning after its write (closing its readers is no failure).
+	var junk []kafka.Message
+	for i := range 5 {
+		junk = append(junk, kafka.Message{Key: []byte(fmt.Sprintf("campaign/junk-%d", i)), Value: []byte("not json")})
+	}
+	s.kafka.Produce(t, "capper-control", junk)
+	for i := range 6 {
+		args := []string{"campaign", "pause", "c" + strconv.Itoa(i), "--reason", "x", "--config", on}
+		if i%2 == 1 {
+			args = []string{"campaign", "list", "--config", on}
+		}
+		out, stderr, code := capper(t, nil, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, code, out, stderr)
+		}
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		if len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") ||
+			!strings.Contains(lines[0], "5 records of the control topic capper-control are not control records and were skipped") {
+			t.Fatalf("%v: want one line about the 5 foreign records on stderr, got:\n%s", args, stderr)
+		}
 	}
 }

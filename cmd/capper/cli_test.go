@@ -142,8 +142,8 @@ func TestRunFailsInJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 		out, errOut, code := capper(t, nil, "run", "--config", bad)
-		if code != 1 || out != "" {
-			t.Fatalf("exit %d, stdout %q; want 1 and nothing", code, out)
+		if code != 2 || out != "" {
+			t.Fatalf("exit %d, stdout %q; want 2 (a wrong config) and nothing", code, out)
 		}
 		lines := jsonLines(t, errOut)
 		findLine(t, lines, "ERROR", `line 2: unknown key "batch_sise"`)

@@ -54,9 +54,19 @@ func (e *env) humanLog() (*slog.Logger, error) {
 	return cli.NewLogger(e.stderr, "warn", cli.LogText)
 }
 
+// loadConfig reads a config file: one that cannot be read, or is wrong,
+// exits 2, as a wrong command line does.
+func loadConfig(path string) (*config.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return cfg, nil
+}
+
 // forHuman loads a config for a person's command, with humanLog.
 func (e *env) forHuman(path string) (*config.Config, *slog.Logger, error) {
-	cfg, err := config.Load(path)
+	cfg, err := loadConfig(path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -70,7 +80,7 @@ type runCmd struct {
 
 func (c *runCmd) Run(e *env) error {
 	app.TuneGC()
-	cfg, err := config.Load(c.Config)
+	cfg, err := loadConfig(c.Config)
 	if err != nil {
 		// No config, so no log settings: the defaults (JSON at info).
 		cli.DefaultLogger(e.stderr).Error("capper cannot start: config", "error", err)
@@ -154,7 +164,7 @@ type checkConfigCmd struct {
 }
 
 func (c *checkConfigCmd) Run(e *env) error {
-	cfg, err := config.Load(c.Config)
+	cfg, err := loadConfig(c.Config)
 	if err != nil {
 		return err
 	}
@@ -261,5 +271,5 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return cli.Exit("capper", kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr}), stderr)
+	return cli.ExitWithUsage("capper", kctx, kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr}), stderr)
 }

@@ -113,10 +113,17 @@ func TestProductionDeps(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{"frobnicate"}, {"run"}, {"inspect", "--config", "../../configs/capper.yaml", "--user", "x"}} {
-		_, errOut, code := capper(t, nil, args...)
-		if code != 2 || errOut == "" {
-			t.Errorf("capper %v: exit %d, stderr %q; want 2 and a message", args, code, errOut)
+	for _, c := range []struct {
+		args  []string
+		usage string
+	}{
+		{[]string{"frobnicate"}, "Usage: capper <command>"},
+		{[]string{"run"}, "Usage: capper run --config=STRING"},
+		{[]string{"inspect", "--config", "../../configs/capper.yaml", "--user", "x"}, "Usage: capper inspect"},
+	} {
+		_, errOut, code := capper(t, nil, c.args...)
+		if code != 2 || !strings.HasPrefix(errOut, "capper: ") || !strings.Contains(errOut, c.usage) {
+			t.Errorf("capper %v: exit %d, stderr %q; want 2, a message and %q", c.args, code, errOut, c.usage)
 		}
 	}
 	out, _, code := capper(t, nil, "--help")
@@ -141,9 +148,16 @@ func TestCheckConfig(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("worker:\n  batch_sise: 10\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A wrong config exits 2, as the CLI reference says, with the usage.
 	_, errOut, code = capper(t, nil, "check-config", "--config", bad)
-	if code != 1 || !strings.Contains(errOut, `line 2: unknown key "batch_sise"`) {
+	if code != 2 || !strings.Contains(errOut, `line 2: unknown key "batch_sise"`) || !strings.Contains(errOut, "Usage: capper check-config") {
 		t.Fatalf("bad config: exit %d, %q", code, errOut)
+	}
+	for _, args := range [][]string{{"inspect", "--user", "1"}, {"campaign", "list"}, {"migrate", "--dry-run"}} {
+		_, errOut, code = capper(t, nil, append(args, "--config", bad)...)
+		if code != 2 || !strings.Contains(errOut, `line 2: unknown key "batch_sise"`) {
+			t.Errorf("capper %v with a bad config: exit %d, %q; want 2", args, code, errOut)
+		}
 	}
 }
 

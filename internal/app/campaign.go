@@ -16,6 +16,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/dispatch"
@@ -59,7 +61,11 @@ func controlState(ctx context.Context, cfg *config.Config, log *slog.Logger) (*c
 		return nil, err
 	}
 	defer src.Close()
-	f := control.NewFollower(control.FollowerOptions{Source: src, Topic: topic, Logger: log})
+	// A command prints one line for the malformed records it skipped, not
+	// the follower's line per record (the workers log those).
+	reg := prometheus.NewRegistry()
+	f := control.NewFollower(control.FollowerOptions{Source: src, Topic: topic, Registerer: reg,
+		Logger: slog.New(quietRecords{log.Handler()})})
 	ctx, cancel := context.WithTimeout(ctx, kopts.WriteTimeout+10*time.Second)
 	defer cancel()
 	done := make(chan struct{})
@@ -70,7 +76,46 @@ func controlState(ctx context.Context, cfg *config.Config, log *slog.Logger) (*c
 	if err != nil {
 		return nil, fmt.Errorf("read the control topic %s to its end: %w", topic, err)
 	}
+	if n := malformedRecords(reg); n > 0 {
+		log.Warn(fmt.Sprintf("%d records of the control topic %s are not control records and were skipped: their keys keep their previous state (the workers log each)", n, topic))
+	}
 	return f.Load(), nil
+}
+
+// quietRecords turns the follower's error per skipped record into a debug
+// line.
+type quietRecords struct{ slog.Handler }
+
+func (h quietRecords) Enabled(ctx context.Context, l slog.Level) bool {
+	if l >= slog.LevelError {
+		l = slog.LevelDebug
+	}
+	return h.Handler.Enabled(ctx, l)
+}
+
+func (h quietRecords) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		r.Level = slog.LevelDebug
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h quietRecords) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietRecords{h.Handler.WithAttrs(as)}
+}
+func (h quietRecords) WithGroup(g string) slog.Handler { return quietRecords{h.Handler.WithGroup(g)} }
+
+// malformedRecords is capper_control_malformed_records_total of reg.
+func malformedRecords(reg *prometheus.Registry) int {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "capper_control_malformed_records_total" {
+			for _, m := range mf.GetMetric() {
+				return int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return 0
 }
 
 // SetCampaign writes a campaign's (or the switch's) new state, with

@@ -44,9 +44,39 @@ func Parse(name, description string, grammar any, args []string, stdout, stderr 
 		return nil, exitCode, false
 	case err != nil:
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		var perr *kong.ParseError
+		if errors.As(err, &perr) && perr.Context != nil {
+			Usage(perr.Context, stderr)
+		} else {
+			Usage(&kong.Context{Kong: parser}, stderr)
+		}
 		return nil, ExitUsage, false
 	}
 	return kctx, ExitOK, true
+}
+
+// Usage prints the usage of the command kctx selected (the program's
+// without one) on w, after an error that exits ExitUsage.
+func Usage(kctx *kong.Context, w io.Writer) {
+	if kctx == nil || kctx.Kong == nil {
+		return
+	}
+	out := kctx.Stdout
+	kctx.Stdout = w
+	defer func() { kctx.Stdout = out }()
+	fmt.Fprintln(w)
+	_ = kctx.PrintUsage(true)
+}
+
+// ExitWithUsage is Exit, then, for an exit-2 error that was not reported
+// (logged) already, the usage of the command kctx selected on stderr.
+func ExitWithUsage(name string, kctx *kong.Context, err error, stderr io.Writer) int {
+	code := Exit(name, err, stderr)
+	var reported reportedError
+	if code == ExitUsage && !errors.As(err, &reported) {
+		Usage(kctx, stderr)
+	}
+	return code
 }
 
 // Reported marks err as already reported (logged by the command): Exit

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -23,6 +24,7 @@ type ControlSource struct {
 	client  *kafka.Client
 	mu      sync.Mutex
 	readers map[int]*partitionReader
+	closing atomic.Bool // from Close on, the readers' errors are their shutdown's
 }
 
 type partitionReader struct {
@@ -82,7 +84,10 @@ func (s *ControlSource) Read(ctx context.Context, partition int, offset int64) (
 		pr = &partitionReader{r: kafka.NewReader(kafka.ReaderConfig{
 			Brokers: s.o.Brokers, Topic: s.topic, Partition: partition, Dialer: s.o.dialer(),
 			MinBytes: 1, MaxBytes: 4 << 20, MaxWait: s.o.FetchMaxWait, ReadBackoffMin: 50 * time.Millisecond,
-			ErrorLogger: errorLogger(s.o.Logger, "control"),
+			// No lag reads: the follower has its own lag gauge, and kafka-go's
+			// would log "failed to read lag ... context canceled" on Close.
+			ReadLagInterval: -1,
+			ErrorLogger:     s.errorLogger(),
 		}), next: -1}
 		s.readers[partition] = pr
 	}
@@ -101,8 +106,23 @@ func (s *ControlSource) Read(ctx context.Context, partition int, offset int64) (
 	return control.Message{Partition: m.Partition, Offset: m.Offset, HighWaterMark: m.HighWaterMark, Key: m.Key, Value: m.Value}, nil
 }
 
+// errorLogger is the readers' error log, quiet once Close began: a reader
+// closed while it dials logs "operation was canceled", which is no failure.
+func (s *ControlSource) errorLogger() kafka.Logger {
+	l := errorLogger(s.o.Logger, "control")
+	if l == nil {
+		return nil
+	}
+	return kafka.LoggerFunc(func(msg string, args ...any) {
+		if !s.closing.Load() {
+			l.Printf(msg, args...)
+		}
+	})
+}
+
 // Close closes the readers.
 func (s *ControlSource) Close() error {
+	s.closing.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
