@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/testenv"
 )
@@ -185,8 +186,46 @@ func TestRunFailsInJSON(t *testing.T) {
 		lines := jsonLines(t, errOut)
 		findLine(t, lines, "WARN", "matches no config key")
 		l := findLine(t, lines, "ERROR", "bucket nope does not exist")
-		if strings.Contains(fmt.Sprint(l["error"]), "no such object") {
-			t.Errorf("a missing bucket is still called a missing object: %v", l)
+		if e := fmt.Sprint(l["error"]); strings.Contains(e, "no such object") || strings.Contains(e, "segments.required") ||
+			!strings.Contains(e, "segments.source s3://nope/segments: the bucket does not exist or is not reachable") {
+			t.Errorf("a missing bucket must name segments.source, not a missing object nor segments.required: %v", l)
+		}
+	})
+
+	t.Run("nothing published", func(t *testing.T) {
+		path := writeConfig(t, "s3://capper/segmnts", "json")
+		_, errOut, code := capper(t, append(testenv.NoAWSEnv(t), keys...), "run", "--config", path)
+		if code != 1 {
+			t.Fatalf("exit %d, want 1\n%s", code, errOut)
+		}
+		l := findLine(t, jsonLines(t, errOut), "ERROR", "segments.source s3://capper/segmnts: no snapshot there: run segment-builder")
+		if e := fmt.Sprint(l["error"]); !strings.Contains(e, "s3://capper/segmnts/LATEST: no such object") {
+			t.Errorf("the missing object is not named: %v", l)
+		}
+	})
+
+	t.Run("redis down", func(t *testing.T) {
+		path := writeConfig(t, "s3://capper/segments", "json")
+		cfg, err := config.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) // nothing listens
+		cfg.Redis.Addrs = []string{addr}
+		y, err := cfg.Effective()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, y, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, errOut, code := capper(t, append(testenv.NoAWSEnv(t), keys...), "run", "--config", path)
+		if code != 1 {
+			t.Fatalf("exit %d, want 1\n%s", code, errOut)
+		}
+		l := findLine(t, jsonLines(t, errOut), "ERROR", "connect to Redis (redis.addrs ["+addr+"]): ")
+		if e := fmt.Sprint(l["error"]); !strings.Contains(e, "connection refused") {
+			t.Errorf("the cause is not named: %v", l)
 		}
 	})
 
@@ -258,12 +297,28 @@ default_policy:
 func TestPolicyPublishAndHistory(t *testing.T) {
 	s3 := testenv.StartS3(t, "policies")
 	env := append(testenv.NoAWSEnv(t), "AWS_ACCESS_KEY_ID="+s3.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3.SecretKey, "AWS_REGION="+s3.Region)
+	// A worker config names the store (policy.source) and how to reach it
+	// (segments.s3): no flag repeats them.
+	cfg := exampleConfig(t)
+	cfg.Policy.Source = "s3://policies/from-config"
+	cfg.Segments.S3.Endpoint, cfg.Segments.S3.UsePathStyle = s3.URL, true
+	y, err := cfg.Effective()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "capper.yaml")
+	if err := os.WriteFile(cfgPath, y, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, store := range []struct {
-		name string
-		args []string
+		name  string
+		store string // after --to or --from; none: the config's
+		args  []string
 	}{
-		{"s3", []string{"s3://policies/capper", "--s3-endpoint", s3.URL, "--s3-path-style"}},
-		{"dir", []string{t.TempDir()}},
+		{"s3", "s3://policies/capper", []string{"--s3-endpoint", s3.URL, "--s3-path-style"}},
+		{"dir", t.TempDir(), nil},
+		{"config", "", []string{"--config", cfgPath}},
+		{"s3 with config", "s3://policies/other", []string{"--config", cfgPath}},
 	} {
 		t.Run(store.name, func(t *testing.T) {
 			old, cand := "../../internal/policy/testdata/diff-old.yaml", "../../internal/policy/testdata/diff-new.yaml"
@@ -271,12 +326,18 @@ func TestPolicyPublishAndHistory(t *testing.T) {
 			if err := os.WriteFile(bad, []byte("default_policy:\n  limits:\n    - {name: d, window: 24h}\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
+			with := func(args []string, flag string) []string {
+				if store.store != "" {
+					args = append(args, flag, store.store)
+				}
+				return append(args, store.args...)
+			}
 			publish := func(file string) (string, string, int) {
-				return capper(t, env, append([]string{"policy", "publish", file, "--to"}, store.args...)...)
+				return capper(t, env, with([]string{"policy", "publish", file}, "--to")...)
 			}
 			history := func() string {
 				t.Helper()
-				args := append([]string{"policy", "history", "--from"}, store.args...)
+				args := with([]string{"policy", "history"}, "--from")
 				out, errOut, code := capper(t, env, args...)
 				if code != 0 {
 					t.Fatalf("history: exit %d\n%s%s", code, out, errOut)
@@ -314,5 +375,24 @@ func TestPolicyPublishAndHistory(t *testing.T) {
 				t.Fatalf("history:\n%s", h)
 			}
 		})
+	}
+
+	// Without a region anywhere (AWS, no endpoint), the error says what to
+	// set, not the SDK's "Invalid region".
+	_, errOut, code := capper(t, testenv.NoAWSEnv(t), "policy", "history", "--from", "s3://policies/capper")
+	if code != 1 || !strings.Contains(errOut, "no AWS region for s3://policies: set segments.s3.region") || strings.Contains(errOut, "Invalid region") {
+		t.Fatalf("no region: exit %d\n%s", code, errOut)
+	}
+	// A config whose policy.source is a file names no store.
+	cfg.Policy.Source = "file:///etc/capper/policy.yaml"
+	if y, err = cfg.Effective(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, y, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = capper(t, env, "policy", "history", "--config", cfgPath)
+	if code != 2 || !strings.Contains(errOut, `--from: the config's policy.source ("file:///etc/capper/policy.yaml") is not a policy store`) {
+		t.Fatalf("a policy file for a store: exit %d\n%s", code, errOut)
 	}
 }

@@ -107,25 +107,76 @@ type policyCmd struct {
 	History policyHistoryCmd `cmd:"" help:"List a policy store's versions, the one in use marked, with what each changed."`
 }
 
-// s3Flags reach an S3-compatible store (AWS needs none of them).
+// s3Flags reach an S3-compatible store (AWS needs none of them): the
+// worker config's segments.s3 (--config), each flag given overriding it.
 type s3Flags struct {
-	S3Endpoint  string `name:"s3-endpoint" placeholder:"URL" help:"S3-compatible endpoint (MinIO, ...); default AWS."`
-	S3Region    string `name:"s3-region" help:"S3 region; default from the AWS environment."`
-	S3PathStyle bool   `name:"s3-path-style" help:"Address buckets as endpoint/bucket (most S3-compatible stores)."`
+	S3Endpoint  string `name:"s3-endpoint" placeholder:"URL" help:"S3-compatible endpoint (MinIO, ...); default segments.s3.endpoint of --config, else AWS."`
+	S3Region    string `name:"s3-region" help:"S3 region; default segments.s3.region of --config, else from the AWS environment."`
+	S3PathStyle bool   `name:"s3-path-style" help:"Address buckets as endpoint/bucket (most S3-compatible stores); default segments.s3.use_path_style of --config."`
 }
 
-func (f s3Flags) options() objstore.S3Options {
-	return objstore.S3Options{Endpoint: f.S3Endpoint, Region: f.S3Region, UsePathStyle: f.S3PathStyle}
+// options are the flags over cfg's segments.s3 (cfg may be nil).
+func (f s3Flags) options(cfg *config.Config) objstore.S3Options {
+	var o objstore.S3Options
+	if cfg != nil {
+		s := cfg.Segments.S3
+		o = objstore.S3Options{Endpoint: s.Endpoint, Region: s.Region, UsePathStyle: s.UsePathStyle}
+	}
+	if f.S3Endpoint != "" {
+		o.Endpoint = f.S3Endpoint
+	}
+	if f.S3Region != "" {
+		o.Region = f.S3Region
+	}
+	o.UsePathStyle = o.UsePathStyle || f.S3PathStyle
+	return o
+}
+
+// storeConfig is a command's --config: the worker config whose store
+// settings it uses.
+type storeConfig struct {
+	Config string `type:"existingfile" help:"Worker config: the S3 settings (segments.s3) and the default store (policy.source)." completion:"<file>"`
+}
+
+// load is the config, nil without --config.
+func (c storeConfig) load() (*config.Config, error) {
+	if c.Config == "" {
+		return nil, nil
+	}
+	return loadConfig(c.Config)
+}
+
+// policyStore is the store a flag names, else the config's policy.source
+// when that is a store.
+func policyStore(flag, name string, cfg *config.Config) (string, error) {
+	switch {
+	case flag != "":
+		return flag, nil
+	case cfg != nil && cfg.Policy.Source != "" && !cfg.Policy.IsFile():
+		return cfg.Policy.Source, nil
+	case cfg != nil:
+		return "", usageError{fmt.Errorf("%s: the config's policy.source (%q) is not a policy store: give %s STORE", name, cfg.Policy.Source, name)}
+	}
+	return "", usageError{fmt.Errorf("%s: a policy store is required (or --config, whose policy.source is one)", name)}
 }
 
 type policyPublishCmd struct {
 	File string `arg:"" type:"existingfile" help:"Policy document." completion:"<file>"`
-	To   string `required:"" placeholder:"STORE" help:"Policy store: a directory or s3://bucket/prefix (the workers' policy.source)."`
+	To   string `placeholder:"STORE" help:"Policy store: a directory or s3://bucket/prefix (the workers' policy.source); default policy.source of --config."`
+	storeConfig
 	s3Flags
 }
 
 func (c *policyPublishCmd) Run(e *env) error {
-	err := app.PublishPolicy(e.ctx, e.stdout, c.File, app.PolicyStoreOptions{Store: c.To, S3: c.options()})
+	cfg, err := c.load()
+	if err != nil {
+		return err
+	}
+	store, err := policyStore(c.To, "--to", cfg)
+	if err != nil {
+		return err
+	}
+	err = app.PublishPolicy(e.ctx, e.stdout, c.File, app.PolicyStoreOptions{Store: store, S3: c.options(cfg)})
 	if errors.Is(err, app.ErrPolicyProblems) {
 		return cli.Reported(err)
 	}
@@ -133,12 +184,21 @@ func (c *policyPublishCmd) Run(e *env) error {
 }
 
 type policyHistoryCmd struct {
-	From string `required:"" placeholder:"STORE" help:"Policy store: a directory or s3://bucket/prefix."`
+	From string `placeholder:"STORE" help:"Policy store: a directory or s3://bucket/prefix; default policy.source of --config."`
+	storeConfig
 	s3Flags
 }
 
 func (c *policyHistoryCmd) Run(e *env) error {
-	return app.PolicyHistory(e.ctx, e.stdout, app.PolicyStoreOptions{Store: c.From, S3: c.options()})
+	cfg, err := c.load()
+	if err != nil {
+		return err
+	}
+	store, err := policyStore(c.From, "--from", cfg)
+	if err != nil {
+		return err
+	}
+	return app.PolicyHistory(e.ctx, e.stdout, app.PolicyStoreOptions{Store: store, S3: c.options(cfg)})
 }
 
 type policyCheckCmd struct {
@@ -235,6 +295,7 @@ type replayCmd struct {
 	Plans             string        `placeholder:"STORE[@SET]" help:"A plan store (like plans.source): replay --policy first come, first served and with the set's campaign plans, side by side (not with --baseline)."`
 	IdempotencyWindow time.Duration `name:"idempotency-window" default:"${idempotency_window}" help:"Duplicates are recognised this long (capping.idempotency_window)."`
 	Output            string        `short:"o" enum:"table,json,csv" default:"table" help:"Output format: table, json or csv."`
+	Config            string        `type:"existingfile" help:"Worker config: the S3 settings (segments.s3) of --snapshot and --plans; default --policy when it is a worker config." completion:"<file>"`
 	s3Flags
 }
 
@@ -244,10 +305,18 @@ func (c *replayCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	var cfg *config.Config
+	if c.Config != "" {
+		if cfg, err = loadConfig(c.Config); err != nil {
+			return err
+		}
+	} else if pc, err := config.Load(c.Policy); err == nil { // --policy is a worker config
+		cfg = pc
+	}
 	rep, err := app.Replay(e.ctx, app.ReplayOptions{
 		Policy: c.Policy, Baseline: c.Baseline, Snapshot: c.Snapshot, Plans: c.Plans, From: c.From, Brokers: c.Brokers,
 		IdempotencyWindow: c.IdempotencyWindow, Progress: e.stderr,
-		S3: c.options(),
+		S3: c.options(cfg),
 	}, log)
 	if err != nil {
 		return err

@@ -6,8 +6,13 @@ package app
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,13 +72,25 @@ func NewEngine(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb 
 		WaitReplicas:      cfg.Redis.WaitReplicas,
 		WaitTimeout:       cfg.Redis.WaitTimeout.D(),
 		StallAfter:        stallAfter(&cfg.Redis),
+		Fence:             true,
 		Registerer:        reg,
 		Logger:            log,
 	})
 	if err != nil {
+		if redisFailed(err) {
+			return nil, fmt.Errorf("connect to Redis (redis.addrs %v): %w", cfg.Redis.Addrs, err)
+		}
 		return nil, fmt.Errorf("capping engine: %w", err)
 	}
 	return e, nil
+}
+
+// redisFailed reports whether err is Redis' (out of reach, or an error
+// reply) rather than the engine's own.
+func redisFailed(err error) bool {
+	var ne net.Error
+	var re redis.Error
+	return errors.As(err, &ne) || errors.As(err, &re) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // stallAfter is how long calls may wait for Redis before the worker is not
@@ -168,10 +185,23 @@ func startSegments(ctx context.Context, cfg *config.Config, cur *segments.Curren
 	switch err := w.Poll(ctx); {
 	case err == nil:
 	case cfg.Segments.Required:
-		return nil, fmt.Errorf("no usable segment snapshot at %s (set segments.required: false to start without one): %w", cfg.Segments.Source, err)
+		return nil, snapshotError(cfg.Segments.Source, err)
 	default:
 		log.Warn("starting without a segment snapshot: every user gets the default policy until one loads",
 			"source", cfg.Segments.Source, "error", err)
 	}
 	return w, nil
+}
+
+// snapshotError says what to fix when the worker cannot start without a
+// snapshot: a bucket that is not there is a typo in segments.source (not a
+// reason to start without snapshots); an empty store needs one published.
+func snapshotError(source string, err error) error {
+	switch {
+	case errors.Is(err, objstore.ErrNoSuchBucket):
+		return fmt.Errorf("segments.source %s: the bucket does not exist or is not reachable: check segments.source (and segments.s3.endpoint): %w", source, err)
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("segments.source %s: no snapshot there: run segment-builder --config with this config to publish a snapshot first, or check segments.source: %w", source, err)
+	}
+	return fmt.Errorf("no usable segment snapshot at %s (segments.source; set segments.required: false to start without one): %w", source, err)
 }

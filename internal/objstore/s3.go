@@ -73,6 +73,11 @@ func newS3Store(ctx context.Context, bucket, prefix string, opts S3Options) (*s3
 	if cfg.Region == "" && opts.Endpoint != "" {
 		cfg.Region = DefaultEndpointRegion
 	}
+	if cfg.Region == "" {
+		// Without a region the SDK fails every request with "Invalid
+		// region: region was not a valid DNS name".
+		return nil, fmt.Errorf("no AWS region for s3://%s: set segments.s3.region in the config (or --s3-region), AWS_REGION, or a profile's region", bucket)
+	}
 	if opts.Endpoint != "" {
 		// An S3-compatible store is reached with keys or a profile; without
 		// them the SDK would fail at the first request, naming only the last
@@ -230,11 +235,18 @@ func (s *s3Store) wrapHead(ctx context.Context, key string, err error) error {
 	return werr
 }
 
+// ErrNoSuchBucket matches the error of an operation on a bucket that does
+// not exist.
+var ErrNoSuchBucket = errors.New("no such bucket")
+
 // errNoSuchBucket is a missing bucket: a configuration error, not a missing
 // object (a reader must not take it for "nothing published yet").
 type errNoSuchBucket struct{ bucket string }
 
-func (e errNoSuchBucket) Error() string { return "bucket " + e.bucket + " does not exist" }
+func (e errNoSuchBucket) Error() string {
+	return "bucket " + e.bucket + " does not exist (or is not reachable at this endpoint)"
+}
+func (errNoSuchBucket) Is(target error) bool { return target == ErrNoSuchBucket }
 
 // errNoSuchObject is S3's missing object; it matches fs.ErrNotExist so that
 // callers handle both stores alike.
