@@ -184,6 +184,9 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	})
 	g.addLoop(ctx, "clock-check", engine.RunClockCheck)
+	g.addLoop(ctx, "redis-warning", func(ctx context.Context) error {
+		return newRedisWarner(cfg.Redis.Addrs, log).run(ctx, engine.Ready)
+	})
 	g.add("http", ops.serve, func(error) { ops.stop() })
 	{
 		// The signal actor: ctx ends on SIGTERM/SIGINT (see cmd/capper).
