@@ -45,13 +45,24 @@ func TestHelmLint(t *testing.T) {
 
 // TestChartDefaults renders the default values: the worker Deployment, its
 // ConfigMap and its policy's, metrics Service, ServiceAccount and PodDisruptionBudget, the
-// segment-builder CronJob and the test hook, and nothing optional.
+// test hook, and nothing optional: no segment-builder CronJob, since no
+// input is set (a nightly build of a placeholder would fail, or publish
+// what nobody meant). With an input, the CronJob.
 func TestChartDefaults(t *testing.T) {
 	m := mustRender(t, nil)
 	want := map[string]int{"ConfigMap": 2, "Deployment": 1, "Service": 1, "ServiceAccount": 1,
-		"PodDisruptionBudget": 1, "CronJob": 1, "Pod": 1}
+		"PodDisruptionBudget": 1, "Pod": 1}
 	if got := m.kinds(); !reflect.DeepEqual(got, want) {
 		t.Errorf("kinds = %v, want %v", got, want)
+	}
+	withInput := mustRender(t, nil, "segmentBuilder.inputs[0]=s3://capper-input/segments.csv.gz")
+	want["CronJob"] = 1
+	if got := withInput.kinds(); !reflect.DeepEqual(got, want) {
+		t.Errorf("with an input: kinds = %v, want %v", got, want)
+	}
+	off := mustRender(t, nil, "segmentBuilder.inputs[0]=s3://capper-input/segments.csv.gz", "segmentBuilder.enabled=false")
+	if n := off.kinds()["CronJob"]; n != 0 {
+		t.Errorf("segmentBuilder.enabled=false: %d CronJobs", n)
 	}
 	checkRelease(t, m)
 	d := one[appsv1.Deployment](t, m, "Deployment")
@@ -63,7 +74,7 @@ func TestChartDefaults(t *testing.T) {
 // TestChartLongNames: a long name is cut so that the CronJob's Jobs and
 // Pods still get valid names.
 func TestChartLongNames(t *testing.T) {
-	m := mustRender(t, nil, "fullnameOverride="+strings.Repeat("capper-", 9))
+	m := mustRender(t, nil, "fullnameOverride="+strings.Repeat("capper-", 9), "segmentBuilder.inputs[0]=s3://capper-input/segments.csv.gz")
 	checkRelease(t, m)
 	for _, o := range m.all {
 		if len(o.meta.Name) > 63 {
@@ -463,7 +474,6 @@ func TestChartFailsOnBadValues(t *testing.T) {
 		{"loopback http", []string{"config.http.address=127.0.0.1:9090"}, "loopback"},
 		{"no port", []string{"config.http.address=metrics"}, "write host:port"},
 		{"env override of the grace period", []string{"extraEnv[0].name=CAPPER_WORKER_SHUTDOWN_TIMEOUT", "extraEnv[0].value=10m"}, "set it in config instead"},
-		{"no builder input", []string{"json:segmentBuilder.inputs=[]"}, "segmentBuilder.inputs: at least one input is required"},
 		{"schema: builder inputs missing", []string{"segmentBuilder.inputs=null"}, "missing property 'inputs'"},
 		{"schema: replicas type", []string{"replicas=many"}, "at '/replicas'"},
 		{"schema: unknown value", []string{"replica=3"}, "additional properties 'replica' not allowed"},
@@ -510,7 +520,7 @@ func TestChartGracePeriodFollowsDurations(t *testing.T) {
 // they roll); another value does not.
 func TestChartConfigChecksum(t *testing.T) {
 	sum := func(sets ...string) (worker, builder string) {
-		m := mustRender(t, nil, sets...)
+		m := mustRender(t, nil, append(sets, "segmentBuilder.inputs[0]=s3://capper-input/segments.csv.gz")...)
 		d := one[appsv1.Deployment](t, m, "Deployment")
 		cj := one[batchv1.CronJob](t, m, "CronJob")
 		return d.Spec.Template.Annotations["checksum/config"], cj.Spec.JobTemplate.Spec.Template.Annotations["checksum/config"]

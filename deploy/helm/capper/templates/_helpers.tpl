@@ -31,6 +31,13 @@ names (which Kubernetes extends) stay within their limit. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* The segment-builder CronJob is deployed ("true") when it is enabled
+and has an input: the default values name none, so a release never runs a
+nightly build of a placeholder. */}}
+{{- define "capper.builderOn" -}}
+{{- and .Values.segmentBuilder.enabled (gt (len .Values.segmentBuilder.inputs) 0) -}}
+{{- end -}}
+
 {{- define "capper.builderServiceAccountName" -}}
 {{- $sa := .Values.segmentBuilder.serviceAccount -}}
 {{- if $sa.create -}}
@@ -219,9 +226,6 @@ time.Duration's range. Call with (list KEY VALUE); errors name config.KEY. */}}
 {{- end -}}
 {{- if and .Values.autoscaling.enabled (not (dig "requests" "cpu" "" (.Values.resources | default dict))) -}}
 {{- fail "autoscaling.enabled scales on CPU utilization, which needs resources.requests.cpu" -}}
-{{- end -}}
-{{- if and .Values.segmentBuilder.enabled (not .Values.segmentBuilder.inputs) -}}
-{{- fail "segmentBuilder.inputs: at least one input is required (or set segmentBuilder.enabled: false)" -}}
 {{- end -}}
 {{- end -}}
 
