@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if !ok {
 		return code
 	}
-	return cli.Exit("segment-builder", kctx.Run(&env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, flags: c.flags}), stderr)
+	return cli.ExitWithUsage("segment-builder", kctx, kctx.Run(&env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, flags: c.flags}), stderr)
 }
 
 // env is what the commands run with.
@@ -127,12 +127,11 @@ func (buildCmd) Run(e *env) error {
 	return nil
 }
 
-// usageError is a wrong command line or config: exit 2, with a hint.
+// usageError is a wrong command line or config: exit 2, with the usage
+// (cli.ExitWithUsage).
 type usageError struct{ err error }
 
-func (u usageError) Error() string {
-	return u.err.Error() + "\nRun segment-builder --help for usage."
-}
+func (u usageError) Error() string { return u.err.Error() }
 func (u usageError) Unwrap() error { return u.err }
 func (u usageError) ExitCode() int { return cli.ExitUsage }
 

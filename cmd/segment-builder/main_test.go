@@ -301,7 +301,8 @@ func TestBinary(t *testing.T) {
 			{[]string{"--input", a, "--out", "x", "--bogus"}, "unknown flag --bogus"},
 			{[]string{"--input", a, "--out", "x", "--config", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
 		} {
-			runBinary(t, bin, nil, nil, c.args...).want(t, 2, nil, []string{c.want})
+			// The error, then the usage the CLI reference promises.
+			runBinary(t, bin, nil, nil, c.args...).want(t, 2, nil, []string{c.want, "Usage: segment-builder"})
 		}
 		runBinary(t, bin, nil, nil, "--help").want(t, 0, []string{"Usage: segment-builder", "--on-conflict", "--log-format", "version"}, nil)
 		runBinary(t, bin, nil, nil, "--input", a, "--out", "x", "--log-format", "xml").want(t, 2, nil, []string{"--log-format must be one of"})
