@@ -103,6 +103,9 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 		if err == nil && c.notReplicated != nil && (rep.code == codeAllowed || rep.code == codeDuplicate) {
 			err = c.notReplicated
 		}
+		if err == nil && rep.code == codeLate {
+			err = ErrLate
+		}
 		if err != nil {
 			err = fmt.Errorf("decide: %w", err)
 			if ctx.Err() == nil {
@@ -176,6 +179,9 @@ func resendRefused[C any](ctx context.Context, all []C, cmd func(C) *redis.Cmd, 
 func (e *Engine) prepare(set *policySet, reqs []Request, calls []call) {
 	type span struct{ key, field, now, digest, packed, end int }
 	var buf []byte
+	// The fence's deadline is on the wall clock (the decision time may be
+	// a simulated one): how long Redis may take to run the call.
+	deadline := uint32(time.Now().Add(LateAfter).Unix())
 	spans := make([]span, len(calls))
 	for k := range calls {
 		c := &calls[k]
@@ -188,6 +194,9 @@ func (e *Engine) prepare(set *policySet, reqs []Request, calls []call) {
 		buf = appendField(buf, r.UserID)
 		s.now = len(buf)
 		buf = binary.BigEndian.AppendUint32(buf, uint32(r.At.Unix()))
+		if e.fence {
+			buf = binary.BigEndian.AppendUint32(buf, deadline)
+		}
 		s.digest = len(buf)
 		buf = append(buf, d[:digestSize]...)
 		s.packed = len(buf)

@@ -50,6 +50,10 @@ type Options struct {
 	// Ready fail (the Redis read timeout is a good value); 0: only failed
 	// calls and connections do.
 	StallAfter time.Duration
+	// Fence: a call that Redis runs more than LateAfter after it was sent
+	// (wall clock) records nothing and fails (ErrLate), so that a worker
+	// can give back an intent whose answer it lost. Workers set it.
+	Fence      bool
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	Now        func() time.Time // only for the clock-skew check
@@ -67,6 +71,7 @@ type Engine struct {
 	skewEvery    time.Duration
 	waitReplicas int
 	waitTimeout  time.Duration
+	fence        bool
 	refusals     *refusals // nil: no cache
 	refund       *script
 	health       *health // whether Redis can decide (Ready)
@@ -92,6 +97,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		skewEvery:    opts.SkewInterval,
 		waitReplicas: opts.WaitReplicas,
 		waitTimeout:  opts.WaitTimeout,
+		fence:        opts.Fence,
 		health:       newHealth(opts.StallAfter),
 		m:            newMetrics(opts.Registerer),
 		log:          opts.Logger,

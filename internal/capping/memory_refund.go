@@ -14,17 +14,20 @@ func (m *Memory) Refund(r RefundRequest) RefundResult {
 		return RefundUnknown
 	}
 	d := digest(r.IntentID)
-	out, res := refundRecord(rec, string(d[:5]))
-	if res == RefundApplied {
+	out, res := refundRecord(rec, string(d[:5]), r.giveBack())
+	if res == RefundApplied || r.Forget && res == RefundNothing {
 		m.users[r.UserID] = out
 	}
 	return res
 }
 
 // refundRecord is the refund script on one record: what it does for the intent
-// whose digest is d5, and the record after it. The steps are the script's;
-// keep them in step.
-func refundRecord(rec, d5 string) (string, RefundResult) {
+// whose digest is d5, and the record after it. giveBack ("" for a refund:
+// "f" and times otherwise) does something only when the id's entry has one
+// of its times, and forgets d5's idempotency entries too. The steps are the
+// script's; keep them in step.
+func refundRecord(rec, d5, giveBack string) (string, RefundResult) {
+	forget := giveBack != ""
 	cur := cursor{rec: rec}
 	ib, sb := cur.entries()
 	// The newest entry with the digest; times compared as their bytes.
@@ -38,6 +41,15 @@ func refundRecord(rec, d5 string) (string, RefundResult) {
 		return rec, RefundUnknown
 	}
 	tb := rec[at : at+timeSize]
+	if forget {
+		ours := false
+		for q := 1; q+timeSize <= len(giveBack); q += timeSize {
+			ours = ours || giveBack[q:q+timeSize] == tb
+		}
+		if !ours {
+			return rec, RefundUnknown
+		}
+	}
 	k := 0 // the sends at that second
 	for q := ib + digestSize; q < sb; q += idemEntrySize {
 		if rec[q:q+timeSize] == tb {
@@ -73,8 +85,31 @@ func refundRecord(rec, d5 string) (string, RefundResult) {
 			removed = true
 		}
 	}
+	if forget {
+		out = forgetEntries(out, rec[ib:sb], d5)
+	}
 	if !removed {
+		if forget {
+			return string(out), RefundNothing
+		}
 		return rec, RefundNothing
 	}
 	return string(out), RefundApplied
 }
+
+// forgetEntries is out (a record whose first sb bytes are the original
+// count and entries) with the entries of digest d5 left out.
+func forgetEntries(out []byte, ents, d5 string) []byte {
+	sb := len(varintPrefix(len(ents)/idemEntrySize)) + len(ents)
+	kept := make([]byte, 0, len(ents))
+	for p := 0; p < len(ents); p += idemEntrySize {
+		if ents[p:p+digestSize] != d5 {
+			kept = append(kept, ents[p:p+idemEntrySize]...)
+		}
+	}
+	b := appendVarint(make([]byte, 0, len(out)), len(kept)/idemEntrySize)
+	b = append(b, kept...)
+	return append(b, out[sb:]...)
+}
+
+func varintPrefix(n int) []byte { return appendVarint(nil, n) }

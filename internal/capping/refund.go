@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,6 +37,27 @@ func newRefundScript() (*script, error) {
 type RefundRequest struct {
 	UserID   uint64
 	IntentID string
+	// Forget makes it a give-back: an intent that was not delivered after
+	// attempts whose answers were lost (then cancelled, expired or left
+	// waiting). Only a send recorded at one of Attempts (decision times,
+	// to the second) is taken out, and the id's idempotency entry goes too,
+	// so that the intent may be decided again and counted then, rather than
+	// answered Duplicate.
+	Forget   bool
+	Attempts []time.Time
+}
+
+// giveBack is the refund script's third argument: "" for a refund, "f" and
+// the attempts' times for a give-back.
+func (r *RefundRequest) giveBack() string {
+	if !r.Forget {
+		return ""
+	}
+	b := []byte{'f'}
+	for _, t := range r.Attempts {
+		b = append(b, packTime(t.Unix())...)
+	}
+	return string(b)
 }
 
 // RefundResult is what a refund did.
@@ -69,6 +91,7 @@ type RefundOutcome struct {
 type refundCall struct {
 	i                  int
 	key, field, digest string
+	giveBack           string
 	cmd                *redis.Cmd
 }
 
@@ -101,7 +124,7 @@ func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutc
 			continue
 		}
 		d := digest(r.IntentID)
-		calls = append(calls, refundCall{i: i, key: e.keys.bucket(r.UserID), field: field(r.UserID), digest: string(d[:5])})
+		calls = append(calls, refundCall{i: i, key: e.keys.bucket(r.UserID), field: field(r.UserID), digest: string(d[:5]), giveBack: r.giveBack()})
 	}
 	if len(calls) == 0 {
 		return out, nil
@@ -163,7 +186,11 @@ func (e *Engine) sendRefunds(ctx context.Context, calls []*refundCall, eval bool
 	}
 	pipe := e.client.Pipeline()
 	for _, c := range calls {
-		c.cmd = redis.NewCmd(ctx, name, body, 1, c.key, c.field, c.digest)
+		if c.giveBack != "" {
+			c.cmd = redis.NewCmd(ctx, name, body, 1, c.key, c.field, c.digest, c.giveBack)
+		} else {
+			c.cmd = redis.NewCmd(ctx, name, body, 1, c.key, c.field, c.digest)
+		}
 		c.cmd.SetFirstKeyPos(3)
 		_ = pipe.Process(ctx, c.cmd)
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -294,17 +295,36 @@ func TestRefundScriptAsGo(t *testing.T) {
 			} else if err := c.c.HSet(ctx, "k", "f", rec).Err(); err != nil {
 				t.Fatal(err)
 			}
-			res, err := c.c.Eval(ctx, refund.src, []string{"k"}, "f", d5).Int64()
+			// Half of them give-backs, naming some of the seconds the
+			// records use (the entry's own among them, or not).
+			giveBack := ""
+			if rng.IntN(2) == 0 {
+				giveBack = "f"
+				for _, t := range []int64{1_800_000_000, 1_800_000_001, 1_800_003_600, 0x6b49d200 + 0x42} {
+					if rng.IntN(2) == 0 {
+						giveBack += packTime(t)
+					}
+				}
+			}
+			forget := giveBack != ""
+			args := []any{"f", d5}
+			if forget {
+				args = append(args, giveBack)
+			}
+			res, err := c.c.Eval(ctx, refund.src, []string{"k"}, args...).Int64()
 			if err != nil {
 				t.Fatalf("%s: record %x: %v", c.name, rec, err)
 			}
 			got, _ := c.c.HGet(ctx, "k", "f").Result()
 			want, wantRes := rec, RefundUnknown
 			if rec != "" {
-				want, wantRes = refundRecord(rec, d5)
+				want, wantRes = refundRecord(rec, d5, giveBack)
 			}
 			if RefundResult(res) != wantRes || got != want {
-				t.Fatalf("%s: case %d, record %x, digest %x: script %d %x, Go %s %x", c.name, i, rec, d5, res, got, wantRes, want)
+				t.Fatalf("%s: case %d, record %x, digest %x, forget %v: script %d %x, Go %s %x", c.name, i, rec, d5, forget, res, got, wantRes, want)
+			}
+			if forget && wantRes != RefundUnknown && slices.Contains(entriesOf(got), d5) {
+				t.Fatalf("%s: case %d: forgotten digest %x still has an entry in %x", c.name, i, d5, got)
 			}
 			results[wantRes]++
 		}
@@ -313,6 +333,17 @@ func TestRefundScriptAsGo(t *testing.T) {
 			t.Fatalf("%s: not every result: %v", c.name, results)
 		}
 	}
+}
+
+// entriesOf is the digests of a record's idempotency entries.
+func entriesOf(rec string) []string {
+	cur := cursor{rec: rec}
+	ib, sb := cur.entries()
+	var out []string
+	for p := ib; p < sb; p += idemEntrySize {
+		out = append(out, rec[p:p+digestSize])
+	}
+	return out
 }
 
 // randomRefundRecord is a record ("": none) and a digest to refund.

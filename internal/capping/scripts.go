@@ -6,7 +6,9 @@ import (
 	"crypto/sha1"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
@@ -47,7 +49,22 @@ const (
 	// had room without them); t as for codeCapped, 0 when the bookings
 	// alone fill it.
 	codeHeld = 3
+	// codeLate: the call reached Redis more than LateAfter after its
+	// decision time and recorded nothing (decide.go: an error, retried).
+	codeLate = 4
 )
+
+// LateAfter is how long after it was sent (the worker's wall clock) a call
+// may still record a send, with Options.Fence: one that Redis runs later (a
+// stalled server running what was queued before the worker gave up on it)
+// records nothing and answers late. A worker that lost an attempt's answer
+// knows, once LateAfter (and a second of clock resolution, and a second of
+// skew) has passed, that the attempt can no longer count anything, and can
+// give the intent back (dispatch).
+const LateAfter = 10 * time.Second
+
+// ErrLate is the error of a call that reached Redis past LateAfter.
+var ErrLate = errors.New("Redis ran the call more than " + LateAfter.String() + " after it was sent (stalled?) and recorded nothing")
 
 // On the wire a reply is one integer (a table costs Redis more), code <<
 // replyCodeShift | limit << replyLimitShift | t, and for a refusal with the
@@ -58,13 +75,14 @@ const (
 )
 
 // replyData is the reply's packing as the script template writes it.
-type replyData struct{ Code, Duplicate, Capped, Held, Limit string }
+type replyData struct{ Code, Duplicate, Capped, Held, Late, Limit string }
 
 var replyText = replyData{
 	Code:      fmt.Sprintf("2^%d", replyCodeShift),
 	Duplicate: fmt.Sprintf("%d * 2^%d", codeDuplicate, replyCodeShift),
 	Capped:    fmt.Sprintf("%d * 2^%d", codeCapped, replyCodeShift),
 	Held:      fmt.Sprintf("%d * 2^%d", codeHeld, replyCodeShift),
+	Late:      fmt.Sprintf("%d * 2^%d", codeLate, replyCodeShift),
 	Limit:     fmt.Sprintf("2^%d", replyLimitShift),
 }
 

@@ -147,8 +147,11 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 	if err := w.refund(ctx, b.entries, refunds); err != nil {
 		return nil, err
 	}
-	decisions, ctl, err := w.decide(ctx, reqs, sendBy)
+	decisions, ctl, lost, err := w.decide(ctx, reqs, sendBy)
 	if err != nil {
+		return nil, err
+	}
+	if err := w.giveBack(ctx, reqs, decisions, lost); err != nil {
 		return nil, err
 	}
 	j := 0 // reqs are the decided entries', in batch order

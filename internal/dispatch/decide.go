@@ -26,8 +26,16 @@ import (
 // a paused campaign is Deferred for the pause; neither reaches the engine,
 // nor is counted. sendBy[i] is request i's own send-by (zero: none). ctl[i]
 // names the control record that decided request i, when one did.
-func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []time.Time) (out []capping.Decision, ctl []string, _ error) {
+//
+// An attempt whose answer was lost (a timeout, a WAIT that failed) may
+// have been recorded in Redis all the same: lost[i] are request i's such
+// attempts. A later answer Duplicate at one of those
+// times is that attempt's: its first delivery, not a redelivery
+// (ownDuplicates). One that ends in anything but a delivery is given back
+// (giveback.go).
+func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []time.Time) (out []capping.Decision, ctl []string, lost [][]lostAttempt, _ error) {
 	out = make([]capping.Decision, len(reqs))
+	lost = make([][]lostAttempt, len(reqs))
 	ctl = make([]string, len(reqs))
 	pending := make([]int, len(reqs))
 	for i := range pending {
@@ -64,12 +72,14 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 		}
 		var ds []capping.Decision
 		var err error
+		var sent time.Time
 		if len(sub) > 0 {
 			t0 := time.Now()
+			sent = t0
 			ds, err = w.o.Decider.Decide(ctx, sub)
 			w.m.decision.Observe(time.Since(t0).Seconds())
 			if err != nil && ctx.Err() != nil {
-				return nil, nil, fmt.Errorf("decide: %w", err)
+				return nil, nil, nil, fmt.Errorf("decide: %w", err)
 			}
 		}
 		// still: what is retried, in batch order; failed: how many of
@@ -98,6 +108,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 			switch {
 			case err != nil:
 				lastErr = err
+				lost[i] = append(lost[i], lostAttempt{at: now, sent: sent})
 			case errors.Is(d.Err, capping.ErrInvalidRequest):
 				// The policy that decides it does not know its channel
 				// or category (it changed since the intent was decoded),
@@ -110,6 +121,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 				continue
 			case d.Err != nil:
 				lastErr = d.Err
+				lost[i] = append(lost[i], lostAttempt{at: now, sent: sent})
 				if failed < 10 {
 					// Ids only at debug: logs above it never name a user.
 					w.o.Logger.Debug("intent not decided", "user", uid, "intent", reqs[i].IntentID, "error", lastErr)
@@ -130,7 +142,8 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 		}
 		if len(still) == 0 {
 			w.setReady("redis")
-			return out, ctl, nil
+			ownDuplicates(out, lost)
+			return out, ctl, lost, nil
 		}
 		if w.o.FailOpen {
 			if failed > 0 {
@@ -154,12 +167,13 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 				"attempt", attempt, "backoff", backoff, "error", lastErr)
 		}
 		if err := sleep(ctx, backoff); err != nil {
-			return nil, nil, fmt.Errorf("decide: %w (last redis error: %v)", err, lastErr)
+			return nil, nil, nil, fmt.Errorf("decide: %w (last redis error: %v)", err, lastErr)
 		}
 		backoff = min(2*backoff, w.o.RetryMax)
 		pending = still
 	}
-	return out, ctl, nil
+	ownDuplicates(out, lost)
+	return out, ctl, lost, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -29,6 +29,7 @@ type metrics struct {
 	dueLag       prometheus.Histogram
 	expired      prometheus.Counter
 	refunds      *prometheus.CounterVec
+	givenBack    *prometheus.CounterVec
 	held         *prometheus.CounterVec
 	cancelled    *prometheus.CounterVec
 	pausedWait   prometheus.Gauge
@@ -104,6 +105,10 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 			Name: "capper_refunds_total",
 			Help: "Delivery statuses read, by result: applied (a send's slot given back), unknown (no such id in the user's log), nothing (already refunded, or out of every window), ignored (a status that does not refund), failed (Redis down with on_redis_error: allow).",
 		}, []string{"result"}),
+		givenBack: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "capper_given_back_total",
+			Help: "Intents whose attempt's answer was lost and that ended undelivered (cancelled, expired, paused, dead-lettered), given back by result: applied (the lost attempt had counted it: taken out), unknown (it had not), nothing (counted, but kept: over-counts only), failed (Redis down with on_redis_error: allow).",
+		}, []string{"result"}),
 		held: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "capper_held_for_plan_total",
 			Help: "Intents capped or deferred because a campaign plan of a higher priority booked the slot (capper-held-for), by segment and limit; shadow mode counts what it would have held.",
@@ -125,6 +130,9 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 	}
 	for _, r := range refundResults {
 		m.refunds.WithLabelValues(r)
+		if r != refundIgnored {
+			m.givenBack.WithLabelValues(r)
+		}
 	}
 	for _, t := range topics {
 		m.writeErrors.WithLabelValues(t)

@@ -45,59 +45,85 @@ func (w *Worker) readStatus(m *kafka.Message, e *entry) (capping.RefundRequest, 
 }
 
 // refund applies the batch's refunds, retrying those Redis did not answer
-// with backoff (with FailOpen, they are given up after the first failure:
-// a refund not applied only over-counts).
+// (applyRefunds).
 func (w *Worker) refund(ctx context.Context, entries []entry, reqs []refundReq) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	rs := make([]capping.RefundRequest, len(reqs))
+	for k, r := range reqs {
+		rs[k] = r.r
+	}
+	results, err := w.applyRefunds(ctx, rs, "refunds")
+	if err != nil {
+		return err
+	}
+	for k, r := range reqs {
+		entries[r.i].refund = results[k]
+	}
+	return nil
+}
+
+// applyRefunds asks the Refunder until every request has an answer, with
+// backoff (with FailOpen, those Redis could not answer are given up after
+// the first failure: a refund or give-back not applied only over-counts).
+// The result of each is its capper_refunds_total label.
+func (w *Worker) applyRefunds(ctx context.Context, reqs []capping.RefundRequest, what string) ([]string, error) {
+	results := make([]string, len(reqs))
+	pending := make([]int, len(reqs))
+	for k := range pending {
+		pending[k] = k
+	}
 	backoff := w.o.RetryInitial
-	for attempt := 1; len(reqs) > 0; attempt++ {
-		rs := make([]capping.RefundRequest, len(reqs))
-		for k, r := range reqs {
-			rs[k] = r.r
+	for attempt := 1; len(pending) > 0; attempt++ {
+		rs := make([]capping.RefundRequest, len(pending))
+		for k, i := range pending {
+			rs[k] = reqs[i]
 		}
 		out, err := w.o.Refunder.Refund(ctx, rs)
 		if err != nil && ctx.Err() != nil {
-			return fmt.Errorf("refund: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		var still []refundReq
+		var still []int
 		var lastErr error
-		for k, r := range reqs {
+		for k, i := range pending {
 			switch {
 			case err != nil:
 				lastErr = err
 			case errors.Is(out[k].Err, capping.ErrInvalidRequest):
 				// The decoder checks the id; this would be a bug, and
 				// retrying cannot help.
-				entries[r.i].refund = refundFailed
+				results[i] = refundFailed
 				continue
 			case out[k].Err != nil:
 				lastErr = out[k].Err
 			default:
-				entries[r.i].refund = out[k].Result.String()
+				results[i] = out[k].Result.String()
 				continue
 			}
-			still = append(still, r)
+			still = append(still, i)
 		}
 		if len(still) == 0 {
-			return nil
+			return results, nil
 		}
 		if w.o.FailOpen {
-			for _, r := range still {
-				entries[r.i].refund = refundFailed
+			for _, i := range still {
+				results[i] = refundFailed
 			}
-			w.o.Logger.Warn("redis could not apply refunds; failing open as configured (the sends stay counted)",
-				"refunds", len(still), "error", lastErr)
-			return nil
+			w.o.Logger.Warn("redis could not apply "+what+"; failing open as configured (the sends stay counted)",
+				"count", len(still), "error", lastErr)
+			return results, nil
 		}
-		w.setNotReady("redis", fmt.Errorf("redis cannot apply %d refunds: %w", len(still), lastErr))
+		w.setNotReady("redis", fmt.Errorf("redis cannot apply %d %s: %w", len(still), what, lastErr))
 		if attempt == 1 || attempt%10 == 0 {
-			w.o.Logger.Warn("redis could not apply refunds; waiting and retrying", "refunds", len(still),
+			w.o.Logger.Warn("redis could not apply "+what+"; waiting and retrying", "count", len(still),
 				"attempt", attempt, "backoff", backoff, "error", lastErr)
 		}
 		if err := sleep(ctx, backoff); err != nil {
-			return fmt.Errorf("refund: %w (last redis error: %v)", err, lastErr)
+			return nil, fmt.Errorf("%s: %w (last redis error: %v)", what, err, lastErr)
 		}
 		backoff = min(2*backoff, w.o.RetryMax)
-		reqs = still
+		pending = still
 	}
-	return nil
+	return results, nil
 }

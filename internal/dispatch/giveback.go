@@ -1,0 +1,96 @@
+package dispatch
+
+// Give-backs: an attempt whose answer was lost (a timeout, a stalled or
+// failed-over Redis, a WAIT that failed) may have been recorded all the
+// same. When the intent then ends in anything but a delivery (cancelled by
+// a stop or its send-by, waiting for a pause, dead-lettered), its send is
+// taken out of the user's record and its id forgotten, so that nothing not
+// delivered stays counted. Two things make that exact:
+//
+//   - the worker asks only after capping.LateAfter (and a second of clock
+//     resolution, and a second of skew between its clock and Redis's) has
+//     passed since it sent the last lost attempt: a call Redis runs later
+//     records nothing (capping's fence), so no attempt can record the
+//     send after the give-back has run;
+//   - only a send recorded at one of the lost attempts' times is taken out
+//     (the refund script checks the id's entry), never one an earlier
+//     delivery of the same id recorded.
+//
+// A worker that dies between the lost answer and the give-back leaves the
+// send counted (over-counting only): the next worker does not know of the
+// lost attempt.
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/capper-dev/capper/internal/capping"
+)
+
+// giveBackAfter is how long after a lost attempt was sent a give-back may
+// be sent (see above).
+const giveBackAfter = capping.LateAfter + 2*time.Second
+
+// lostAttempt is an attempt whose answer was lost: its decision time (what
+// Redis records a send at) and when it was sent (wall clock).
+type lostAttempt struct{ at, sent time.Time }
+
+// ownDuplicates turns a Duplicate answer recorded by one of the request's
+// own lost attempts into the delivery it is (the first: nothing delivered
+// it before), decided at that attempt's time.
+func ownDuplicates(out []capping.Decision, lost [][]lostAttempt) {
+	for i := range out {
+		d := &out[i]
+		if d.Outcome != capping.Duplicate || len(lost[i]) == 0 {
+			continue
+		}
+		if k := slices.IndexFunc(lost[i], func(a lostAttempt) bool { return a.at.Unix() == d.At.Unix() }); k >= 0 {
+			d.Outcome, d.At = capping.Allowed, lost[i][k].at
+		}
+	}
+}
+
+// delivered reports whether an outcome delivers the intent (so a send its
+// lost attempt recorded is the one that counts it).
+func delivered(o capping.Outcome) bool {
+	return o == capping.Allowed || o == capping.Duplicate || o == capping.FailOpen
+}
+
+// giveBack gives back the requests with lost attempts that end undelivered,
+// once no lost attempt can record anything any more; retried like refunds.
+func (w *Worker) giveBack(ctx context.Context, reqs []capping.Request, out []capping.Decision, lost [][]lostAttempt) error {
+	var rs []capping.RefundRequest
+	var last time.Time
+	for i := range reqs {
+		if len(lost[i]) == 0 || delivered(out[i].Outcome) {
+			continue
+		}
+		r := capping.RefundRequest{UserID: reqs[i].UserID, IntentID: reqs[i].IntentID, Forget: true}
+		for _, a := range lost[i] {
+			r.Attempts = append(r.Attempts, a.at)
+			if a.sent.After(last) {
+				last = a.sent
+			}
+		}
+		rs = append(rs, r)
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	if wait := time.Until(last.Add(giveBackAfter)); wait > 0 {
+		w.o.Logger.Info("intents whose attempts' answers were lost end undelivered: giving them back once no attempt can count them",
+			"intents", len(rs), "wait", wait.Round(time.Millisecond))
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+	results, err := w.applyRefunds(ctx, rs, "give-backs")
+	if err != nil {
+		return err
+	}
+	for _, r := range results {
+		w.m.givenBack.WithLabelValues(r).Inc()
+	}
+	return nil
+}
