@@ -23,6 +23,7 @@ type Cluster struct {
 	// Replicas[i] replicates Nodes[i] when AddReplicas made them (a
 	// failover may swap their roles since).
 	Replicas []*Redis
+	args     []string // every node's extra redis-server arguments
 }
 
 // StartCluster starts masters cluster-enabled redis-server processes, assigns
@@ -30,12 +31,21 @@ type Cluster struct {
 // node.
 func StartCluster(t testing.TB, masters int) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, masters)
+}
+
+// StartClusterWith is StartCluster with extra redis-server arguments for
+// every node, the replicas AddReplicas adds included, and every restart:
+// e.g. "--appendonly", "yes" for masters that persist what they
+// acknowledged.
+func StartClusterWith(t testing.TB, masters int, args ...string) *Cluster {
+	t.Helper()
 	if masters < 1 {
 		t.Fatalf("StartCluster: masters must be >= 1, got %d", masters)
 	}
-	c := &Cluster{t: t}
+	c := &Cluster{t: t, args: slices.Clone(args)}
 	for i := 0; i < masters; i++ {
-		c.Nodes = append(c.Nodes, StartRedis(t, RedisOptions{Cluster: true}))
+		c.Nodes = append(c.Nodes, StartRedis(t, RedisOptions{Cluster: true, Args: c.args}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -91,7 +101,7 @@ func (c *Cluster) AddReplicas() {
 	defer cancel()
 	first := c.Nodes[0].Client()
 	for i := range c.Nodes {
-		r := StartRedis(c.t, RedisOptions{Cluster: true, Args: []string{"--cluster-replica-validity-factor", "0"}})
+		r := StartRedis(c.t, RedisOptions{Cluster: true, Args: append([]string{"--cluster-replica-validity-factor", "0"}, c.args...)})
 		if err := first.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", r.Port, r.BusPort).Err(); err != nil {
 			c.t.Fatalf("cluster: MEET %s: %v", r.Addr(), err)
 		}

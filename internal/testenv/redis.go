@@ -131,9 +131,9 @@ func (r *Redis) start() error {
 	out := &SyncBuffer{}
 	cmd := exec.Command(r.bin, r.args...)
 	cmd.Stdout, cmd.Stderr = out, out
-	// Its own process group: a Ctrl-C on go test must not orphan servers, and a
-	// Kill here must not touch anything else.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group (a Kill here touches nothing else), and it dies
+	// with the test binary however that ends.
+	Own(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("exec %s: %w", r.bin, err)
 	}

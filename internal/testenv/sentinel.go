@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -51,7 +50,7 @@ func StartSentinel(t testing.TB, name string, masterPort int, o SentinelOptions)
 			t.Fatal(err)
 		}
 		cmd := exec.Command(bin, conf, "--sentinel")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		Own(cmd)
 		out := &SyncBuffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
