@@ -1,0 +1,130 @@
+package topics
+
+// Create: the topics the config names that the brokers lack, created with
+// the partitions and configs capper needs; existing topics are never
+// altered, a wrong one is reported.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/config"
+)
+
+// DefaultPartitions is the input's partitions when Create creates it.
+const DefaultPartitions = 12
+
+// CreateOptions configures Create.
+type CreateOptions struct {
+	Kafka *config.Kafka
+	// Partitions is the input's when it is created (0: DefaultPartitions);
+	// every other topic but the control topic gets as many as the input has.
+	Partitions int
+	// ReplicationFactor of every topic created (-1 or 0: the brokers'
+	// default.replication.factor).
+	ReplicationFactor int
+	// DryRun reports what would be created and creates nothing. (It does
+	// not ask the brokers to validate the creations: kafka-go's client
+	// waits, after a validate-only CreateTopics, for topics that never
+	// appear.)
+	DryRun bool
+	// Fix is the command that checks the topics, named in the findings.
+	Fix string
+}
+
+// Create creates every topic of the config that the brokers lack, and
+// reports each: created (or would create, with DryRun), or what it is
+// (ok, warn, wrong, as Check says; never altered). A topic another client
+// creates meanwhile is reported as not created (already exists). An error is one asking
+// the brokers or one they gave for a creation (the topics named).
+func Create(ctx context.Context, c Admin, o CreateOptions) (Report, error) {
+	r, err := Check(ctx, c, CheckOptions{Kafka: o.Kafka, Fix: o.Fix})
+	if err != nil {
+		return Report{}, err
+	}
+	input := 0
+	for _, f := range r.Findings {
+		if f.Kind == Input {
+			input = f.Partitions
+		}
+	}
+	if input == 0 {
+		input = o.Partitions
+		if input <= 0 {
+			input = DefaultPartitions
+		}
+	}
+	rf := o.ReplicationFactor
+	if rf == 0 {
+		rf = -1
+	}
+	var req []kafka.TopicConfig
+	at := map[string]int{} // topic -> finding
+	for i, f := range r.Findings {
+		if f.State != Missing {
+			continue
+		}
+		tc := kafka.TopicConfig{Topic: f.Name, NumPartitions: f.Topic.Partitions(input), ReplicationFactor: rf}
+		cfgs := f.Configs()
+		for _, k := range slices.Sorted(maps.Keys(cfgs)) {
+			tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: cfgs[k]})
+		}
+		req = append(req, tc)
+		at[f.Name] = i
+	}
+	if len(req) == 0 {
+		return r, nil
+	}
+	if o.DryRun {
+		for _, tc := range req {
+			f := &r.Findings[at[tc.Topic]]
+			f.State, f.Partitions, f.Note = WouldCreate, tc.NumPartitions, describeCreate(tc)
+		}
+		return r, nil
+	}
+	resp, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: req})
+	if err != nil {
+		return Report{}, fmt.Errorf("create topics %s: %w", names(req), err)
+	}
+	var failed []string
+	for _, tc := range req {
+		f := &r.Findings[at[tc.Topic]]
+		if err := resp.Errors[tc.Topic]; err != nil {
+			f.Note = fmt.Sprintf("not created: %v", err)
+			failed = append(failed, fmt.Sprintf("%s (%s): %v", tc.Topic, f.Key, err))
+			continue
+		}
+		f.State, f.Partitions, f.Note = Created, tc.NumPartitions, describeCreate(tc)
+	}
+	if len(failed) > 0 {
+		return r, fmt.Errorf("create topics: %s", strings.Join(failed, "; "))
+	}
+	return r, nil
+}
+
+// describeCreate says what a topic is created with.
+func describeCreate(tc kafka.TopicConfig) string {
+	s := fmt.Sprintf("%d %s, replication factor ", tc.NumPartitions, plural(tc.NumPartitions, "partition"))
+	if tc.ReplicationFactor < 0 {
+		s += "the brokers' default"
+	} else {
+		s += fmt.Sprint(tc.ReplicationFactor)
+	}
+	for _, e := range tc.ConfigEntries {
+		s += fmt.Sprintf(", %s=%s", e.ConfigName, e.ConfigValue)
+	}
+	return s
+}
+
+func names(req []kafka.TopicConfig) string {
+	s := make([]string, len(req))
+	for i, tc := range req {
+		s[i] = tc.Topic
+	}
+	return strings.Join(s, ", ")
+}

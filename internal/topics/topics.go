@@ -1,0 +1,131 @@
+// Package topics owns what capper needs of its Kafka topics: every topic a
+// worker config names, with the partitions and settings it needs (Named,
+// Topic.Needs), what the brokers have and how it differs (Check), and
+// creating what is missing (Create). `capper topics check|create` and the
+// worker's start (which refuses a wrong topic) use it.
+//
+// What a topic needs:
+//   - every topic: to exist, and no compaction except the control topic's
+//     (the input, the tiers and the outputs are keyed by user: compaction
+//     keeps only a user's latest record);
+//   - a delay tier: at least as many partitions as the input (it is
+//     co-partitioned with the input: a deferred intent waits in the tier
+//     partition with its user's input partition's index, see
+//     dispatch/copartition.go; with fewer, several input partitions share
+//     one and the reader of the input is not the reader of the tier), and
+//     a retention above its delay;
+//   - the control topic: cleanup.policy=compact only (a state is kept for as
+//     long as it is the latest of its key; with delete too, a stop older
+//     than retention.ms disappears), and a min.compaction.lag.ms that leaves
+//     the workers time to re-assert a state after a foreign record (7 days
+//     when created; below an hour is warned about).
+package topics
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/config"
+)
+
+// Kind is what a topic is to capper.
+type Kind int
+
+const (
+	// Input is kafka.topics.input.
+	Input Kind = iota
+	// Output is a topic capper writes or reads besides the input and the
+	// tiers: deliveries, suppressed, dead letters, delivery statuses.
+	Output
+	// Tier is a delay tier.
+	Tier
+	// Control is the campaign control topic.
+	Control
+)
+
+// The settings capper creates topics with and checks.
+const (
+	// ControlCompactionLag is the control topic's min.compaction.lag.ms
+	// when created: a worker has this long to re-assert a state after a
+	// foreign record under its key.
+	ControlCompactionLag = 7 * 24 * time.Hour
+	// MinControlCompactionLag: below it, check warns.
+	MinControlCompactionLag = time.Hour
+	// TierRetentionMargin is what a tier's retention keeps beyond its delay
+	// (the longest outage planned for); below it, check warns.
+	TierRetentionMargin = 24 * time.Hour
+	// MinTierRetention is the least retention a tier is created with
+	// (Kafka's default, 7 days).
+	MinTierRetention = 7 * 24 * time.Hour
+)
+
+// Topic is one topic the config names.
+type Topic struct {
+	Key   string // the config key that names it, e.g. kafka.delay_tiers[1].topic
+	Name  string
+	Kind  Kind
+	Delay time.Duration // a tier's delay
+}
+
+// Named lists every topic k names, in the order of the config: the input,
+// deliveries, suppressed, dead letters, delivery statuses, the delay tiers,
+// the control topic. A name given twice is listed once (config validation
+// refuses most of those).
+func Named(k *config.Kafka) []Topic {
+	t := k.Topics
+	all := []Topic{
+		{Key: "kafka.topics.input", Name: t.Input, Kind: Input},
+		{Key: "kafka.topics.deliveries", Name: t.Deliveries, Kind: Output},
+		{Key: "kafka.topics.suppressed", Name: t.Suppressed, Kind: Output},
+		{Key: "kafka.topics.dead_letter", Name: t.DeadLetter, Kind: Output},
+		{Key: "kafka.topics.delivery_status", Name: t.DeliveryStatus, Kind: Output},
+	}
+	for i, d := range k.DelayTiers {
+		all = append(all, Topic{Key: fmt.Sprintf("kafka.delay_tiers[%d].topic", i), Name: d.Topic, Kind: Tier, Delay: d.Delay.D()})
+	}
+	all = append(all, Topic{Key: "kafka.topics.control", Name: t.Control, Kind: Control})
+	seen := map[string]bool{}
+	out := all[:0]
+	for _, tp := range all {
+		if tp.Name == "" || seen[tp.Name] {
+			continue
+		}
+		seen[tp.Name] = true
+		out = append(out, tp)
+	}
+	return out
+}
+
+// Configs are the topic configs capper creates t with (nil: the brokers'
+// defaults).
+func (t Topic) Configs() map[string]string {
+	switch t.Kind {
+	case Control:
+		return map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": ms(ControlCompactionLag)}
+	case Tier:
+		return map[string]string{"retention.ms": ms(max(MinTierRetention, t.Delay+TierRetentionMargin))}
+	}
+	return nil
+}
+
+// Partitions is how many partitions capper creates t with, the input having
+// input.
+func (t Topic) Partitions(input int) int {
+	if t.Kind == Control {
+		return 1 // every worker reads it whole; one partition keeps it in one order
+	}
+	return input
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// Admin is what this package asks the brokers (*kafka.Client has it).
+type Admin interface {
+	Metadata(context.Context, *kafka.MetadataRequest) (*kafka.MetadataResponse, error)
+	DescribeConfigs(context.Context, *kafka.DescribeConfigsRequest) (*kafka.DescribeConfigsResponse, error)
+	CreateTopics(context.Context, *kafka.CreateTopicsRequest) (*kafka.CreateTopicsResponse, error)
+}
