@@ -211,12 +211,15 @@ func (s *stack) writeConfig(t testing.TB) {
 	}
 }
 
-// createTopic adds a topic with 4 partitions.
+// createTopic adds a topic with 4 partitions (and testenv.TopicConfigs).
 func (s *stack) createTopic(t testing.TB, topic string) {
 	t.Helper()
 	c := &kafka.Client{Addr: kafka.TCP(s.kafka.Addrs...), Timeout: 10 * time.Second}
-	resp, err := c.CreateTopics(context.Background(), &kafka.CreateTopicsRequest{
-		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 4, ReplicationFactor: 1}}})
+	tc := kafka.TopicConfig{Topic: topic, NumPartitions: 4, ReplicationFactor: 1}
+	for k, v := range testenv.TopicConfigs(topic) {
+		tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
+	}
+	resp, err := c.CreateTopics(context.Background(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{tc}})
 	if err == nil {
 		err = resp.Errors[topic]
 	}

@@ -43,6 +43,9 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 	if err := checkTopics(ctx, admin, &cfg.Kafka); err != nil {
 		return nil, err
 	}
+	if err := checkTopicSettings(ctx, admin, &cfg.Kafka, log); err != nil {
+		return nil, err
+	}
 	lag, err := dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: cfg.Kafka.GroupID, Topic: cfg.Kafka.Topics.Input,
 		Interval: cfg.Kafka.LagInterval.D(), Registerer: reg, Logger: log})
 	if err != nil {
@@ -153,7 +156,7 @@ func checkTopics(ctx context.Context, admin *kafka.Client, k *config.Kafka) erro
 	}
 	err := dispatch.CheckTopics(ctx, admin, topics)
 	if errors.Is(err, dispatch.ErrMissingTopic) {
-		return configError{fmt.Errorf("kafka topics (create them, or fix the config): %w", err)}
+		return configError{fmt.Errorf("kafka topics (create them: capper topics create --config FILE; or fix the config): %w", err)}
 	}
 	if err != nil {
 		return fmt.Errorf("kafka topics: %w", err)

@@ -36,6 +36,7 @@ import (
 	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/replay"
+	kafkatopics "github.com/capper-dev/capper/internal/topics"
 )
 
 // Options sizes and points the demo.
@@ -142,11 +143,16 @@ func Run(ctx context.Context, o Options) error {
 	for _, t := range demoTiers {
 		topics = append(topics, t.Topic)
 	}
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topics...), kfake.SeedTopics(1, topicControl))
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topics...))
 	if err != nil {
 		return fmt.Errorf("demo: start kafka: %w", err)
 	}
 	defer broker.Close()
+	// The control topic as capper topics create makes it (a worker refuses
+	// one that is not compacted).
+	if err := broker.CreateTopic(topicControl, 1, kafkatopics.Topic{Kind: kafkatopics.Control}.Configs()); err != nil {
+		return fmt.Errorf("demo: create the control topic %s: %w", topicControl, err)
+	}
 	brokers := broker.ListenAddrs()
 	redisAddr := o.RedisAddr
 	if redisAddr == "" {

@@ -10,6 +10,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	kafkatopics "github.com/capper-dev/capper/internal/topics"
 )
 
 // Kafka is an in-process Kafka-protocol broker (kfake) that clients reach over
@@ -19,17 +21,45 @@ type Kafka struct {
 	Addrs   []string
 }
 
+// ControlTopic is the campaign control topic the docs and the tests name.
+// StartKafka creates it as `capper topics create` does (TopicConfigs): a
+// worker refuses a control topic that is not compacted.
+const ControlTopic = "capper-control"
+
+// TopicConfigs are the configs a test creates topic with: ControlTopic's
+// (compacted, min.compaction.lag.ms 7 days), nil for any other.
+func TopicConfigs(topic string) map[string]string {
+	if topic != ControlTopic {
+		return nil
+	}
+	return kafkatopics.Topic{Kind: kafkatopics.Control}.Configs()
+}
+
 // StartKafka starts a one-broker cluster with the given topics, each with
-// partitions partitions; it stops at test end. Extra kfake options (e.g.
-// fault injection through Cluster.Control) may be passed in opts.
+// partitions partitions (ControlTopic with its TopicConfigs); it stops at
+// test end. Extra kfake options (e.g. fault injection through
+// Cluster.Control) may be passed in opts.
 func StartKafka(t testing.TB, partitions int32, topics []string, opts ...kfake.Opt) *Kafka {
 	t.Helper()
-	all := append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...)}, opts...)
+	var seeded, configured []string
+	for _, topic := range topics {
+		if TopicConfigs(topic) != nil {
+			configured = append(configured, topic)
+		} else {
+			seeded = append(seeded, topic)
+		}
+	}
+	all := append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(partitions, seeded...)}, opts...)
 	c, err := kfake.NewCluster(all...)
 	if err != nil {
 		t.Fatalf("start kfake: %v", err)
 	}
 	t.Cleanup(c.Close)
+	for _, topic := range configured {
+		if err := c.CreateTopic(topic, partitions, TopicConfigs(topic)); err != nil {
+			t.Fatalf("create topic %s: %v", topic, err)
+		}
+	}
 	return &Kafka{Cluster: c, Addrs: c.ListenAddrs()}
 }
 

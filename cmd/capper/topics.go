@@ -1,0 +1,64 @@
+package main
+
+// capper topics check|create: the Kafka topics a worker config names.
+
+import (
+	"fmt"
+
+	"github.com/capper-dev/capper/internal/app"
+)
+
+type topicsCmd struct {
+	Check  topicsCheckCmd  `cmd:"" help:"Check every topic the config names: one line per topic (ok, warn, missing, or wrong with the fix); exit 1 naming each missing or wrong one."`
+	Create topicsCreateCmd `cmd:"" help:"Create the topics the config names that are missing, with the partitions and settings capper needs; existing topics are never altered (a wrong one is reported, exit 1)."`
+}
+
+type topicsCheckCmd struct {
+	Config string `required:"" type:"existingfile" help:"Config file (its Kafka settings, and the topics it names)." completion:"<file>"`
+}
+
+func (c *topicsCheckCmd) Run(e *env) error {
+	cfg, log, err := e.forHuman(c.Config)
+	if err != nil {
+		return err
+	}
+	r, err := app.CheckTopics(e.ctx, cfg, app.TopicsOptions{ConfigPath: c.Config}, log)
+	if err != nil {
+		return err
+	}
+	if err := r.WriteText(e.stdout); err != nil {
+		return err
+	}
+	return r.Err()
+}
+
+type topicsCreateCmd struct {
+	Config            string `required:"" type:"existingfile" help:"Config file (its Kafka settings, and the topics it names)." completion:"<file>"`
+	Partitions        int    `default:"12" help:"Partitions of the input topic when it is created (as many as the most workers you expect); every other topic but the control topic (1) gets as many as the input has."`
+	ReplicationFactor int    `name:"replication-factor" default:"-1" help:"Replication factor of the topics created; -1: the brokers' default.replication.factor."`
+	DryRun            bool   `name:"dry-run" help:"Print what would be created; create nothing."`
+}
+
+func (c *topicsCreateCmd) Run(e *env) error {
+	if c.Partitions < 1 {
+		return usageError{fmt.Errorf("--partitions: %d; give at least 1", c.Partitions)}
+	}
+	if c.ReplicationFactor == 0 || c.ReplicationFactor < -1 {
+		return usageError{fmt.Errorf("--replication-factor: %d; give at least 1, or -1 for the brokers' default", c.ReplicationFactor)}
+	}
+	cfg, log, err := e.forHuman(c.Config)
+	if err != nil {
+		return err
+	}
+	r, err := app.CreateTopics(e.ctx, cfg, app.TopicsOptions{ConfigPath: c.Config, Partitions: c.Partitions,
+		ReplicationFactor: c.ReplicationFactor, DryRun: c.DryRun}, log)
+	if len(r.Findings) > 0 {
+		if werr := r.WriteText(e.stdout); werr != nil {
+			return werr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return r.Err()
+}
