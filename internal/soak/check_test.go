@@ -252,54 +252,117 @@ func intentID(m kafka.Message) string {
 }
 
 // checkOrder: a user's inputs, in partition order, were decided in that
-// order. An input's decision on its way in is its capper-deferred-since
-// when it waited in a delay tier, else its capper-decided-at, the latest
-// of its copies (a redelivered input is decided again). A duplicate's
-// decided-at is when its id was first allowed (maybe for another record),
-// so duplicates take no part; times are compared to the second (the
-// engine's resolution).
+// order, within each delivery pass. An input's decision on its way in is
+// its capper-deferred-since when it waited in a delay tier, else its
+// capper-decided-at, to the second (the engine's resolution). A
+// redelivered range (a broker restart, a worker killed, a rebalance) is
+// decided again from the committed offset: a new pass, compared with
+// itself only. Passes are told apart by an input's copies in time order:
+// the k-th decision of an input is compared with the k-th of the user's
+// input before it. A duplicate's decided-at is when its id was first
+// allowed (maybe in an earlier pass, or for another record), so it takes
+// its pass's place (after the decisions that were not duplicates: once
+// allowed, every later copy is one) but is compared with nothing; copies
+// decided in the same second are one decision (a tier that handed the
+// same deferral back twice). Pairing this way can only compare a
+// decision with an earlier or equal pass of the input before it (a pass
+// that ended between the two, or began between them, shifts the pairs
+// that way), so it reports no false violation; it still reports one
+// within a pass, the first as well as a redelivered one.
 func checkOrder(r *report, o outputs) {
-	at := map[string]time.Time{}
+	copies := map[string][]decision{}
 	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed} {
 		for _, m := range x {
-			if header(m, hDuplicate) == "true" {
-				continue
-			}
+			src := header(m, hSource)
+			d := decision{dup: header(m, hDuplicate) == "true", desc: describe(m)}
 			v := header(m, hDeferredSince)
 			if v == "" {
 				v = header(m, hDecidedAt)
 			}
 			t, err := time.Parse(timeLayout, v)
 			if err != nil {
-				r.add("order", "output of %s: decision time %q: %v", header(m, hSource), v, err)
+				r.add("order", "output of %s: decision time %q: %v", src, v, err)
 				continue
 			}
-			src := header(m, hSource)
-			if t = t.Truncate(time.Second); t.After(at[src]) {
-				at[src] = t
-			}
+			d.at = t.Truncate(time.Second)
+			copies[src] = append(copies[src], d)
 		}
 	}
 	type in struct {
-		off int64
-		at  time.Time
+		off    int64
+		passes []decision
+		desc   string // the input, for a report
 	}
 	byUser := map[string][]in{}
 	for _, m := range o.inputs {
-		if t, ok := at[source(m)]; ok {
+		if cs, ok := copies[source(m)]; ok {
 			k := fmt.Sprintf("partition %d, user %s", m.Partition, m.Key)
-			byUser[k] = append(byUser[k], in{m.Offset, t})
+			byUser[k] = append(byUser[k], in{m.Offset, passes(cs), fmt.Sprintf("id=%s campaign=%s", intentID(m), campaignOf(m))})
 		}
 	}
 	for user, ins := range byUser {
 		slices.SortFunc(ins, func(a, b in) int { return cmp.Compare(a.off, b.off) })
 		for i := 1; i < len(ins); i++ {
-			if ins[i].at.Before(ins[i-1].at) {
-				r.add("order", "%s: offset %d decided at %s, before offset %d (decided at %s)",
-					user, ins[i].off, ins[i].at.Format(time.TimeOnly), ins[i-1].off, ins[i-1].at.Format(time.TimeOnly))
+			a, b := ins[i-1], ins[i]
+			for k := range min(len(a.passes), len(b.passes)) {
+				pa, pb := a.passes[k], b.passes[k]
+				if pa.dup || pb.dup || !pb.at.Before(pa.at) {
+					continue
+				}
+				var all strings.Builder
+				for _, x := range ins {
+					fmt.Fprintf(&all, "\n      offset %d %s: %s", x.off, x.desc, describeAll(x.passes))
+				}
+				r.add("order", "%s: offset %d decided at %s, before offset %d (decided at %s), in their delivery pass %d; the user's inputs in this partition:%s",
+					user, b.off, pb.at.Format(time.TimeOnly), a.off, pa.at.Format(time.TimeOnly), k+1, all.String())
+				break
 			}
 		}
 	}
+}
+
+// decision is one decision of an input: when (to the second), whether it
+// was a duplicate (when unknown), and what it was, for a report.
+type decision struct {
+	at   time.Time
+	dup  bool
+	desc string
+}
+
+// passes orders an input's decisions by pass: the ones that were not
+// duplicates by time (those in the same second merged), then the
+// duplicates.
+func passes(cs []decision) []decision {
+	var out, dups []decision
+	for _, c := range cs {
+		if c.dup {
+			dups = append(dups, c)
+		} else {
+			out = append(out, c)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b decision) int { return a.at.Compare(b.at) })
+	out = slices.CompactFunc(out, func(a, b decision) bool { return a.at.Equal(b.at) })
+	return append(out, dups...)
+}
+
+// describe is an output copy, for a report.
+func describe(m kafka.Message) string {
+	s := fmt.Sprintf("%s/%d/%d %s decided-at %s", m.Topic, m.Partition, m.Offset, header(m, hDecision), header(m, hDecidedAt))
+	for _, h := range []string{hDeferredSince, hDuplicate, "capper-limit", "capper-reason", "capper-override", hRetryAfter} {
+		if v := header(m, h); v != "" {
+			s += " " + strings.TrimPrefix(h, "capper-") + "=" + v
+		}
+	}
+	return s
+}
+
+func describeAll(ds []decision) string {
+	var parts []string
+	for _, d := range ds {
+		parts = append(parts, "["+d.desc+"]")
+	}
+	return strings.Join(parts, " ")
 }
 
 // deliveriesOf lists a user's deliveries and refusals, for a report.

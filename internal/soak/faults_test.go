@@ -44,10 +44,18 @@ var (
 	outages       = map[string]bool{"redis-shutdown": true, "redis-kill": true, "redis-pause": true, "master-kill": true, "replica-pause": true}
 )
 
+// The control faults beside a stop or pause: a foreign record under a
+// stopped campaign's key, then a compaction of the control topic and a
+// worker restarted on what it left; a stop written while Redis stalls in
+// the middle of a blast of that campaign.
+var controlFaults = []string{"control-compaction", "stop-in-stall"}
+
 // schedule draws the faults of a run: about one every 7 seconds of
 // traffic, the first and every other one a Redis outage (4-9 s: long
 // enough for a worker's first failed attempts to end, as a restart's
-// would), a policy swap second and a campaign stopped (or paused) fourth.
+// would), a policy swap second, a campaign stopped (or paused) fourth,
+// and the two control faults (in an order the seed draws) sixth and
+// eighth, when the traffic is long enough for them (50 s).
 func schedule(rng *rand.Rand, cluster bool, traffic time.Duration) []fault {
 	kinds := singleFaults
 	if cluster {
@@ -62,6 +70,7 @@ func schedule(rng *rand.Rand, cluster bool, traffic time.Duration) []fault {
 	n := max(4, int(traffic/(7*time.Second)))
 	slot := (traffic - 4*time.Second) / time.Duration(n)
 	var out []fault
+	first := 0 // the control fault drawn sixth
 	for i := range n {
 		kind := kinds[rng.IntN(len(kinds))]
 		switch {
@@ -71,10 +80,15 @@ func schedule(rng *rand.Rand, cluster bool, traffic time.Duration) []fault {
 			kind = "policy-swap"
 		case i == 3:
 			kind = []string{"campaign-stop", "campaign-pause"}[rng.IntN(2)]
+		case i == 5:
+			first = rng.IntN(2)
+			kind = controlFaults[first]
+		case i == 7:
+			kind = controlFaults[1-first]
 		}
 		f := fault{kind: kind, at: 2*time.Second + time.Duration(i)*slot + time.Duration(rng.Int64N(int64(slot/4))),
 			length: time.Duration(1500+rng.IntN(2500)) * time.Millisecond, target: rng.IntN(1 << 16)}
-		if outages[kind] {
+		if outages[kind] || kind == "stop-in-stall" { // a stall long enough for the batch's attempt to time out
 			f.length = time.Duration(4000+rng.IntN(5000)) * time.Millisecond
 		}
 		out = append(out, f)
@@ -212,6 +226,7 @@ type chaos struct {
 	// noControl: the binary has no campaign control (CAPPER_SOAK_BIN of
 	// an older build); its faults are skipped.
 	noControl bool
+	prod      *producer // the workload's, for a blast
 }
 
 // heldWindow is a campaign stopped or paused, on the workers' clock.
@@ -262,6 +277,17 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 		if m == nil {
 			return
 		}
+		// Without persistence a master may come back only once its
+		// replica has taken over: back empty before, it would still own
+		// its slots, and its replica would resync from it (every record
+		// of them lost: Redis's hazard, not capper's).
+		var replica *testenv.Redis
+		if !c.tp.persist {
+			if replica = c.tp.replicaOf(ctx, m); replica == nil {
+				c.note("master-kill %s: no replica in sync, and no persistence; skipped", m.Addr())
+				return
+			}
+		}
 		c.outage.begin(f.kind)
 		m.Kill()
 		// Its replica takes over after cluster-node-timeout; without a
@@ -269,9 +295,14 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 		// the outage lasts until the killed node is back as its replica.
 		sleep(ctx, f.length)
 		c.outage.end()
+		how := "with its append-only file"
+		if replica != nil {
+			waited := c.waitRole(ctx, replica, "master")
+			how = fmt.Sprintf("empty, once its replica %s had taken over (%.1fs after the kill)", replica.Addr(), waited.Seconds()+f.length.Seconds())
+		}
 		m.Restart()
 		c.waitHealthy(ctx, f.kind)
-		c.note("master-kill %s, restarted after %.1fs", m.Addr(), f.length.Seconds())
+		c.note("master-kill %s, restarted after %.1fs %s", m.Addr(), f.length.Seconds(), how)
 	case "replica-pause":
 		r := c.pick(ctx, f, "slave")
 		if r == nil {
@@ -322,6 +353,18 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 		c.campaign("resume", campaign)
 		c.held = append(c.held, heldWindow{campaign: campaign, state: state, from: from, to: to})
 		c.note("%s %s (record %s), resumed after %.1fs", f.kind, campaign, pos, f.length.Seconds())
+	case "control-compaction":
+		if c.noControl {
+			c.note("%s: skipped, this build of capper has no campaign control", f.kind)
+			return
+		}
+		c.compaction(ctx, f)
+	case "stop-in-stall":
+		if c.noControl {
+			c.note("%s: skipped, this build of capper has no campaign control", f.kind)
+			return
+		}
+		c.stopInStall(ctx, f)
 	case "broker-restart":
 		c.broker.stop()
 		sleep(ctx, f.length)
@@ -332,6 +375,20 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 	default:
 		t.Fatalf("unknown fault %q", f.kind)
 	}
+}
+
+// waitRole waits (a minute at most) until node n reports role, and
+// returns how long that took.
+func (c *chaos) waitRole(ctx context.Context, n *testenv.Redis, want string) time.Duration {
+	start := time.Now()
+	for role(ctx, n) != want {
+		if time.Since(start) > time.Minute || ctx.Err() != nil {
+			c.t.Errorf("%s did not become %s within a minute", n.Addr(), want)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(start)
 }
 
 // pick is the node of a role (master, slave) a fault hits, by its target;

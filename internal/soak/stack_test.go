@@ -8,6 +8,7 @@ package soak
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,6 +24,8 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.yaml.in/yaml/v3"
 
@@ -48,6 +51,7 @@ const (
 	group       = "capper-soak"
 )
 
+// topics: the control topic last (it is created compacted).
 var topics = []string{tIn, tDeliveries, tSuppressed, tDLQ, tStatus, tTier1, tTier2, tControl}
 
 // broker is the kfake broker, which a fault may restart: the same port,
@@ -78,13 +82,46 @@ func (b *broker) start() error {
 	var err error
 	for range 50 { // the old listener's port may linger a moment
 		b.c, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(b.port), kfake.DataDir(b.dir), kfake.SyncWrites(),
-			kfake.SeedTopics(partitions, topics...))
+			kfake.SeedTopics(partitions, topics[:len(topics)-1]...))
 		if err == nil {
+			// The control topic is compacted, as the docs ask (a restart
+			// finds it in the data directory).
+			if err := b.c.CreateTopic(tControl, partitions, map[string]string{"cleanup.policy": "compact"}); err != nil &&
+				!errors.Is(err, kerr.TopicAlreadyExists) {
+				b.c.Close()
+				return fmt.Errorf("create the control topic %s: %w", tControl, err)
+			}
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("start kfake on port %d: %w", b.port, err)
+}
+
+// compact compacts every compacted topic now (the control topic): only the
+// latest record of each key is left (a partition's last batch whole).
+func (b *broker) compact() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.c != nil {
+		b.c.Compact()
+	}
+}
+
+// writeTo writes msgs to one partition of topic as a raw producer would
+// (acks=all, one batch), retrying while the broker restarts.
+func (b *broker) writeTo(ctx context.Context, topic string, partition int, msgs ...kafka.Message) error {
+	w := &kafka.Writer{Addr: kafka.TCP(b.addr), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond,
+		Balancer: kafka.BalancerFunc(func(kafka.Message, ...int) int { return partition }), WriteTimeout: 3 * time.Second}
+	defer w.Close()
+	var err error
+	for range 20 {
+		if err = w.WriteMessages(ctx, msgs...); err == nil || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return err
 }
 
 func (b *broker) stop() {
@@ -96,27 +133,45 @@ func (b *broker) stop() {
 	}
 }
 
-// topology is the Redis a soak runs against.
+// topology is the Redis a soak runs against: always a deployment that
+// keeps what it acknowledged (a master that restarts empty, before its
+// replica took over, would make its replica resync from it and lose every
+// record of its slots: Redis's documented hazard, not capper's; see
+// docs/operations/failure-semantics.md).
 type topology struct {
 	single *testenv.Redis   // single mode (with an append-only file)
 	clus   *testenv.Cluster // cluster mode: 3 masters, a replica each
+	// persist: cluster nodes keep an append-only file (fsync always); else
+	// none, and a killed master is restarted only once its replica has
+	// taken over.
+	persist bool
 }
 
-func startRedis(t *testing.T, cluster bool) *topology {
+// aof are the redis-server arguments of a node that persists every write.
+var aof = []string{"--appendonly", "yes", "--appendfsync", "always"}
+
+func startRedis(t *testing.T, cluster, persist bool) *topology {
 	t.Helper()
 	if !cluster {
-		return &topology{single: testenv.StartRedis(t, testenv.RedisOptions{Args: []string{"--appendonly", "yes", "--appendfsync", "always"}})}
+		return &topology{single: testenv.StartRedis(t, testenv.RedisOptions{Args: aof}), persist: true}
 	}
-	c := testenv.StartCluster(t, 3)
+	var args []string
+	if persist {
+		args = aof
+	}
+	c := testenv.StartClusterWith(t, 3, args...)
 	c.AddReplicas()
-	return &topology{clus: c}
+	return &topology{clus: c, persist: persist}
 }
 
 func (tp *topology) name() string {
-	if tp.single != nil {
+	switch {
+	case tp.single != nil:
 		return "single redis-server (append-only file)"
+	case tp.persist:
+		return "3-master Redis Cluster, a replica each, wait_replicas 1; every node with an append-only file (fsync always)"
 	}
-	return "3-master Redis Cluster, a replica each, wait_replicas 1"
+	return "3-master Redis Cluster, a replica each, wait_replicas 1; no persistence: a killed master is restarted only after its replica took over"
 }
 
 // nodes are every node, masters and replicas.
@@ -141,6 +196,21 @@ func role(ctx context.Context, n *testenv.Redis) string {
 		}
 	}
 	return ""
+}
+
+// replicaOf is the node that replicates master m and is in sync with it
+// now, or nil.
+func (tp *topology) replicaOf(ctx context.Context, m *testenv.Redis) *testenv.Redis {
+	for _, n := range tp.nodes() {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
+		info, err := c.Info(ctx, "replication").Result()
+		c.Close()
+		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") &&
+			strings.Contains(info, "master_port:"+strconv.Itoa(m.Port)+"\r\n") {
+			return n
+		}
+	}
+	return nil
 }
 
 // byRole lists the cluster's nodes that have role now.
@@ -216,7 +286,7 @@ func (w *worker) start(t *testing.T, bin, dir string) {
 	}
 	cmd := exec.Command(bin, "run", "--config", w.config)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	testenv.Own(cmd) // it dies with the soak, however that ends
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", w.name, err)
 	}
@@ -299,6 +369,9 @@ func workerConfig(t *testing.T, b *broker, tp *topology, dir string) *config.Con
 	w.RetryInitial, w.RetryMax = config.Duration(50*time.Millisecond), config.Duration(500*time.Millisecond)
 	w.ShutdownTimeout = config.Duration(8 * time.Second)
 	cfg.Log.Level = "info"
+	if l := os.Getenv("CAPPER_SOAK_LOG_LEVEL"); l != "" {
+		cfg.Log.Level = l // debug names the intents a batch could not decide
+	}
 	return &cfg
 }
 

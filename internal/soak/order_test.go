@@ -1,0 +1,86 @@
+package soak
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// TestOrderCheck feeds checkOrder made-up records: order violations within
+// a pass (the first one, and a redelivered one) are reported; redelivered
+// passes that keep order are not, nor a decision only a duplicate took.
+func TestOrderCheck(t *testing.T) {
+	base := time.Date(2026, 11, 26, 20, 47, 40, 0, time.UTC)
+	at := func(s int) string { return base.Add(time.Duration(s) * time.Second).Format(timeLayout) }
+	type out struct {
+		off      int64
+		decided  int
+		dup      bool
+		deferred int // > 0: capper-deferred-since
+		topic    string
+	}
+	run := func(outs ...out) []string {
+		var o outputs
+		seen := map[int64]bool{}
+		for _, x := range outs {
+			if !seen[x.off] {
+				seen[x.off] = true
+				o.inputs = append(o.inputs, kafka.Message{Topic: tIn, Partition: 1, Offset: x.off, Key: []byte("42")})
+			}
+			topic := x.topic
+			if topic == "" {
+				topic = tDeliveries
+			}
+			m := kafka.Message{Topic: topic, Key: []byte("42"), Headers: []kafka.Header{
+				{Key: hSource, Value: []byte(fmt.Sprintf("%s/1/%d", tIn, x.off))},
+				{Key: hDecision, Value: []byte("allowed")},
+				{Key: hDecidedAt, Value: []byte(at(x.decided))},
+			}}
+			if x.dup {
+				m.Headers = append(m.Headers, kafka.Header{Key: hDuplicate, Value: []byte("true")})
+			}
+			if x.deferred > 0 {
+				m.Headers = append(m.Headers, kafka.Header{Key: hDeferredSince, Value: []byte(at(x.deferred))})
+			}
+			if topic == tDeliveries {
+				o.deliveries = append(o.deliveries, m)
+			} else {
+				o.suppressed = append(o.suppressed, m)
+			}
+		}
+		r := &report{counts: map[string]int{}}
+		checkOrder(r, o)
+		return r.problems["order"]
+	}
+	for _, c := range []struct {
+		name string
+		outs []out
+		want string // "" : no finding
+	}{
+		{"in order", []out{{off: 1, decided: 1}, {off: 2, decided: 1}, {off: 3, decided: 2}}, ""},
+		{"a later one first, one pass", []out{{off: 1, decided: 9}, {off: 2, decided: 1}}, "offset 2 decided at 20:47:41, before offset 1 (decided at 20:47:49), in their delivery pass 1"},
+		{"a later one first, through a delay tier", []out{{off: 1, decided: 30, deferred: 9}, {off: 2, decided: 5}}, "offset 2 decided at 20:47:45, before offset 1"},
+		// The case: 1919 decided again after a broker restart,
+		// 1921's second copy a duplicate (its first decision counts).
+		{"redelivered, the later one a duplicate", []out{{off: 1919, decided: 8}, {off: 1921, decided: 8}, {off: 1919, decided: 12, topic: tSuppressed},
+			{off: 1921, decided: 8, dup: true}}, ""},
+		{"redelivered, both decided again in order", []out{{off: 1, decided: 1}, {off: 2, decided: 2}, {off: 1, decided: 20}, {off: 2, decided: 21}}, ""},
+		{"redelivered, out of order in the second pass", []out{{off: 1, decided: 1}, {off: 2, decided: 2}, {off: 1, decided: 20}, {off: 2, decided: 15}},
+			"offset 2 decided at 20:47:55, before offset 1 (decided at 20:48:00), in their delivery pass 2"},
+		{"a pass began between them", []out{{off: 1, decided: 1}, {off: 2, decided: 2}, {off: 2, decided: 30}}, ""},
+		{"a pass ended between them", []out{{off: 1, decided: 1}, {off: 1, decided: 10}, {off: 2, decided: 11}}, ""},
+		{"a deferral handed back twice", []out{{off: 1, decided: 30, deferred: 3}, {off: 1, decided: 31, deferred: 3}, {off: 2, decided: 4}, {off: 2, decided: 40}}, ""},
+		{"a producer's retry, a duplicate from the start", []out{{off: 1, decided: 9}, {off: 2, decided: 1, dup: true}}, ""},
+	} {
+		got := run(c.outs...)
+		switch {
+		case c.want == "" && len(got) > 0:
+			t.Errorf("%s: reported %q", c.name, got)
+		case c.want != "" && (len(got) != 1 || !strings.Contains(got[0], c.want)):
+			t.Errorf("%s: reported %q, want one finding with %q", c.name, got, c.want)
+		}
+	}
+}
