@@ -10,8 +10,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/twmb/franz-go/pkg/kfake"
-
-	kafkatopics "github.com/capper-dev/capper/internal/topics"
 )
 
 // Kafka is an in-process Kafka-protocol broker (kfake) that clients reach over
@@ -27,12 +25,15 @@ type Kafka struct {
 const ControlTopic = "capper-control"
 
 // TopicConfigs are the configs a test creates topic with: ControlTopic's
-// (compacted, min.compaction.lag.ms 7 days), nil for any other.
+// (compacted, min.compaction.lag.ms 7 days), nil for any other. They are
+// what internal/topics creates the control topic with (its tests check
+// that they agree); testenv cannot import it, since the packages below it
+// (capping) test with testenv.
 func TopicConfigs(topic string) map[string]string {
 	if topic != ControlTopic {
 		return nil
 	}
-	return kafkatopics.Topic{Kind: kafkatopics.Control}.Configs()
+	return map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": "604800000"}
 }
 
 // StartKafka starts a one-broker cluster with the given topics, each with

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,15 @@ func TestTopicsCreateInput(t *testing.T) {
 		if n := len(k.Cluster.PartitionInfos(name)); n != 3 {
 			t.Errorf("%s: %d partitions, want 3", name, n)
 		}
+	}
+}
+
+// TestTestenvControlTopic: the tests' control topic (testenv, which cannot
+// import this package) is created as capper topics create makes one.
+func TestTestenvControlTopic(t *testing.T) {
+	want := topics.Topic{Kind: topics.Control}.Configs()
+	got := testenv.TopicConfigs(testenv.ControlTopic)
+	if !maps.Equal(got, want) {
+		t.Fatalf("testenv creates %s with %v, capper topics create with %v", testenv.ControlTopic, got, want)
 	}
 }
