@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/capper-dev/capper/internal/app"
+	"github.com/capper-dev/capper/internal/topics"
 )
 
 type topicsCmd struct {
@@ -15,6 +16,7 @@ type topicsCmd struct {
 
 type topicsCheckCmd struct {
 	Config string `required:"" type:"existingfile" help:"Config file (its Kafka settings, and the topics it names)." completion:"<file>"`
+	Output string `short:"o" enum:"table,json" default:"table" help:"Output format: table or json."`
 }
 
 func (c *topicsCheckCmd) Run(e *env) error {
@@ -26,7 +28,7 @@ func (c *topicsCheckCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := r.WriteText(e.stdout); err != nil {
+	if err := writeTopicsReport(e, r, c.Output); err != nil {
 		return err
 	}
 	return r.Err()
@@ -37,6 +39,7 @@ type topicsCreateCmd struct {
 	Partitions        int    `default:"12" help:"Partitions of the input topic when it is created (as many as the most workers you expect); every other topic but the control topic (1) gets as many as the input has."`
 	ReplicationFactor int    `name:"replication-factor" default:"-1" help:"Replication factor of the topics created; -1: the brokers' default.replication.factor."`
 	DryRun            bool   `name:"dry-run" help:"Print what would be created; create nothing."`
+	Output            string `short:"o" enum:"table,json" default:"table" help:"Output format: table or json."`
 }
 
 func (c *topicsCreateCmd) Run(e *env) error {
@@ -53,7 +56,7 @@ func (c *topicsCreateCmd) Run(e *env) error {
 	r, err := app.CreateTopics(e.ctx, cfg, app.TopicsOptions{ConfigPath: c.Config, Partitions: c.Partitions,
 		ReplicationFactor: c.ReplicationFactor, DryRun: c.DryRun}, log)
 	if len(r.Findings) > 0 {
-		if werr := r.WriteText(e.stdout); werr != nil {
+		if werr := writeTopicsReport(e, r, c.Output); werr != nil {
 			return werr
 		}
 	}
@@ -61,4 +64,12 @@ func (c *topicsCreateCmd) Run(e *env) error {
 		return err
 	}
 	return r.Err()
+}
+
+// writeTopicsReport prints a report as -o says.
+func writeTopicsReport(e *env, r topics.Report, format string) error {
+	if format == "json" {
+		return r.WriteJSON(e.stdout)
+	}
+	return r.WriteText(e.stdout)
 }

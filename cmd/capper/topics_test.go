@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -70,6 +71,19 @@ func TestTopicsCLI(t *testing.T) {
 	out, errOut, code = capper(t, nil, "topics", "check", "--config", s.path)
 	if code != 0 || strings.Count(out, "\n") != 8 || strings.Count("\n"+out, "\nok ") != 8 {
 		t.Fatalf("check after create: exit %d, want 0 and 8 ok lines\n%s%s", code, out, errOut)
+	}
+
+	out, errOut, code = capper(t, nil, "topics", "check", "--config", s.path, "-o", "json")
+	var found []struct {
+		Topic, Key, State string
+		Partitions        int
+		Problems          []string
+	}
+	if err := json.Unmarshal([]byte(out), &found); code != 0 || err != nil || len(found) != 8 {
+		t.Fatalf("check -o json: exit %d, %v\n%s%s", code, err, out, errOut)
+	}
+	if f := found[7]; f.Topic != "ctl" || f.Key != "kafka.topics.control" || f.State != "ok" || f.Partitions != 1 || f.Problems == nil {
+		t.Fatalf("check -o json: the control topic is %+v", f)
 	}
 
 	for _, args := range [][]string{

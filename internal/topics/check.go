@@ -5,6 +5,7 @@ package topics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -265,6 +266,31 @@ func (r Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.State, f.Name, f.Key, f.line())
 	}
 	return tw.Flush()
+}
+
+// findingJSON is a finding in WriteJSON.
+type findingJSON struct {
+	Topic      string   `json:"topic"`
+	Key        string   `json:"key"`
+	State      State    `json:"state"`
+	Partitions int      `json:"partitions"`
+	Problems   []string `json:"problems"`
+	Warnings   []string `json:"warnings"`
+	Note       string   `json:"note,omitempty"`
+}
+
+// WriteJSON writes the findings as one JSON array, in the config's order:
+// topic, key, state, partitions (0: missing), problems and warnings (each
+// with its fix; [] for none), note.
+func (r Report) WriteJSON(w io.Writer) error {
+	out := make([]findingJSON, len(r.Findings))
+	for i, f := range r.Findings {
+		out[i] = findingJSON{Topic: f.Name, Key: f.Key, State: f.State, Partitions: f.Partitions,
+			Problems: append([]string{}, f.Problems...), Warnings: append([]string{}, f.Warnings...), Note: f.Note}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }
 
 // line is a finding's last column.
