@@ -43,21 +43,23 @@ type CreateOptions struct {
 // creates meanwhile is reported as not created (already exists). An error is one asking
 // the brokers or one they gave for a creation (the topics named).
 func Create(ctx context.Context, c Admin, o CreateOptions) (Report, error) {
-	r, err := Check(ctx, c, CheckOptions{Kafka: o.Kafka, Fix: o.Fix})
+	named := Named(o.Kafka)
+	have, err := describe(ctx, c, named)
 	if err != nil {
 		return Report{}, err
 	}
-	input := 0
-	for _, f := range r.Findings {
-		if f.Kind == Input {
-			input = f.Partitions
-		}
-	}
+	// The input's partitions, or those it is created with: an existing
+	// tier is checked against them.
+	input := have[o.Kafka.Topics.Input].partitions
 	if input == 0 {
 		input = o.Partitions
 		if input <= 0 {
 			input = DefaultPartitions
 		}
+	}
+	var r Report
+	for _, t := range named {
+		r.Findings = append(r.Findings, verdict(t, have[t.Name], input, CheckOptions{Kafka: o.Kafka, Fix: o.Fix}))
 	}
 	rf := o.ReplicationFactor
 	if rf == 0 {

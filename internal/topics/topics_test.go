@@ -247,16 +247,22 @@ func TestTopicsCreate(t *testing.T) {
 }
 
 // TestTopicsCreateInput: a missing input is created with the partitions
-// asked for, and the tiers with as many.
+// asked for, and the tiers with as many; an existing tier with fewer is
+// reported wrong against them.
 func TestTopicsCreateInput(t *testing.T) {
 	k := testenv.StartKafka(t, 1, nil)
+	create(t, k, "send-intents-delay-10m", 2, nil)
 	r, err := topics.Create(context.Background(), client(k), topics.CreateOptions{Kafka: kafkaConfig(k.Addrs), Partitions: 3, ReplicationFactor: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range r.Findings {
-		if f.State != topics.Created {
-			t.Errorf("%s: %s", f.Name, f.State)
+		want := topics.Created
+		if f.Name == "send-intents-delay-10m" {
+			want = topics.Wrong
+		}
+		if f.State != want {
+			t.Errorf("%s: %s, want %s %v", f.Name, f.State, want, f.Problems)
 		}
 	}
 	for _, name := range []string{"send-intents", "send-intents-delay-1m", "deliveries"} {
