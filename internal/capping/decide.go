@@ -180,8 +180,8 @@ func (e *Engine) prepare(set *policySet, reqs []Request, calls []call) {
 	type span struct{ key, field, now, digest, packed, end int }
 	var buf []byte
 	// The fence's deadline is on the wall clock (the decision time may be
-	// a simulated one): how long Redis may take to run the call.
-	deadline := uint32(time.Now().Add(LateAfter).Unix())
+	// a simulated one): until when Redis may record the call (fence.go).
+	deadline := e.fence.deadline()
 	spans := make([]span, len(calls))
 	for k := range calls {
 		c := &calls[k]
@@ -194,7 +194,7 @@ func (e *Engine) prepare(set *policySet, reqs []Request, calls []call) {
 		buf = appendField(buf, r.UserID)
 		s.now = len(buf)
 		buf = binary.BigEndian.AppendUint32(buf, uint32(r.At.Unix()))
-		if e.fence {
+		if e.fenced {
 			buf = binary.BigEndian.AppendUint32(buf, deadline)
 		}
 		s.digest = len(buf)

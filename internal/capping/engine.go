@@ -71,7 +71,8 @@ type Engine struct {
 	skewEvery    time.Duration
 	waitReplicas int
 	waitTimeout  time.Duration
-	fence        bool
+	fenced       bool
+	fence        fenceClock
 	refusals     *refusals // nil: no cache
 	refund       *script
 	health       *health // whether Redis can decide (Ready)
@@ -97,7 +98,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		skewEvery:    opts.SkewInterval,
 		waitReplicas: opts.WaitReplicas,
 		waitTimeout:  opts.WaitTimeout,
-		fence:        opts.Fence,
+		fenced:       opts.Fence,
 		health:       newHealth(opts.StallAfter),
 		m:            newMetrics(opts.Registerer),
 		log:          opts.Logger,

@@ -2,6 +2,8 @@ package capping
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -68,5 +70,84 @@ func TestFenceRecordsNothingLate(t *testing.T) {
 	}
 	if n := count(fenced); n != 1 {
 		t.Fatalf("fenced: %d sends after the intent was decided in time, want 1", n)
+	}
+}
+
+// BenchmarkFenceCost prints Redis CPU per decision (INFO commandstats: time
+// inside the script call) with the fence (Options.Fence: a TIME call before
+// each send is recorded) and without, each engine on its own redis-server,
+// taking turns batch by batch on the same mostly allowed intents, and the
+// ratio fenced / unfenced measured in the same run.
+func BenchmarkFenceCost(b *testing.B) {
+	ctx := context.Background()
+	mk := func(fence bool) (*Engine, *redis.Client) {
+		c := testenv.StartRedis(b, testenv.RedisOptions{}).Client()
+		return newEngine(b, c, Options{Rules: benchRules(), Fence: fence}), c
+	}
+	fenced, fc := mk(true)
+	open, oc := mk(false)
+	var usec [2]float64
+	b.ResetTimer()
+	for n := range b.N {
+		rng := rand.New(rand.NewPCG(7, uint64(n)))
+		const total = 50_000
+		reqs := make([]Request, total)
+		for i := range reqs {
+			reqs[i] = benchRequest(rng, uint64(rng.IntN(benchUsers)), T0.Add(time.Duration(i)*time.Second))
+			reqs[i].IntentID = fmt.Sprint("fence-", n, "-", i)
+		}
+		var before [2][2]int64
+		for k, c := range []*redis.Client{fc, oc} {
+			if err := c.FlushAll(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			before[k][0], before[k][1] = serverUsec(b, c)
+		}
+		for lo := 0; lo < total; lo += 500 {
+			for _, e := range []*Engine{fenced, open} {
+				ds, err := e.Decide(ctx, reqs[lo:min(lo+500, total)])
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, d := range ds {
+					if d.Err != nil {
+						b.Fatal(d.Err)
+					}
+				}
+			}
+		}
+		for k, c := range []*redis.Client{fc, oc} {
+			u, calls := serverUsec(b, c)
+			if calls-before[k][1] != total {
+				b.Fatalf("%d script calls for %d decisions", calls-before[k][1], total)
+			}
+			usec[k] += float64(u-before[k][0]) / total
+		}
+	}
+	b.StopTimer()
+	f, o := usec[0]/float64(b.N), usec[1]/float64(b.N)
+	b.ReportMetric(f, "fenced-us/decision")
+	b.ReportMetric(o, "unfenced-us/decision")
+	b.ReportMetric(f/o, "ratio")
+	fmt.Printf("BenchmarkFenceCost: Redis CPU per decision %.2f us fenced, %.2f us unfenced: %.2fx\n", f, o, f/o)
+}
+
+// TestFenceFollowsSkew: the deadline and LateBy follow the masters' clock
+// skews as the clock check measures them, up to maxFenceSkew.
+func TestFenceFollowsSkew(t *testing.T) {
+	var e Engine
+	if got, want := e.LateBy(), LateAfter+time.Second; got != want {
+		t.Fatalf("LateBy with no skew = %s, want %s", got, want)
+	}
+	e.fence.observe([]time.Duration{2 * time.Second, -3 * time.Second, time.Second})
+	if got, want := e.LateBy(), LateAfter+6*time.Second; got != want {
+		t.Fatalf("LateBy with masters 2s ahead and 3s behind = %s, want %s", got, want)
+	}
+	if d, want := int64(e.fence.deadline()), time.Now().Add(LateAfter+2*time.Second).Unix(); d < want-1 || d > want+1 {
+		t.Fatalf("deadline %d, want about %d (now + LateAfter + the skew ahead)", d, want)
+	}
+	e.fence.observe([]time.Duration{time.Hour})
+	if got, want := e.LateBy(), LateAfter+maxFenceSkew+time.Second; got != want {
+		t.Fatalf("LateBy with a master an hour ahead = %s, want %s (bounded)", got, want)
 	}
 }

@@ -7,11 +7,11 @@ package dispatch
 // taken out of the user's record and its id forgotten, so that nothing not
 // delivered stays counted. Two things make that exact:
 //
-//   - the worker asks only after capping.LateAfter (and a second of clock
-//     resolution, and a second of skew between its clock and Redis's) has
-//     passed since it sent the last lost attempt: a call Redis runs later
-//     records nothing (capping's fence), so no attempt can record the
-//     send after the give-back has run;
+//   - the worker asks only after the engine's LateBy (capping.LateAfter,
+//     the masters' clock skews, a second of resolution) and a second of
+//     margin have passed since it sent the last lost attempt: a call Redis
+//     runs later records nothing (capping's fence), so no attempt can
+//     record the send after the give-back has run;
 //   - only a send recorded at one of the lost attempts' times is taken out
 //     (the refund script checks the id's entry), never one an earlier
 //     delivery of the same id recorded.
@@ -28,9 +28,19 @@ import (
 	"github.com/capper-dev/capper/internal/capping"
 )
 
+// lateWindow is a Decider with a fence (*capping.Engine): how long after
+// sending a call Redis can still record it.
+type lateWindow interface{ LateBy() time.Duration }
+
 // giveBackAfter is how long after a lost attempt was sent a give-back may
 // be sent (see above).
-const giveBackAfter = capping.LateAfter + 2*time.Second
+func (w *Worker) giveBackAfter() time.Duration {
+	d := capping.LateAfter + time.Second
+	if l, ok := w.o.Decider.(lateWindow); ok {
+		d = l.LateBy()
+	}
+	return d + time.Second
+}
 
 // lostAttempt is an attempt whose answer was lost: its decision time (what
 // Redis records a send at) and when it was sent (wall clock).
@@ -78,7 +88,7 @@ func (w *Worker) giveBack(ctx context.Context, reqs []capping.Request, out []cap
 	if len(rs) == 0 {
 		return nil
 	}
-	if wait := time.Until(last.Add(giveBackAfter)); wait > 0 {
+	if wait := time.Until(last.Add(w.giveBackAfter())); wait > 0 {
 		w.o.Logger.Info("intents whose attempts' answers were lost end undelivered: giving them back once no attempt can count them",
 			"intents", len(rs), "wait", wait.Round(time.Millisecond))
 		if err := sleep(ctx, wait); err != nil {
