@@ -44,7 +44,7 @@ var foreignKinds = []string{"malformed", "tombstone", "other-campaign"}
 // compaction stops a campaign through the binary, writes two foreign
 // records under its key (each its own batch: compaction keeps a
 // partition's last batch whole, so the first one is what it keeps of the
-// key unless something valid follows), lets the workers see them, compacts
+// key unless something valid follows), lets the workers see them (4 s), compacts
 // the control topic, and restarts a worker, which reads only what the
 // compaction left. The campaign stays stopped until its resume.
 func (c *chaos) compaction(ctx context.Context, f fault) {
@@ -64,7 +64,12 @@ func (c *chaos) compaction(ctx context.Context, f fault) {
 			t.Fatalf("write a %s record under campaign/%s: %v", kind, campaign, err)
 		}
 	}
-	sleep(ctx, 2*time.Second) // the workers read them (and answer them, if they do)
+	// The workers read them, and answer them if they do (a worker
+	// re-asserts a key's state within 2 s). kfake compacts when asked,
+	// ignoring min.compaction.lag.ms, which a deployment sets to days (the
+	// worker warns otherwise): compacting sooner than the workers could
+	// answer would model no deployment.
+	sleep(ctx, 4*time.Second)
 	c.broker.compact()
 	w := c.workers[f.target%len(c.workers)]
 	w.signal(syscall.SIGTERM, 20*time.Second)

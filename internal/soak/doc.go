@@ -1,17 +1,23 @@
 // Package soak owns the fault soak: a randomized run of the real `capper
 // run` binaries (several workers in one group) against real servers (a
-// single redis-server or a 3-master Redis Cluster with replicas and
-// wait_replicas; the kfake broker over TCP; a segment snapshot, a plan
-// store and a policy file swapped live), fed a generated workload while
-// faults chosen by a seed hit every part (workers killed and stopped,
-// Redis shut down, killed, paused and failed over, its script cache
-// flushed, a slot migrated, the broker restarted). It then reads every
-// output topic back and checks the oldest promises with code that shares
-// nothing with the engine (internal/audit and its own checks): every
-// input has exactly one final outcome, a user's intents are decided in
-// partition order, no user is above any limit, no refusal is one the caps
-// do not explain, nothing is delivered or counted twice without the
-// duplicate flag, and every worker is not ready while Redis cannot decide.
+// single redis-server with an append-only file, or a 3-master Redis
+// Cluster with replicas and wait_replicas whose masters either persist or
+// come back only after their replica took over; the kfake broker over
+// TCP with a compacted control topic; a segment snapshot, a plan store and
+// a policy file swapped live), fed a generated workload while faults
+// chosen by a seed hit every part (workers killed and stopped, Redis shut
+// down, killed, paused and failed over, its script cache flushed, a slot
+// migrated, the broker restarted, campaigns stopped and paused, a foreign
+// record under a stopped campaign's key compacted, a stop during a Redis
+// stall). It then reads every output topic and every user's record in
+// Redis back and checks the oldest promises with code that shares nothing
+// with the engine (internal/audit and its own checks): every input has
+// exactly one final outcome, a user's intents are decided in partition
+// order within each delivery pass, no user is above any limit, no refusal
+// is one the caps do not explain, nothing is delivered or counted twice
+// without the duplicate flag, nothing undelivered stays counted, no
+// stopped campaign is delivered, and every worker is not ready while Redis
+// cannot decide. Its processes die with it, however it ends.
 //
 // The soak is a test (soak_test.go): `make test` runs a short one with a
 // fixed seed; `make soak SEED=N DURATION=S` runs any other. The seed
