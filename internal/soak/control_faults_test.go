@@ -17,6 +17,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/testenv"
 )
 
@@ -71,6 +72,7 @@ func (c *chaos) compaction(ctx context.Context, f fault) {
 	// answer would model no deployment.
 	sleep(ctx, 4*time.Second)
 	c.broker.compact()
+	left := c.underKey(ctx, "campaign/"+campaign)
 	w := c.workers[f.target%len(c.workers)]
 	w.signal(syscall.SIGTERM, 20*time.Second)
 	w.start(t, c.bin, c.dir)
@@ -80,8 +82,8 @@ func (c *chaos) compaction(ctx context.Context, f fault) {
 	to := time.Now()
 	c.campaign("resume", campaign)
 	c.held = append(c.held, heldWindow{campaign: campaign, state: "stopped", from: from, to: to})
-	c.note("control-compaction: %s stopped (record %s), then a %s and a %s record under campaign/%s, the control topic compacted, %s restarted (ready: %v); resumed %.1fs later",
-		campaign, pos, first, second, campaign, w.name, ready, time.Since(from).Seconds())
+	c.note("control-compaction: %s stopped (record %s), then a %s and a %s record under campaign/%s, the control topic compacted (left under the key: %s), %s restarted (ready: %v); resumed %.1fs later",
+		campaign, pos, first, second, campaign, left, w.name, ready, time.Since(from).Seconds())
 }
 
 // stopInStall writes a blast of one campaign (300 users, one intent each),
@@ -131,6 +133,31 @@ func (c *chaos) stopInStall(ctx context.Context, f fault) {
 	c.held = append(c.held, heldWindow{campaign: campaign, state: "stopped", from: from, to: to})
 	c.note("stop-in-stall: a blast of %d intents of %s, Redis stalled (%d nodes) for %.1fs, %s stopped during it (record %s), resumed 3s after the stall",
 		len(blast), campaign, len(stalled), stall.Seconds(), campaign, pos)
+}
+
+// underKey describes the records the control topic holds under key, in
+// order, for the report: what a worker started now reads of it.
+func (c *chaos) underKey(ctx context.Context, key string) string {
+	msgs, err := audit.ReadTopic(ctx, []string{c.broker.addr}, tControl)
+	if err != nil {
+		return fmt.Sprintf("(read the control topic: %v)", err)
+	}
+	var out []string
+	for _, m := range msgs {
+		if string(m.Key) != key {
+			continue
+		}
+		var v struct{ Campaign, State string }
+		switch {
+		case len(m.Value) == 0:
+			out = append(out, fmt.Sprintf("%d tombstone", m.Offset))
+		case json.Unmarshal(m.Value, &v) != nil:
+			out = append(out, fmt.Sprintf("%d malformed", m.Offset))
+		default:
+			out = append(out, fmt.Sprintf("%d %s %s", m.Offset, v.Campaign, v.State))
+		}
+	}
+	return "[" + strings.Join(out, ", ") + "]"
 }
 
 // waitReady waits until w answers /readyz 200 (at most d).
