@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/capper-dev/capper/internal/control"
 )
 
@@ -19,8 +21,9 @@ default_policy:
 // TestStopWhileRedisStalls: a batch is being decided when Redis stalls
 // (SIGSTOP); campaign S is stopped while the batch waits; Redis resumes and
 // runs what was queued. S's intents are cancelled and none stays counted:
-// every S user's next intent (another campaign) is delivered under the
-// one-a-day limit. K's intents, in the same batch and not stopped, are
+// T's intents, right behind S's for a third of its users in the same
+// batch, are delivered under the one-a-day limit (they wait for S's
+// give-back), and so is every other S user's next intent later. K's intents, in the same batch and not stopped, are
 // delivered once, without capper-duplicate (their first delivery, though
 // Redis had recorded them in an attempt whose answer was lost).
 func TestStopWhileRedisStalls(t *testing.T) {
@@ -35,7 +38,14 @@ func TestStopWhileRedisStalls(t *testing.T) {
 	c.applied(c.set("warm", control.Active, "")) // the worker follows the control topic
 
 	e.pauseRedis()
-	e.produce(ctlIntents("s", "S", "email", "", 0, 60, 1, ""))
+	var msgs []kafka.Message
+	for u := range 60 { // S, then T for users 0-19: in one batch
+		msgs = append(msgs, ctlIntents("s", "S", "email", "", u, u+1, 1, "")...)
+		if u < 20 {
+			msgs = append(msgs, ctlIntents("t", "T", "email", "", u, u+1, 1, "")...)
+		}
+	}
+	e.produce(msgs)
 	e.produce(ctlIntents("k", "K", "email", "", 60, 90, 1, ""))
 	deadline := time.Now().Add(30 * time.Second)
 	for metric(t, a, "capper_redis_retries_total") == 0 {
@@ -70,6 +80,9 @@ func TestStopWhileRedisStalls(t *testing.T) {
 	if n := countCampaign(o.deliveries, "K", "allowed"); n != 30 {
 		t.Fatalf("%d of K's 30 intents delivered as allowed, want 30", n)
 	}
+	if n := countCampaign(o.deliveries, "T", "allowed"); n != 20 {
+		t.Fatalf("%d of T's 20 intents delivered, want 20: S's cancelled intent before each must not count", n)
+	}
 	for _, m := range o.deliveries {
 		if header(m, "capper-duplicate") != "" {
 			t.Errorf("%s delivered with capper-duplicate %q: never delivered before", idOf(m), header(m, "capper-duplicate"))
@@ -84,8 +97,8 @@ func TestStopWhileRedisStalls(t *testing.T) {
 		t.Errorf("capper_given_back_total = 0: S's intents had attempts whose answers were lost, and were not given back")
 	}
 
-	// S's users: nothing of S counts, so N's intents are delivered; K's
-	// users: K's sends count, so N's are capped.
+	// S's users: nothing of S counts, so N's intents are delivered, but to
+	// those T reached; K's users: K's sends count, so N's are capped.
 	e.produce(ctlIntents("n", "N", "email", "", 0, 90, 1, ""))
 	o = e.waitDrained(2*time.Minute, a)
 	allowed, capped := 0, 0
@@ -99,18 +112,18 @@ func TestStopWhileRedisStalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch d := header(m, "capper-decision"); {
-		case u < 60 && d != "allowed":
+		case u >= 20 && u < 60 && d != "allowed":
 			t.Errorf("%s (a user of stopped S) was %s: an S intent that was never delivered stays counted", id, d)
-		case u >= 60 && d == "allowed":
-			t.Errorf("%s (a user of K) was allowed: K's delivery was not counted", id)
+		case (u < 20 || u >= 60) && d == "allowed":
+			t.Errorf("%s (a user of T or K) was allowed: that delivery was not counted", id)
 		case d == "allowed":
 			allowed++
 		default:
 			capped++
 		}
 	}
-	if allowed != 60 || capped != 30 {
-		t.Errorf("N: %d allowed, %d not, want 60 and 30", allowed, capped)
+	if allowed != 40 || capped != 50 {
+		t.Errorf("N: %d allowed, %d not, want 40 and 50", allowed, capped)
 	}
 	e.verifyOrder(o)
 }

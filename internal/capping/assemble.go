@@ -195,14 +195,18 @@ func (a *assembly) fail(err error) {
 // (after the cache saw them: it remembers what the script said, a capped
 // limit).
 func (a *assembly) finish() {
+	// Built again in batch order: a user's requests before the first that
+	// failed keep their answers (a.failed, filled as answers came, does not
+	// say which request came first).
+	clear(a.failed)
 	for i := range a.out {
 		d := &a.out[i]
 		switch uid := a.reqs[i].UserID; {
 		case d.Err != nil && !errors.Is(d.Err, ErrInvalidRequest):
 			a.failed[uid] = true
 		case d.Err == nil && a.failed[uid]:
-			// Answered without Redis (exempt, quiet hours): nothing was
-			// written for it, so it can wait.
+			// After one that failed, answered without Redis (exempt,
+			// quiet hours): nothing was written for it, so it can wait.
 			*d = Decision{Err: ErrEarlierUndecided}
 		}
 		d.Policy = a.set.name

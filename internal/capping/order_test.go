@@ -180,3 +180,36 @@ func TestOutageKeepsOrder(t *testing.T) {
 		t.Fatalf("Ready() = %v once Redis answered", err)
 	}
 }
+
+// TestEarlierAnswerKept: a user's first intent is answered by Redis
+// (capped: a refusal waits for no replica), the second's answer fails (its
+// WAIT, the replica stopped). The first keeps its answer: only what comes
+// after a failed request waits for it.
+func TestEarlierAnswerKept(t *testing.T) {
+	ctx := context.Background()
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.ReplicaOf(t, master)
+	c := redis.NewClient(&redis.Options{Addr: master.Addr(), MaxRetries: -1, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	rules := Rules{Default: Policy{Limits: []Limit{{Name: "no-sms", Window: time.Minute, Max: 0, Where: Where{Channels: []string{"sms"}}}}}}
+	e := newEngine(t, c, Options{Rules: rules, WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
+	req := func(id, channel string) Request {
+		return Request{UserID: 7, Segment: "s", IntentID: id, Campaign: "x", Channel: channel, Category: "marketing", At: T0}
+	}
+	replica.Pause()
+	defer replica.Resume()
+	ds, err := e.Decide(ctx, []Request{req("a", "sms"), req("b", "push"), req("c", "sms")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds[0].Err != nil || ds[0].Outcome != Capped || ds[0].Limit != "no-sms" {
+		t.Fatalf("first intent: %+v (outcome %s), want capped by no-sms: it was answered before the second failed", ds[0], ds[0].Outcome)
+	}
+	var nr errNotReplicated
+	if !errors.As(ds[1].Err, &nr) {
+		t.Fatalf("second intent: %+v, want a not-replicated error", ds[1])
+	}
+	if !errors.Is(ds[2].Err, ErrEarlierUndecided) {
+		t.Fatalf("third intent: %+v (outcome %s), want it to wait for the second", ds[2], ds[2].Outcome)
+	}
+}

@@ -151,8 +151,10 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 	if err != nil {
 		return nil, err
 	}
-	if err := w.giveBack(ctx, reqs, decisions, lost); err != nil {
-		return nil, err
+	if idx := undelivered(decisions, lost); len(idx) > 0 {
+		if err := w.giveBack(ctx, reqs, idx, lost); err != nil {
+			return nil, err
+		}
 	}
 	j := 0 // reqs are the decided entries', in batch order
 	for i := range b.entries {

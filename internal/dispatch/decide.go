@@ -31,8 +31,10 @@ import (
 // have been recorded in Redis all the same: lost[i] are request i's such
 // attempts. A later answer Duplicate at one of those
 // times is that attempt's: its first delivery, not a redelivery
-// (ownDuplicates). One that ends in anything but a delivery is given back
-// (giveback.go).
+// (ownDuplicates). One that campaign control answers (cancelled, waiting)
+// is given back at once, and its user's later intents wait for that: the
+// send it may have left would count for them (giveback.go). Any other
+// that ends undelivered is given back by decideBatch.
 func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []time.Time) (out []capping.Decision, ctl []string, lost [][]lostAttempt, _ error) {
 	out = make([]capping.Decision, len(reqs))
 	lost = make([][]lostAttempt, len(reqs))
@@ -47,6 +49,8 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 	deadline := make([]time.Time, len(reqs)) // a deferral past it cancels
 	waits := make([]bool, len(reqs))         // waiting for an earlier one, this attempt
 	blocked := map[uint64]bool{}             // users with a request not decided, this attempt
+	held := make([]bool, len(reqs))          // not sent: an earlier one of its user is owed a give-back
+	owes := map[uint64]bool{}                // users with such a request, this attempt
 	backoff := w.o.RetryInitial
 	for attempt := 1; len(pending) > 0; attempt++ {
 		// The decision time is taken per attempt: a retried intent is decided
@@ -55,8 +59,17 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 		now := w.o.Now().Truncate(time.Millisecond)
 		snap := w.controlState()
 		sub, subOf = sub[:0], subOf[:0]
+		clear(held)
+		clear(owes)
 		for _, i := range pending {
 			r := reqs[i]
+			if owes[r.UserID] {
+				// An earlier one ends undelivered after a lost answer:
+				// the send it may have left counts until it is given
+				// back, so this one waits for that (giveback.go).
+				held[i] = true
+				continue
+			}
 			v := snap.Check(r.Campaign, w.exempt(r.Category), sendBy[i], now, w.o.MaxPause)
 			byControl[i], deadline[i], ctl[i] = v.Action != control.Go, v.SendBy, ""
 			if v.By != nil {
@@ -64,6 +77,9 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 			}
 			if byControl[i] {
 				out[i] = w.controlDecision(v, now)
+				if len(lost[i]) > 0 {
+					owes[r.UserID] = true
+				}
 				continue
 			}
 			r.At = now
@@ -84,19 +100,27 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 		}
 		// still: what is retried, in batch order; failed: how many of
 		// them Redis could not decide (the others wait for one of those).
-		var still, waiting []int
+		var still, waiting, owed []int
 		clear(waits)
 		clear(blocked)
 		var lastErr error
 		failed, j := 0, 0
 		for _, i := range pending {
 			uid := reqs[i].UserID
+			if held[i] {
+				still, waiting = append(still, i), append(waiting, i)
+				waits[i], blocked[uid] = true, true
+				continue
+			}
 			if byControl[i] {
-				if blocked[uid] {
+				switch {
+				case blocked[uid]:
 					// Answered without the engine, but after a request of
 					// its user that has no answer yet: it waits for it.
 					still, waiting = append(still, i), append(waiting, i)
 					waits[i] = true
+				case len(lost[i]) > 0:
+					owed = append(owed, i)
 				}
 				continue
 			}
@@ -140,10 +164,25 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 			blocked[uid] = true
 			still = append(still, i)
 		}
+		if len(owed) > 0 {
+			// Answered for good, undelivered, after a lost answer: given
+			// back before their users' later intents are decided.
+			if err := w.giveBack(ctx, reqs, owed, lost); err != nil {
+				return nil, nil, nil, fmt.Errorf("decide: %w", err)
+			}
+			for _, i := range owed {
+				lost[i] = nil
+			}
+		}
 		if len(still) == 0 {
 			w.setReady("redis")
 			ownDuplicates(out, lost)
 			return out, ctl, lost, nil
+		}
+		if failed == 0 && len(owed) > 0 {
+			// Only those that waited for the give-backs are left.
+			pending = still
+			continue
 		}
 		if w.o.FailOpen {
 			if failed > 0 {

@@ -67,15 +67,24 @@ func delivered(o capping.Outcome) bool {
 	return o == capping.Allowed || o == capping.Duplicate || o == capping.FailOpen
 }
 
-// giveBack gives back the requests with lost attempts that end undelivered,
-// once no lost attempt can record anything any more; retried like refunds.
-func (w *Worker) giveBack(ctx context.Context, reqs []capping.Request, out []capping.Decision, lost [][]lostAttempt) error {
+// undelivered lists the requests with lost attempts that end undelivered.
+func undelivered(out []capping.Decision, lost [][]lostAttempt) []int {
+	var idx []int
+	for i := range out {
+		if len(lost[i]) > 0 && !delivered(out[i].Outcome) {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// giveBack gives back requests idx (each with lost attempts, ending
+// undelivered) once no lost attempt can record anything any more; retried
+// like refunds.
+func (w *Worker) giveBack(ctx context.Context, reqs []capping.Request, idx []int, lost [][]lostAttempt) error {
 	var rs []capping.RefundRequest
 	var last time.Time
-	for i := range reqs {
-		if len(lost[i]) == 0 || delivered(out[i].Outcome) {
-			continue
-		}
+	for _, i := range idx {
 		r := capping.RefundRequest{UserID: reqs[i].UserID, IntentID: reqs[i].IntentID, Forget: true}
 		for _, a := range lost[i] {
 			r.Attempts = append(r.Attempts, a.at)
