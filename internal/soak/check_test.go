@@ -262,7 +262,8 @@ func intentID(m kafka.Message) string {
 // input before it. A duplicate's decided-at is when its id was first
 // allowed (maybe in an earlier pass, or for another record), so it takes
 // its pass's place (after the decisions that were not duplicates: once
-// allowed, every later copy is one) but is compared with nothing; copies
+// allowed, every later copy is one) but is compared with nothing, unless
+// it waited in a delay tier (its deferred-since is its pass's); copies
 // decided in the same second are one decision (a tier that handed the
 // same deferral back twice). Pairing this way can only compare a
 // decision with an earlier or equal pass of the input before it (a pass
@@ -276,7 +277,12 @@ func checkOrder(r *report, o outputs) {
 			src := header(m, hSource)
 			d := decision{dup: header(m, hDuplicate) == "true", desc: describe(m)}
 			v := header(m, hDeferredSince)
-			if v == "" {
+			if v != "" {
+				// Its pass deferred it then, whatever the tier handed back
+				// later (a duplicate, when another pass's copy was
+				// allowed meanwhile): a time of that pass.
+				d.dup = false
+			} else {
 				v = header(m, hDecidedAt)
 			}
 			t, err := time.Parse(timeLayout, v)

@@ -73,6 +73,11 @@ func TestOrderCheck(t *testing.T) {
 		{"a pass began between them", []out{{off: 1, decided: 1}, {off: 2, decided: 2}, {off: 2, decided: 30}}, ""},
 		{"a pass ended between them", []out{{off: 1, decided: 1}, {off: 1, decided: 10}, {off: 2, decided: 11}}, ""},
 		{"a deferral handed back twice", []out{{off: 1, decided: 30, deferred: 3}, {off: 1, decided: 31, deferred: 3}, {off: 2, decided: 4}, {off: 2, decided: 40}}, ""},
+		// Seed 4: two passes deferred offset 1; the first pass's copy
+		// came out of the tier a duplicate (the second's was allowed
+		// first); its deferred-since still places it in the first pass.
+		{"a deferred copy that came out a duplicate", []out{{off: 1, decided: 60, deferred: 24, dup: true}, {off: 1, decided: 60, deferred: 39},
+			{off: 2, decided: 24, topic: tSuppressed}, {off: 2, decided: 39, topic: tSuppressed}}, ""},
 		{"a producer's retry, a duplicate from the start", []out{{off: 1, decided: 9}, {off: 2, decided: 1, dup: true}}, ""},
 	} {
 		got := run(c.outs...)

@@ -187,6 +187,9 @@ func TestSoak(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 	}
+	if miss := o.missing(); len(miss) > 0 {
+		stuck(t, miss, ws)
+	}
 	cancel()
 	rep := check(o, versions, g.refunded, p, ch.held)
 	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
@@ -228,6 +231,47 @@ func TestSoak(t *testing.T) {
 	if len(checks) > 0 {
 		t.Errorf("soak seed %d failed (%s); replay: make soak SEED=%d DURATION=%d (CAPPER_SOAK_LOGS=DIR keeps the worker logs)",
 			seed, strings.Join(checks, ", "), seed, int(traffic.Seconds()))
+	}
+}
+
+// stuck logs, when inputs are still without an outcome at the end of the
+// drain, where they are (per partition: how many, from which offset) and
+// what each worker says of itself (/readyz, its consumer lag), so that a
+// partition no worker decides shows as one.
+func stuck(t *testing.T, missing []string, ws []*worker) {
+	t.Helper()
+	type part struct {
+		n     int
+		first int64
+	}
+	parts := map[string]*part{}
+	for _, src := range missing {
+		i := strings.LastIndexByte(src, '/')
+		off, _ := strconv.ParseInt(src[i+1:], 10, 64)
+		pp := parts[src[:i]]
+		if pp == nil {
+			pp = &part{first: off}
+			parts[src[:i]] = pp
+		}
+		pp.n++
+		pp.first = min(pp.first, off)
+	}
+	var lines []string
+	for k, pp := range parts {
+		lines = append(lines, fmt.Sprintf("%s: %d, from offset %d", k, pp.n, pp.first))
+	}
+	sort.Strings(lines)
+	t.Logf("soak: %d inputs without an outcome at the end of the drain:\n  %s", len(missing), strings.Join(lines, "\n  "))
+	for _, w := range ws {
+		code, ready, err := w.get("/readyz")
+		_, metrics, _ := w.get("/metrics")
+		var lag []string
+		for _, l := range strings.Split(metrics, "\n") {
+			if strings.HasPrefix(l, "capper_kafka_consumer_lag{") {
+				lag = append(lag, l)
+			}
+		}
+		t.Logf("soak: worker %s: /readyz %d %q (%v); %s", w.name, code, strings.TrimSpace(ready), err, strings.Join(lag, "; "))
 	}
 }
 
