@@ -87,8 +87,8 @@ func (c *chaos) compaction(ctx context.Context, f fault) {
 }
 
 // stopInStall writes a blast of one campaign (300 users, one intent each),
-// stalls Redis (SIGSTOP: the single node, or every master) while the
-// workers decide it, stops the campaign through the binary during the
+// stalls Redis (SIGSTOP: the single node, or every master) as the workers
+// start deciding it, stops the campaign through the binary during the
 // stall, then lets Redis go on. Every intent of the blast decided after
 // the stop is cancelled; whatever the stalled attempts recorded must not
 // stay counted (the final Redis check).
@@ -105,7 +105,11 @@ func (c *chaos) stopInStall(ctx context.Context, f fault) {
 	if err := c.prod.write(ctx, tIn, blast); err != nil {
 		c.t.Fatalf("write the blast: %v", err)
 	}
-	sleep(ctx, 30*time.Millisecond) // the workers fetch it (fetch wait 100 ms) and start deciding
+	// Stalled at once: the workers get the blast as the broker appends it
+	// (they wait on a fetch) and send it to Redis after the batch wait
+	// (20 ms), so their first attempt meets a stalled Redis, which runs it
+	// when it goes on, after the stop (a batch answered before the stall
+	// would leave nothing to check).
 	var stalled []*testenv.Redis
 	if c.tp.single != nil {
 		stalled = []*testenv.Redis{c.tp.single}
