@@ -5,6 +5,8 @@ package capping
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +40,14 @@ func (e *Engine) CheckClock(ctx context.Context) (map[string]time.Duration, erro
 			return fmt.Errorf("TIME on %s: %w", addr, err)
 		}
 		skew := tm.Sub(t0.Add(t1.Sub(t0) / 2))
+		if e.waitReplicas > 0 {
+			// With wait_replicas, Redis can decide only while enough
+			// replicas acknowledge: the check must not call it back
+			// while one is stopped.
+			if err := e.checkReplicas(ctx, node, addr); err != nil {
+				return err
+			}
+		}
 		mu.Lock()
 		skews[addr] = skew
 		wall = append(wall, tm.Sub(w0.Add(w1.Sub(w0)/2)))
@@ -108,4 +118,45 @@ func (e *Engine) forEachMaster(ctx context.Context, fn func(context.Context, *re
 		return c.ForEachShard(ctx, fn)
 	}
 	return fmt.Errorf("unsupported client %T", e.client)
+}
+
+// checkReplicas fails when fewer than Options.WaitReplicas replicas of the
+// master are online and acknowledged its stream within the last second
+// (INFO replication: a replica acknowledges every second; a stopped one's
+// lag grows).
+func (e *Engine) checkReplicas(ctx context.Context, node *redis.Client, addr string) error {
+	info, err := node.Info(ctx, "replication").Result()
+	if err != nil {
+		return fmt.Errorf("INFO replication on %s: %w", addr, err)
+	}
+	if n := ackingReplicas(info); n < e.waitReplicas {
+		return fmt.Errorf("%s: %d replicas acknowledging, wait_replicas needs %d", addr, n, e.waitReplicas)
+	}
+	return nil
+}
+
+// ackingReplicas counts the replicas online with a lag of at most 1 s in
+// the text of INFO replication.
+func ackingReplicas(info string) int {
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "slave") || !strings.Contains(line, ":ip=") {
+			continue
+		}
+		online, lag := false, -1
+		for _, kv := range strings.Split(line[strings.IndexByte(line, ':')+1:], ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "state":
+				online = v == "online"
+			case "lag":
+				lag, _ = strconv.Atoi(v)
+			}
+		}
+		if online && lag >= 0 && lag <= 1 {
+			n++
+		}
+	}
+	return n
 }

@@ -103,6 +103,12 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 		if err == nil && c.notReplicated != nil && (rep.code == codeAllowed || rep.code == codeDuplicate) {
 			err = c.notReplicated
 		}
+		if err == nil && c.notReplicated != nil && ctx.Err() == nil {
+			// A refusal needs no replica, but Redis cannot decide what
+			// would count a send: not ready.
+			e.health.fail(fmt.Errorf("decide: %w", c.notReplicated))
+			failed = true
+		}
 		if err == nil && rep.code == codeLate {
 			err = ErrLate
 		}

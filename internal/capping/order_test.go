@@ -213,3 +213,68 @@ func TestEarlierAnswerKept(t *testing.T) {
 		t.Fatalf("third intent: %+v (outcome %s), want it to wait for the second", ds[2], ds[2].Outcome)
 	}
 }
+
+// TestReadinessWithStoppedReplica: with WaitReplicas, a stopped replica
+// keeps the engine not ready: a batch of refusals (which need no replica)
+// does not call Redis back, nor does the clock check, which also asks the
+// master whether enough replicas acknowledge. Both do once it is back.
+func TestReadinessWithStoppedReplica(t *testing.T) {
+	ctx := context.Background()
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.ReplicaOf(t, master)
+	c := redis.NewClient(&redis.Options{Addr: master.Addr(), MaxRetries: -1, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	rules := Rules{Default: Policy{Limits: []Limit{{Name: "no-sms", Window: time.Minute, Max: 0, Where: Where{Channels: []string{"sms"}}}}}}
+	e := newEngine(t, c, Options{Rules: rules, WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
+	sms := func(id string) []Request {
+		return []Request{{UserID: 7, Segment: "s", IntentID: id, Campaign: "x", Channel: "sms", Category: "marketing", At: T0}}
+	}
+	if _, err := e.CheckClock(ctx); err != nil {
+		t.Fatalf("clock check with the replica up: %v", err)
+	}
+	replica.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			replica.Resume()
+		}
+	}()
+	// The replica's acknowledgements stop: its lag passes a second.
+	waitFor(t, "the master to see the replica lag", func() bool {
+		info, err := c.Info(ctx, "replication").Result()
+		return err == nil && ackingReplicas(info) == 0
+	})
+	ds, err := e.Decide(ctx, sms("a"))
+	if err != nil || ds[0].Err != nil || ds[0].Outcome != Capped {
+		t.Fatalf("a refusal with the replica stopped: %+v %v, want capped", ds[0], err)
+	}
+	if e.Ready() == nil {
+		t.Fatal("ready after a batch whose WAIT failed (a refusal needs no replica, but a send would)")
+	}
+	if _, err := e.CheckClock(ctx); err == nil {
+		t.Fatal("the clock check passed with the only replica stopped")
+	}
+	replica.Resume()
+	resumed = true
+	waitFor(t, "the clock check to pass again", func() bool {
+		_, err := e.CheckClock(ctx)
+		return err == nil
+	})
+	if ds, err := e.Decide(ctx, sms("b")); err != nil || ds[0].Err != nil {
+		t.Fatalf("a refusal with the replica back: %+v %v", ds, err)
+	}
+	if err := e.Ready(); err != nil {
+		t.Fatalf("not ready once the replica is back and a batch was decided: %v", err)
+	}
+}
+
+func TestAckingReplicas(t *testing.T) {
+	info := "# Replication\r\nrole:master\r\nconnected_slaves:3\r\n" +
+		"slave0:ip=127.0.0.1,port=1,state=online,offset=10,lag=0\r\n" +
+		"slave1:ip=127.0.0.1,port=2,state=online,offset=10,lag=5\r\n" +
+		"slave2:ip=127.0.0.1,port=3,state=wait_bgsave,offset=0,lag=0\r\n" +
+		"master_replid:abc\r\n"
+	if n := ackingReplicas(info); n != 1 {
+		t.Fatalf("ackingReplicas = %d, want 1 (online with lag <= 1)", n)
+	}
+}
