@@ -3,6 +3,7 @@ package dispatch
 // Deciding with retries: nothing undecided is forwarded or committed.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,7 +90,11 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 		var ds []capping.Decision
 		var err error
 		var sent time.Time
+		var sentPolicy string // the policy in use when sent (a failed call names none)
 		if len(sub) > 0 {
+			if w.o.Policy != nil {
+				sentPolicy = w.o.Policy()
+			}
 			t0 := time.Now()
 			sent = t0
 			ds, err = w.o.Decider.Decide(ctx, sub)
@@ -132,7 +137,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 			switch {
 			case err != nil:
 				lastErr = err
-				lost[i] = append(lost[i], lostAttempt{at: now, sent: sent})
+				lost[i] = append(lost[i], lostAttempt{at: now, sent: sent, policy: sentPolicy})
 			case errors.Is(d.Err, capping.ErrInvalidRequest):
 				// The policy that decides it does not know its channel
 				// or category (it changed since the intent was decoded),
@@ -145,7 +150,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 				continue
 			case d.Err != nil:
 				lastErr = d.Err
-				lost[i] = append(lost[i], lostAttempt{at: now, sent: sent})
+				lost[i] = append(lost[i], lostAttempt{at: now, sent: sent, policy: cmp.Or(d.Policy, sentPolicy)})
 				if failed < 10 {
 					// Ids only at debug: logs above it never name a user.
 					w.o.Logger.Debug("intent not decided", "user", uid, "intent", reqs[i].IntentID, "error", lastErr)

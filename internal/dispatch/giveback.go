@@ -43,12 +43,16 @@ func (w *Worker) giveBackAfter() time.Duration {
 }
 
 // lostAttempt is an attempt whose answer was lost: its decision time (what
-// Redis records a send at) and when it was sent (wall clock).
-type lostAttempt struct{ at, sent time.Time }
+// Redis records a send at), when it was sent (wall clock) and the policy
+// version that decided it (what its send counted by).
+type lostAttempt struct {
+	at, sent time.Time
+	policy   string
+}
 
 // ownDuplicates turns a Duplicate answer recorded by one of the request's
 // own lost attempts into the delivery it is (the first: nothing delivered
-// it before), decided at that attempt's time.
+// it before), decided at that attempt's time, by its policy.
 func ownDuplicates(out []capping.Decision, lost [][]lostAttempt) {
 	for i := range out {
 		d := &out[i]
@@ -57,6 +61,9 @@ func ownDuplicates(out []capping.Decision, lost [][]lostAttempt) {
 		}
 		if k := slices.IndexFunc(lost[i], func(a lostAttempt) bool { return a.at.Unix() == d.At.Unix() }); k >= 0 {
 			d.Outcome, d.At = capping.Allowed, lost[i][k].at
+			if p := lost[i][k].policy; p != "" {
+				d.Policy = p
+			}
 		}
 	}
 }
