@@ -137,7 +137,9 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 			switch {
 			case err != nil:
 				lastErr = err
-				lost[i] = append(lost[i], lostAttempt{at: now, sent: sent, policy: sentPolicy})
+				if mayHaveRun(err) {
+					lost[i] = append(lost[i], lostAttempt{at: now, sent: sent, policy: sentPolicy})
+				}
 			case errors.Is(d.Err, capping.ErrInvalidRequest):
 				// The policy that decides it does not know its channel
 				// or category (it changed since the intent was decoded),
@@ -150,7 +152,9 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 				continue
 			case d.Err != nil:
 				lastErr = d.Err
-				lost[i] = append(lost[i], lostAttempt{at: now, sent: sent, policy: cmp.Or(d.Policy, sentPolicy)})
+				if mayHaveRun(d.Err) {
+					lost[i] = append(lost[i], lostAttempt{at: now, sent: sent, policy: cmp.Or(d.Policy, sentPolicy)})
+				}
 				if failed < 10 {
 					// Ids only at debug: logs above it never name a user.
 					w.o.Logger.Debug("intent not decided", "user", uid, "intent", reqs[i].IntentID, "error", lastErr)

@@ -22,8 +22,12 @@ package dispatch
 
 import (
 	"context"
+	"errors"
+	"net"
 	"slices"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/capper-dev/capper/internal/capping"
 )
@@ -48,6 +52,19 @@ func (w *Worker) giveBackAfter() time.Duration {
 type lostAttempt struct {
 	at, sent time.Time
 	policy   string
+}
+
+// mayHaveRun reports whether a failed call may have been run by Redis all
+// the same: not when it never left the worker (no connection could be made,
+// none was free in the pool) or Redis said it recorded nothing (late).
+func mayHaveRun(err error) bool {
+	var op *net.OpError
+	switch {
+	case errors.As(err, &op) && op.Op == "dial",
+		errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed), errors.Is(err, capping.ErrLate):
+		return false
+	}
+	return true
 }
 
 // ownDuplicates turns a Duplicate answer recorded by one of the request's
