@@ -20,10 +20,7 @@ import (
 // is back, Redis answers the first duplicate and caps the second.
 func TestWaitFailureKeepsOrderAndCache(t *testing.T) {
 	ctx := context.Background()
-	master := testenv.StartRedis(t, testenv.RedisOptions{})
-	replica := testenv.ReplicaOf(t, master)
-	c := redis.NewClient(&redis.Options{Addr: master.Addr(), MaxRetries: -1, ReadTimeout: time.Second})
-	t.Cleanup(func() { _ = c.Close() })
+	replica, c := replicated(t)
 	rules := Rules{Default: Policy{Limits: []Limit{{Name: "camp", Window: time.Minute, Max: 1, Per: PerCampaign}}}}
 	e := newEngine(t, c, Options{Rules: rules, WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond,
 		RefusalCacheSize: 100, RefusalCacheTTL: time.Minute})
@@ -47,7 +44,7 @@ func TestWaitFailureKeepsOrderAndCache(t *testing.T) {
 	if d := decide(y("p"), y("q")); d[0].Outcome != Allowed || d[1].Outcome != Capped {
 		t.Fatalf("campaign y: %s, %s, want allowed, capped", d[0].Outcome, d[1].Outcome)
 	}
-	calls0 := evalCalls(t, master.Client())
+	calls0 := evalCalls(t, c)
 
 	replica.Pause()
 	ds := decide(req("a", T0.Add(time.Second)), req("b", T0.Add(time.Second)))
@@ -58,7 +55,7 @@ func TestWaitFailureKeepsOrderAndCache(t *testing.T) {
 	if !errors.Is(ds[1].Err, ErrEarlierUndecided) {
 		t.Fatalf("second intent decided while the first has no answer: %+v (outcome %s)", ds[1], ds[1].Outcome)
 	}
-	if n := evalCalls(t, master.Client()) - calls0; n != 1 {
+	if n := evalCalls(t, c) - calls0; n != 1 {
 		t.Fatalf("%d script calls while the first intent had no answer, want 1 (the second must not reach Redis)", n)
 	}
 	st, err := e.Inspect(ctx, 7, "s", InspectOptions{At: T0.Add(time.Second), Campaign: "x"})
@@ -187,10 +184,7 @@ func TestOutageKeepsOrder(t *testing.T) {
 // after a failed request waits for it.
 func TestEarlierAnswerKept(t *testing.T) {
 	ctx := context.Background()
-	master := testenv.StartRedis(t, testenv.RedisOptions{})
-	replica := testenv.ReplicaOf(t, master)
-	c := redis.NewClient(&redis.Options{Addr: master.Addr(), MaxRetries: -1, ReadTimeout: time.Second})
-	t.Cleanup(func() { _ = c.Close() })
+	replica, c := replicated(t)
 	rules := Rules{Default: Policy{Limits: []Limit{{Name: "no-sms", Window: time.Minute, Max: 0, Where: Where{Channels: []string{"sms"}}}}}}
 	e := newEngine(t, c, Options{Rules: rules, WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
 	req := func(id, channel string) Request {
@@ -220,10 +214,7 @@ func TestEarlierAnswerKept(t *testing.T) {
 // master whether enough replicas acknowledge. Both do once it is back.
 func TestReadinessWithStoppedReplica(t *testing.T) {
 	ctx := context.Background()
-	master := testenv.StartRedis(t, testenv.RedisOptions{})
-	replica := testenv.ReplicaOf(t, master)
-	c := redis.NewClient(&redis.Options{Addr: master.Addr(), MaxRetries: -1, ReadTimeout: time.Second})
-	t.Cleanup(func() { _ = c.Close() })
+	replica, c := replicated(t)
 	rules := Rules{Default: Policy{Limits: []Limit{{Name: "no-sms", Window: time.Minute, Max: 0, Where: Where{Channels: []string{"sms"}}}}}}
 	e := newEngine(t, c, Options{Rules: rules, WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
 	sms := func(id string) []Request {
@@ -277,4 +268,15 @@ func TestAckingReplicas(t *testing.T) {
 	if n := ackingReplicas(info); n != 1 {
 		t.Fatalf("ackingReplicas = %d, want 1 (online with lag <= 1)", n)
 	}
+}
+
+// replicated starts a master with one replica and a client of the master
+// that does not retry (a failed call is the test's to see).
+func replicated(t *testing.T) (*testenv.Redis, *redis.Client) {
+	t.Helper()
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.ReplicaOf(t, master)
+	c := redis.NewClient(&redis.Options{Addr: master.Addr(), MaxRetries: -1, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	return replica, c
 }
