@@ -137,9 +137,10 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 			switch {
 			case err != nil:
 				lastErr = err
-				if mayHaveRun(err) {
-					lost[i] = append(lost[i], lostAttempt{at: now, sent: sent, policy: sentPolicy})
-				}
+				// Any failed call may have run: go-redis retries a call
+				// whose connection broke, so even a refused dial can be
+				// the last of several tries, an earlier one of which ran.
+				lost[i] = append(lost[i], lostAttempt{at: now, sent: sent, policy: sentPolicy})
 			case errors.Is(d.Err, capping.ErrInvalidRequest):
 				// The policy that decides it does not know its channel
 				// or category (it changed since the intent was decoded),
@@ -152,9 +153,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 				continue
 			case d.Err != nil:
 				lastErr = d.Err
-				if mayHaveRun(d.Err) {
-					lost[i] = append(lost[i], lostAttempt{at: now, sent: sent, policy: cmp.Or(d.Policy, sentPolicy)})
-				}
+				lost[i] = append(lost[i], lostAttempt{at: now, sent: sent, policy: cmp.Or(d.Policy, sentPolicy)})
 				if failed < 10 {
 					// Ids only at debug: logs above it never name a user.
 					w.o.Logger.Debug("intent not decided", "user", uid, "intent", reqs[i].IntentID, "error", lastErr)

@@ -50,13 +50,6 @@ type lostAttempt struct {
 	policy   string
 }
 
-// mayHaveRun reports whether a failed call may have been run by Redis all
-// the same. Always, whatever the error says: go-redis retries a call whose
-// connection broke, so a refused dial or a pool timeout may be the last of
-// several tries, an earlier one of which Redis ran (seen in the soak: a
-// send recorded just before a Redis kill, the retry's dial refused).
-func mayHaveRun(error) bool { return true }
-
 // ownDuplicates turns a Duplicate answer recorded by one of the request's
 // own lost attempts into the delivery it is (the first: nothing delivered
 // it before), decided at that attempt's time, by its policy.
