@@ -81,13 +81,14 @@ func (q *queue) take(ctx context.Context, dst []kafka.Message, max int) ([]kafka
 			q.mu.Unlock()
 			return dst, errClosed
 		}
-		got := 0
+		got, dropped := 0, false
 		for got < max && len(q.chunks) > 0 {
 			c := &q.chunks[0]
 			if c.p.closed.Load() { // its generation ended: the next owner reads it
 				q.n -= len(c.msgs)
 				q.chunks[0] = chunk{}
 				q.chunks = q.chunks[1:]
+				dropped = true
 				continue
 			}
 			k := min(max-got, len(c.msgs))
@@ -102,8 +103,15 @@ func (q *queue) take(ctx context.Context, dst []kafka.Message, max int) ([]kafka
 		if len(q.chunks) == 0 {
 			q.chunks = q.chunks[:0:0] // let the backing array go
 		}
-		if got > 0 {
+		if got > 0 || dropped {
+			// Room was made: a reader waiting in put must hear of it even
+			// when nothing is handed out (a full queue of an ended
+			// generation's records, then only its next generation's
+			// readers, waiting to put: without this both sides wait on
+			// each other for ever).
 			q.broadcast()
+		}
+		if got > 0 {
 			q.mu.Unlock()
 			return dst, nil
 		}
