@@ -52,7 +52,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 	blocked := map[uint64]bool{}             // users with a request not decided, this attempt
 	held := make([]bool, len(reqs))          // not sent: an earlier one of its user is owed a give-back
 	owes := map[uint64]bool{}                // users with such a request, this attempt
-	backoff := w.o.RetryInitial
+	backoff := w.retryBackoff()
 	for attempt := 1; len(pending) > 0; attempt++ {
 		// The decision time is taken per attempt: a retried intent is decided
 		// now, not when it first arrived. The control state is read after
@@ -211,25 +211,13 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []ti
 		w.m.redisRetries.Add(float64(len(still)))
 		if attempt == 1 || attempt%10 == 0 {
 			w.o.Logger.Warn("redis could not decide; waiting and retrying", "intents", len(still),
-				"attempt", attempt, "backoff", backoff, "error", lastErr)
+				"attempt", attempt, "backoff", backoff.current(), "error", lastErr)
 		}
-		if err := sleep(ctx, backoff); err != nil {
+		if err := backoff.wait(ctx); err != nil {
 			return nil, nil, nil, fmt.Errorf("decide: %w (last redis error: %v)", err, lastErr)
 		}
-		backoff = min(2*backoff, w.o.RetryMax)
 		pending = still
 	}
 	ownDuplicates(out, lost)
 	return out, ctl, lost, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -26,8 +26,9 @@ type fetchConfig struct {
 // on the queue in order.
 func (c *Consumer) readPartition(ctx context.Context, p *partState, offset int64, fc fetchConfig) {
 	log := c.log.With("topic", p.tp.topic, "partition", p.tp.partition)
+	retry := &backoff{next: readRetryInitial, max: readRetryMax}
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		if attempt > 0 && sleep(ctx, backoff(attempt)) != nil {
+		if attempt > 0 && retry.wait(ctx) != nil {
 			return
 		}
 		conn, next, err := c.open(ctx, p, offset)
@@ -47,6 +48,7 @@ func (c *Consumer) readPartition(ctx context.Context, p *partState, offset int64
 			return
 		}
 		attempt = 0
+		retry.reset(readRetryInitial)
 		if !errors.Is(err, errReconnect) {
 			log.Warn("kafka: fetch failed; reconnecting", "error", err)
 			attempt = 1
@@ -159,7 +161,9 @@ func (c *Consumer) hand(ctx context.Context, p *partState, msgs []kafka.Message,
 	return nil
 }
 
-// backoff is the wait before the attempt-th retry: 100ms doubling to 5s.
-func backoff(attempt int) time.Duration {
-	return min(100*time.Millisecond<<min(attempt-1, 6), 5*time.Second)
-}
+// A partition's reader retries a broker's errors from 100ms, doubling to
+// 5s: it never gives a partition up.
+const (
+	readRetryInitial = 100 * time.Millisecond
+	readRetryMax     = 5 * time.Second
+)

@@ -74,7 +74,7 @@ func (w *Worker) applyRefunds(ctx context.Context, reqs []capping.RefundRequest,
 	for k := range pending {
 		pending[k] = k
 	}
-	backoff := w.o.RetryInitial
+	backoff := w.retryBackoff()
 	for attempt := 1; len(pending) > 0; attempt++ {
 		rs := make([]capping.RefundRequest, len(pending))
 		for k, i := range pending {
@@ -117,12 +117,11 @@ func (w *Worker) applyRefunds(ctx context.Context, reqs []capping.RefundRequest,
 		w.setNotReady("redis", fmt.Errorf("redis cannot apply %d %s: %w", len(still), what, lastErr))
 		if attempt == 1 || attempt%10 == 0 {
 			w.o.Logger.Warn("redis could not apply "+what+"; waiting and retrying", "count", len(still),
-				"attempt", attempt, "backoff", backoff, "error", lastErr)
+				"attempt", attempt, "backoff", backoff.current(), "error", lastErr)
 		}
-		if err := sleep(ctx, backoff); err != nil {
+		if err := backoff.wait(ctx); err != nil {
 			return nil, fmt.Errorf("%s: %w (last redis error: %v)", what, err, lastErr)
 		}
-		backoff = min(2*backoff, w.o.RetryMax)
 		pending = still
 	}
 	return results, nil

@@ -149,13 +149,12 @@ func (w *Worker) writeFallback(ctx context.Context, pending []deadLetter) error 
 func (w *Worker) stall(ctx context.Context, out output, msg kafka.Message, cause error) error {
 	w.o.Logger.Error("the dead-letter topic refuses even a record without value; retrying until it accepts it",
 		"topic", out.topic, "error", summarize(cause))
-	backoff := w.o.RetryInitial
+	backoff := w.retryBackoff()
 	for {
 		w.setNotReady("kafka "+out.topic, fmt.Errorf("the dead-letter topic %s refuses records: %s", out.topic, summarize(cause)))
-		if err := sleep(ctx, backoff); err != nil {
+		if err := backoff.wait(ctx); err != nil {
 			return fmt.Errorf("write to %s: %w (it refuses records: %s)", out.topic, err, summarize(cause))
 		}
-		backoff = min(2*backoff, w.o.RetryMax)
 		if cause = out.wr.WriteMessages(ctx, msg); cause == nil {
 			w.setReady("kafka " + out.topic)
 			return nil
@@ -180,7 +179,7 @@ func (w *Worker) write(ctx context.Context, out output, msgs []kafka.Message) ([
 	groups := [][]int{all} // each group is one WriteMessages call
 	var temporary []int
 	var lastErr error
-	backoff := w.o.RetryInitial
+	backoff := w.retryBackoff()
 	for attempt := 1; len(groups) > 0 || len(temporary) > 0; attempt++ {
 		if len(groups) == 0 {
 			// Only temporary failures are left: wait, then send them again.
@@ -189,10 +188,9 @@ func (w *Worker) write(ctx context.Context, out output, msgs []kafka.Message) ([
 				w.o.Logger.Warn("kafka write failed; retrying", "topic", out.topic, "records", len(temporary),
 					"attempt", attempt, "error", summarize(lastErr))
 			}
-			if err := sleep(ctx, backoff); err != nil {
+			if err := backoff.wait(ctx); err != nil {
 				return nil, fmt.Errorf("write %d records to %s: %w (last error: %s)", len(temporary), out.topic, err, summarize(lastErr))
 			}
-			backoff = min(2*backoff, w.o.RetryMax)
 			groups, temporary = [][]int{temporary}, nil
 		}
 		group := groups[0]
