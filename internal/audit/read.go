@@ -9,6 +9,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/capper-dev/capper/internal/kafkautil"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -16,20 +17,15 @@ import (
 // first offset up to the high watermark as of the call. It reads without a
 // consumer group, so it commits nothing.
 func ReadTopic(ctx context.Context, brokers []string, topic string) ([]kafka.Message, error) {
-	conn, err := kafka.DialContext(ctx, "tcp", brokers[0])
-	if err != nil {
-		return nil, fmt.Errorf("read topic %s: %w", topic, err)
-	}
-	parts, err := conn.ReadPartitions(topic)
-	_ = conn.Close()
+	parts, err := kafkautil.LookupPartitions(ctx, kafka.DefaultDialer, brokers[:1], topic)
 	if err != nil {
 		return nil, fmt.Errorf("read topic %s: partitions: %w", topic, err)
 	}
 	var out []kafka.Message
-	for _, p := range parts {
-		msgs, err := readPartition(ctx, brokers[0], topic, p.ID)
+	for _, id := range parts {
+		msgs, err := readPartition(ctx, brokers[0], topic, id)
 		if err != nil {
-			return nil, fmt.Errorf("read topic %s partition %d: %w", topic, p.ID, err)
+			return nil, fmt.Errorf("read topic %s partition %d: %w", topic, id, err)
 		}
 		out = append(out, msgs...)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/kafkautil"
 )
 
 // NewAdminClient returns a client for metadata, offsets and group requests
@@ -181,20 +183,9 @@ func (l *LagReporter) Run(ctx context.Context) error {
 
 // Refresh reads the high watermarks and the committed offsets once.
 func (l *LagReporter) Refresh(ctx context.Context) error {
-	md, err := l.o.Client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{l.o.Topic}})
+	parts, err := kafkautil.Partitions(ctx, l.o.Client, l.o.Topic)
 	if err != nil {
-		return fmt.Errorf("metadata of %s: %w", l.o.Topic, err)
-	}
-	var parts []int
-	for _, t := range md.Topics {
-		if t.Name == l.o.Topic {
-			if t.Error != nil {
-				return fmt.Errorf("metadata of %s: %w", l.o.Topic, t.Error)
-			}
-			for _, p := range t.Partitions {
-				parts = append(parts, p.ID)
-			}
-		}
+		return err
 	}
 	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
 	for _, p := range parts {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/kafkautil"
 )
 
 // ConsumerOptions configure NewConsumer.
@@ -146,12 +148,8 @@ func (c *Consumer) countTierPartitions() {
 	defer cancel()
 	counts := map[string]int{}
 	for t := range c.tiers {
-		for _, b := range c.o.Kafka.Brokers {
-			ps, err := c.dialer.LookupPartitions(ctx, "tcp", b, t)
-			if err == nil {
-				counts[t] = len(ps)
-				break
-			}
+		if ps, err := kafkautil.LookupPartitions(ctx, c.dialer, c.o.Kafka.Brokers, t); err == nil {
+			counts[t] = len(ps)
 		}
 	}
 	c.mu.Lock()

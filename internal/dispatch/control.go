@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/control"
+	"github.com/capper-dev/capper/internal/kafkautil"
 )
 
 // ControlSource reads the control topic for control.Follower.
@@ -43,21 +44,13 @@ func NewControlSource(o KafkaOptions, topic string) (*ControlSource, error) {
 
 // Ends is each partition's end offset now.
 func (s *ControlSource) Ends(ctx context.Context) (map[int]int64, error) {
-	md, err := s.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{s.topic}})
+	parts, err := kafkautil.Partitions(ctx, s.client, s.topic)
 	if err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w", s.topic, err)
+		return nil, err
 	}
 	var reqs []kafka.OffsetRequest
-	for _, t := range md.Topics {
-		if t.Name != s.topic {
-			continue
-		}
-		if t.Error != nil {
-			return nil, fmt.Errorf("metadata of %s: %w", s.topic, t.Error)
-		}
-		for _, p := range t.Partitions {
-			reqs = append(reqs, kafka.LastOffsetOf(p.ID))
-		}
+	for _, p := range parts {
+		reqs = append(reqs, kafka.LastOffsetOf(p))
 	}
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("metadata of %s: no partitions", s.topic)
@@ -157,20 +150,9 @@ func WriteControl(ctx context.Context, o KafkaOptions, topic string, r *control.
 	if err != nil {
 		return control.Position{}, err
 	}
-	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	parts, err := kafkautil.Partitions(ctx, c, topic)
 	if err != nil {
-		return control.Position{}, fmt.Errorf("metadata of %s: %w", topic, err)
-	}
-	var parts []int
-	for _, t := range md.Topics {
-		if t.Name == topic {
-			if t.Error != nil {
-				return control.Position{}, fmt.Errorf("metadata of %s: %w", topic, t.Error)
-			}
-			for _, p := range t.Partitions {
-				parts = append(parts, p.ID)
-			}
-		}
+		return control.Position{}, err
 	}
 	if len(parts) == 0 {
 		return control.Position{}, fmt.Errorf("%s: %w on the brokers", topic, ErrMissingTopic)

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capper-dev/capper/internal/kafkautil"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -189,36 +190,31 @@ const idleCheck = 2 * time.Second
 // watermark, and starts reading.
 func OpenKafka(ctx context.Context, spec KafkaSpec) (Source, error) {
 	name := "kafka://" + spec.Topic
-	conn, err := kafka.DialContext(ctx, "tcp", spec.Brokers[0])
+	ps, err := kafkautil.LookupPartitions(ctx, kafka.DefaultDialer, spec.Brokers[:1], spec.Topic)
 	if err != nil {
-		return nil, fmt.Errorf("%s: --brokers %s: %w", name, strings.Join(spec.Brokers, ","), err)
-	}
-	ps, err := conn.ReadPartitions(spec.Topic)
-	conn.Close()
-	if err != nil {
-		return nil, fmt.Errorf("%s: partitions: %w", name, err)
+		return nil, fmt.Errorf("%s: --brokers %s: partitions: %w", name, strings.Join(spec.Brokers, ","), err)
 	}
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("%s: no such topic", name)
 	}
 	s := &kafkaSource{spec: spec}
-	for _, p := range ps {
-		start, hw, err := offsets(ctx, spec, p.ID)
+	for _, id := range ps {
+		start, hw, err := offsets(ctx, spec, id)
 		if err != nil {
 			s.Close()
-			return nil, fmt.Errorf("%s: partition %d: %w", name, p.ID, err)
+			return nil, fmt.Errorf("%s: partition %d: %w", name, id, err)
 		}
 		if start >= hw {
 			continue
 		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: spec.Brokers, Topic: spec.Topic, Partition: p.ID,
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: spec.Brokers, Topic: spec.Topic, Partition: id,
 			MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 200 * time.Millisecond})
 		if err := r.SetOffset(start); err != nil {
 			r.Close()
 			s.Close()
-			return nil, fmt.Errorf("%s: partition %d: %w", name, p.ID, err)
+			return nil, fmt.Errorf("%s: partition %d: %w", name, id, err)
 		}
-		s.parts = append(s.parts, &partition{id: p.ID, r: r, next: start, hw: hw})
+		s.parts = append(s.parts, &partition{id: id, r: r, next: start, hw: hw})
 		s.total += hw - start
 	}
 	for _, p := range s.parts {
