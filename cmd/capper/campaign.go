@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/app"
+	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/control"
 )
 
@@ -45,11 +46,11 @@ func (c *campaignArgs) set(e *env, st control.State) error {
 	change := app.CampaignChange{Campaign: c.Campaign, All: c.All, State: st, Reason: c.Reason, By: c.By}
 	switch {
 	case c.All && c.Campaign != "":
-		return usageError{errors.New("give a campaign id or --all, not both")}
+		return cli.UsageError(errors.New("give a campaign id or --all, not both"))
 	case !c.All && c.Campaign == "":
-		return usageError{errors.New("campaign: an id is required (or --all)")}
+		return cli.UsageError(errors.New("campaign: an id is required (or --all)"))
 	case c.All && st == control.Stopped:
-		return usageError{errors.New("--all: every intent can be paused and resumed, not stopped: stop campaigns one by one, or pause --all")}
+		return cli.UsageError(errors.New("--all: every intent can be paused and resumed, not stopped: stop campaigns one by one, or pause --all"))
 	}
 	switch v := c.SendBy; v {
 	case "":
@@ -58,7 +59,7 @@ func (c *campaignArgs) set(e *env, st control.State) error {
 	default:
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return usageError{fmt.Errorf("--send-by: %q is not an RFC 3339 time (or none)", v)}
+			return cli.UsageError(fmt.Errorf("--send-by: %q is not an RFC 3339 time (or none)", v))
 		}
 		change.SendBy = t
 	}
@@ -107,10 +108,3 @@ func (c *campaignListCmd) Run(e *env) error {
 	}
 	return l.WriteTable(e.stdout)
 }
-
-// usageError is a bad command line: exit 2.
-type usageError struct{ err error }
-
-func (u usageError) Error() string { return u.err.Error() }
-func (u usageError) Unwrap() error { return u.err }
-func (usageError) ExitCode() int   { return 2 }

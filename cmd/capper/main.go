@@ -60,7 +60,7 @@ func (e *env) humanLog() (*slog.Logger, error) {
 func loadConfig(path string) (*config.Config, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, cli.UsageError(err)
 	}
 	return cfg, nil
 }
@@ -156,9 +156,9 @@ func policyStore(flag, name string, cfg *config.Config) (string, error) {
 	case cfg != nil && cfg.Policy.Source != "" && !cfg.Policy.IsFile():
 		return cfg.Policy.Source, nil
 	case cfg != nil:
-		return "", usageError{fmt.Errorf("%s: the config's policy.source (%q) is not a policy store: give %s STORE", name, cfg.Policy.Source, name)}
+		return "", cli.UsageError(fmt.Errorf("%s: the config's policy.source (%q) is not a policy store: give %s STORE", name, cfg.Policy.Source, name))
 	}
-	return "", usageError{fmt.Errorf("%s: a policy store is required (or --config, whose policy.source is one)", name)}
+	return "", cli.UsageError(fmt.Errorf("%s: a policy store is required (or --config, whose policy.source is one)", name))
 }
 
 type policyPublishCmd struct {

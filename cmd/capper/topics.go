@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/capper-dev/capper/internal/app"
+	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/topics"
 )
 
@@ -44,10 +45,10 @@ type topicsCreateCmd struct {
 
 func (c *topicsCreateCmd) Run(e *env) error {
 	if c.Partitions < 1 {
-		return usageError{fmt.Errorf("--partitions: %d; give at least 1", c.Partitions)}
+		return cli.UsageError(fmt.Errorf("--partitions: %d; give at least 1", c.Partitions))
 	}
 	if c.ReplicationFactor == 0 || c.ReplicationFactor < -1 {
-		return usageError{fmt.Errorf("--replication-factor: %d; give at least 1, or -1 for the brokers' default", c.ReplicationFactor)}
+		return cli.UsageError(fmt.Errorf("--replication-factor: %d; give at least 1, or -1 for the brokers' default", c.ReplicationFactor))
 	}
 	cfg, log, err := e.forHuman(c.Config)
 	if err != nil {

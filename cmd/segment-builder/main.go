@@ -113,11 +113,11 @@ func (buildCmd) Run(e *env) error {
 	c := e.flags
 	opts, err := c.options()
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError(err)
 	}
 	logger, err := cli.NewLogger(e.stderr, c.LogLevel, c.LogFormat)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError(err)
 	}
 	opts.s3.Logger = logger
 	if err := build(e.ctx, c, opts, e.stdin, e.stdout, e.stderr, logger); err != nil {
@@ -126,14 +126,6 @@ func (buildCmd) Run(e *env) error {
 	}
 	return nil
 }
-
-// usageError is a wrong command line or config: exit 2, with the usage
-// (cli.ExitWithUsage).
-type usageError struct{ err error }
-
-func (u usageError) Error() string { return u.err.Error() }
-func (u usageError) Unwrap() error { return u.err }
-func (u usageError) ExitCode() int { return cli.ExitUsage }
 
 // options checks the flags together and reads the config.
 type options struct {

@@ -59,7 +59,7 @@ func (e *env) planStore(flag string) (objstore.Store, objstore.S3Options, error)
 	}
 	s3.UsePathStyle = s3.UsePathStyle || c.S3PathStyle
 	if flag == "" {
-		return nil, s3, usageError{errors.New("no plan store: give --to/--from, or --config with plans.source")}
+		return nil, s3, cli.UsageError(errors.New("no plan store: give --to/--from, or --config with plans.source"))
 	}
 	st, err := objstore.Open(e.ctx, flag, objstore.Options{S3: s3})
 	return st, s3, err
@@ -67,7 +67,7 @@ func (e *env) planStore(flag string) (objstore.Store, objstore.S3Options, error)
 
 func (p planPublishCmd) Run(e *env) error {
 	if e.flags.Config == "" {
-		return usageError{errors.New("plan publish needs --config: the policy's channels and categories check the plan's message")}
+		return cli.UsageError(errors.New("plan publish needs --config: the policy's channels and categories check the plan's message"))
 	}
 	data, err := os.ReadFile(p.File)
 	if err != nil {
@@ -79,10 +79,10 @@ func (p planPublishCmd) Run(e *env) error {
 	}
 	doc, ps, err := config.ReadPolicy(e.flags.Config)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError(err)
 	}
 	if err := ps.Err(); err != nil {
-		return usageError{fmt.Errorf("policy %s:\n%w", e.flags.Config, err)}
+		return cli.UsageError(fmt.Errorf("policy %s:\n%w", e.flags.Config, err))
 	}
 	rules, _ := doc.Rules()
 	prio, problems := spec.Check(rules)
@@ -95,7 +95,7 @@ func (p planPublishCmd) Run(e *env) error {
 	}
 	logger, err := cli.NewLogger(e.stderr, e.flags.LogLevel, e.flags.LogFormat)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError(err)
 	}
 	aud, err := segbuild.BuildAudience(e.ctx, spec.AudienceFrom(filepath.Dir(p.File)), segbuild.InputOptions{Stdin: e.stdin, S3: s3}, e.flags.MaxErrors, logger)
 	if err != nil {

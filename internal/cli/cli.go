@@ -79,6 +79,22 @@ func ExitWithUsage(name string, kctx *kong.Context, err error, stderr io.Writer)
 	return code
 }
 
+// UsageError marks err as a wrong command line (or a wrong config named on
+// it): Exit returns ExitUsage, and ExitWithUsage prints the usage after
+// it. It returns nil for nil.
+func UsageError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return usageError{err}
+}
+
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+func (usageError) ExitCode() int   { return ExitUsage }
+
 // Reported marks err as already reported (logged by the command): Exit
 // returns its exit code without printing it again.
 func Reported(err error) error {

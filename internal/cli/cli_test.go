@@ -30,14 +30,19 @@ func TestExit(t *testing.T) {
 		{Reported(errors.New("boom")), ExitFailure, ""},
 		{fmt.Errorf("stop: %w", exitCoder{3}), 3, "capper: stop: exit 3\n"},
 		{Reported(fmt.Errorf("stop: %w", exitCoder{3})), 3, ""},
+		{UsageError(errors.New("--n: 0")), ExitUsage, "capper: --n: 0\n"},
+		{fmt.Errorf("load: %w", UsageError(errors.New("bad"))), ExitUsage, "capper: load: bad\n"},
 	} {
 		var stderr bytes.Buffer
 		if code := Exit("capper", c.err, &stderr); code != c.code || stderr.String() != c.printed {
 			t.Errorf("Exit(%v) = %d, printed %q; want %d, %q", c.err, code, stderr.String(), c.code, c.printed)
 		}
 	}
-	if Reported(nil) != nil {
-		t.Error("Reported(nil) is not nil")
+	if Reported(nil) != nil || UsageError(nil) != nil {
+		t.Error("Reported(nil) or UsageError(nil) is not nil")
+	}
+	if inner := errors.New("bad"); !errors.Is(UsageError(inner), inner) {
+		t.Error("UsageError does not wrap its error")
 	}
 }
 
