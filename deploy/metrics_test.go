@@ -1,158 +1,25 @@
 package deploy
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/capper-dev/capper/configs"
-	"github.com/capper-dev/capper/internal/app"
-	"github.com/capper-dev/capper/internal/cli"
-	"github.com/capper-dev/capper/internal/config"
-	"github.com/capper-dev/capper/internal/demo"
-	"github.com/capper-dev/capper/internal/objstore"
-	"github.com/capper-dev/capper/internal/testenv"
+	"github.com/capper-dev/capper/internal/app/apptest"
 )
 
 const dashboardPath = "grafana/capper.json"
 
-// recorder is a prometheus.Registerer that notes the Descs of every
-// collector registered through it, then passes it on to the registry.
-type recorder struct {
-	reg *prometheus.Registry
-
-	mu    sync.Mutex
-	descs []*prometheus.Desc
-}
-
-func (r *recorder) Register(c prometheus.Collector) error {
-	if err := r.reg.Register(c); err != nil {
-		return err
-	}
-	ch := make(chan *prometheus.Desc)
-	go func() { c.Describe(ch); close(ch) }()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for d := range ch {
-		r.descs = append(r.descs, d)
-	}
-	return nil
-}
-
-func (r *recorder) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			panic(err) // prometheus.Registerer's contract for MustRegister
-		}
-	}
-}
-
-func (r *recorder) Unregister(c prometheus.Collector) bool { return r.reg.Unregister(c) }
-
-var fqNameRE = regexp.MustCompile(`fqName: "([^"]+)"`)
-
-// workerRegistry runs a real capper worker (app.Run on the documented
-// config, against redis-server, kfake and a directory snapshot) until it is
-// up, and returns every metric family it registered.
+// workerRegistry runs a real capper worker (apptest.WorkerMetrics: the
+// documented config with every optional part on) until it is up, and
+// returns every metric family it registered.
 func workerRegistry(t *testing.T) registry {
 	t.Helper()
-	ctx := context.Background()
-	rds := testenv.StartRedis(t, testenv.RedisOptions{})
-	kafka := testenv.StartKafka(t, 2, []string{"send-intents", "deliveries", "suppressed", "send-intents-dlq", "capper-control", "send-intents-delay-1m"})
-	dir := t.TempDir()
-	store, err := objstore.Open(ctx, dir, objstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := demo.BuildSnapshot(ctx, store, 1000, 1, time.Now); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.LoadWithEnv("../configs/capper.yaml", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Kafka.Brokers = kafka.Addrs
-	cfg.Kafka.SessionTimeout = config.Duration(6 * time.Second) // kfake's minimum
-	cfg.Kafka.RebalanceTimeout = config.Duration(6 * time.Second)
-	cfg.Redis.Addrs = []string{rds.Addr()}
-	cfg.Segments.Source = dir
-	cfg.Plans.Source = t.TempDir() // an empty plan store: the plans' metrics registered
-	// Campaign control (it needs a delay tier): its metrics registered.
-	cfg.Kafka.Topics.Control = "capper-control"
-	cfg.Kafka.DelayTiers = []config.DelayTier{{Delay: config.Duration(time.Minute), Topic: "send-intents-delay-1m"}}
-	cfg.HTTP.Address = "127.0.0.1:0"
-	policyFile := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policyFile, configs.ExamplePolicy(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Policy.Source = "file://" + policyFile
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-
-	reg := prometheus.NewRegistry()
-	rec := &recorder{reg: reg}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	started := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- app.Run(runCtx, app.Options{Config: cfg, Registry: reg, Registerer: rec, Build: cli.BuildOf("test", ""),
-			Started: func(addr string) { started <- addr }})
-	}()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("worker did not start: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("worker did not start within 60s")
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("worker stopped with %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("worker did not stop within 60s")
-	}
-
-	r := registry{families: map[string]bool{}, types: map[string]string{}}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	for _, d := range rec.descs {
-		g := fqNameRE.FindStringSubmatch(d.String())
-		if g == nil {
-			t.Fatalf("no fqName in %s", d)
-		}
-		r.families[g[1]] = true
-	}
-	for _, mf := range mfs {
-		r.types[mf.GetName()] = mf.GetType().String()
-	}
-	// The recorder must have seen the components' metrics, not only the
-	// process collectors: otherwise every check below would fail for the
-	// wrong reason.
-	for _, must := range []string{"capper_intents_total", "capper_redis_errors_total", "capper_snapshot_age_seconds", "go_goroutines"} {
-		if !r.families[must] {
-			t.Fatalf("recorded families lack %s: %v", must, sortedKeys(r.families))
-		}
-	}
-	return r
+	m := apptest.WorkerMetrics(t)
+	return registry{families: m.Families, types: m.Types}
 }
 
 // dashboard is the part of a Grafana dashboard the checks read.

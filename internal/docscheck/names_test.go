@@ -1,7 +1,6 @@
 package docscheck
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,22 +9,15 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/capper-dev/capper/configs"
-	"github.com/capper-dev/capper/internal/app"
-	"github.com/capper-dev/capper/internal/cli"
+	"github.com/capper-dev/capper/internal/app/apptest"
 	"github.com/capper-dev/capper/internal/config"
-	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/policy"
-	"github.com/capper-dev/capper/internal/segbuild"
-	"github.com/capper-dev/capper/internal/testenv"
 )
 
 // The reference pages that must name every metric, alert and key.
@@ -104,13 +96,12 @@ func checkMetrics(pages []*Page, ref *Page, families map[string]bool) []string {
 	return problems
 }
 
-// TestMetricsNamed runs a real worker (app.Run on the documented config,
-// with delay tiers, refunds and a plan store, against redis-server, kfake
-// and a directory snapshot) and checks the docs' metric names against the
-// families it registers, both ways.
+// TestMetricsNamed runs a real worker (apptest.WorkerMetrics: the
+// documented config with every optional part on) and checks the docs'
+// metric names against the families it registers, both ways.
 func TestMetricsNamed(t *testing.T) {
 	pages := loadPages(t)
-	families := workerFamilies(t)
+	families := apptest.WorkerMetrics(t).Families
 	t.Logf("the worker registered %d metric families", len(families))
 	for _, problem := range checkMetrics(pages, page(t, pages, metricsPage), families) {
 		t.Error(problem)
@@ -128,144 +119,6 @@ func TestMetricsNamed(t *testing.T) {
 			}
 		}
 	})
-}
-
-// recorder is a prometheus.Registerer that notes the names of every
-// collector registered through it, then passes it on to the registry (as
-// deploy/metrics_test.go does).
-type recorder struct {
-	reg *prometheus.Registry
-
-	mu    sync.Mutex
-	names map[string]bool
-}
-
-var fqNameRE = regexp.MustCompile(`fqName: "([^"]+)"`)
-
-func (r *recorder) Register(c prometheus.Collector) error {
-	if err := r.reg.Register(c); err != nil {
-		return err
-	}
-	ch := make(chan *prometheus.Desc)
-	go func() { c.Describe(ch); close(ch) }()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for d := range ch {
-		if g := fqNameRE.FindStringSubmatch(d.String()); g != nil {
-			r.names[g[1]] = true
-		}
-	}
-	return nil
-}
-
-func (r *recorder) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			panic(err) // prometheus.Registerer's contract for MustRegister
-		}
-	}
-}
-
-func (r *recorder) Unregister(c prometheus.Collector) bool { return r.reg.Unregister(c) }
-
-// workerFamilies starts a worker until it is up and returns the metric
-// families it registered.
-func workerFamilies(t *testing.T) map[string]bool {
-	t.Helper()
-	ctx := context.Background()
-	cfg, err := config.LoadWithEnv(filepath.Join(root, "configs", "capper.yaml"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Every optional part on: delay tiers, refunds, campaign control, a
-	// plan store.
-	cfg.Kafka.DelayTiers = []config.DelayTier{{Delay: config.Duration(time.Minute), Topic: "send-intents-delay-1m"}}
-	cfg.Kafka.Topics.DeliveryStatus = "delivery-status"
-	cfg.Kafka.Topics.Control = "capper-control"
-	var topics []string
-	v := reflect.ValueOf(cfg.Kafka.Topics)
-	for i := range v.NumField() {
-		if s, ok := v.Field(i).Interface().(string); ok && s != "" {
-			topics = append(topics, s)
-		}
-	}
-	for _, d := range cfg.Kafka.DelayTiers {
-		topics = append(topics, d.Topic)
-	}
-	rds := testenv.StartRedis(t, testenv.RedisOptions{})
-	kafka := testenv.StartKafka(t, 2, topics)
-	dir := t.TempDir()
-	store, err := objstore.Open(ctx, dir, objstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := policy.Parse(configs.ExamplePolicy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := segbuild.NewBuilder(segbuild.BuilderOptions{Segments: doc.SegmentNames()})
-	for u := range 100 {
-		if err := b.Add(uint64(u), doc.SegmentNames()[u%len(doc.SegmentNames())], segbuild.Position{Source: "docscheck", Line: int64(u + 1)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	build, err := b.Finish(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := segbuild.Publish(ctx, store, build, segbuild.PublishOptions{Now: time.Now}); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Kafka.Brokers = kafka.Addrs
-	cfg.Kafka.SessionTimeout = config.Duration(6 * time.Second) // kfake's minimum
-	cfg.Kafka.RebalanceTimeout = config.Duration(6 * time.Second)
-	cfg.Redis.Addrs = []string{rds.Addr()}
-	cfg.Segments.Source = dir
-	cfg.Plans.Source = t.TempDir()
-	cfg.HTTP.Address = "127.0.0.1:0"
-	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policyFile, configs.ExamplePolicy(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Policy.Source = "file://" + policyFile
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-
-	reg := prometheus.NewRegistry()
-	rec := &recorder{reg: reg, names: map[string]bool{}}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	started := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- app.Run(runCtx, app.Options{Config: cfg, Registry: reg, Registerer: rec, Build: cli.BuildOf("test", ""),
-			Started: func(addr string) { started <- addr }})
-	}()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("worker did not start: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("worker did not start within 60s")
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("worker stopped with %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("worker did not stop within 60s")
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	for _, must := range []string{"capper_intents_total", "capper_snapshot_age_seconds", "capper_refunds_total", "capper_plans_active"} {
-		if !rec.names[must] {
-			t.Fatalf("the worker registered no %s: the recorder missed the components' metrics (%v)", must, sortedKeys(rec.names))
-		}
-	}
-	return rec.names
 }
 
 func sortedKeys(m map[string]bool) []string {
