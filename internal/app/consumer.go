@@ -108,7 +108,6 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 		Plans:           plans,
 		Control:         ctl,
 		MaxPause:        cfg.Control.MaxPause.D(),
-		Exempt:          engine.Exempt,
 		Decoder:         dec,
 		Segments:        cfg.SegmentNames(),
 		BatchSize:       w.BatchSize,

@@ -210,6 +210,6 @@ func (a *assembly) finish() {
 			*d = Decision{Err: ErrEarlierUndecided}
 		}
 		d.Policy = a.set.name
-		a.set.deferral(&a.reqs[i], d)
+		a.set.after(&a.reqs[i], d)
 	}
 }

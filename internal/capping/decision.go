@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/capper-dev/capper/internal/control"
 )
 
 // MaxIntentID is the longest intent id, in bytes (the event contract's limit;
@@ -41,6 +43,12 @@ type Request struct {
 	// worker's active plans); those of a higher priority book slots the
 	// intent cannot take (plans.go).
 	Planned []Planned
+	// SendBy is the intent's own send-by (zero: none): it is never
+	// delivered after it (control.go).
+	SendBy time.Time
+	// Control is the campaign control state it is decided by (nil: every
+	// campaign active; its own send-by still holds).
+	Control *Campaigns
 	At      time.Time // decision time from the caller's clock
 }
 
@@ -80,9 +88,12 @@ type Decision struct {
 	// NotBefore (Deferred) is when to decide the intent again: when the
 	// slot frees, or quiet hours end (jittered).
 	NotBefore time.Time
-	// Reason says why it was deferred, or that a deferred intent was
-	// capped because it would wait past max_defer (ReasonExpired).
+	// Reason says why it was deferred or cancelled, or that a deferred
+	// intent was capped because it would wait past max_defer (reasons.go).
 	Reason Reason
+	// Control is the control record that decided it: a stop, a pause, or
+	// the campaign's send-by that is its deadline (nil: none).
+	Control *control.Position
 	// Err is a per-request failure; the other fields are meaningless then.
 	// Invalid requests wrap ErrInvalidRequest (they will never succeed);
 	// anything else is a Redis failure worth retrying later.

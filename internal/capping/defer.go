@@ -44,33 +44,6 @@ func ParseOnCap(s string) (OnCap, error) {
 // retention must outlast the wait.
 const MaxMaxDefer = 7 * 24 * time.Hour
 
-// Reason says why an intent was deferred, or capped after waiting.
-type Reason uint8
-
-// Reasons of the capper-reason header.
-const (
-	NoReason      Reason = iota
-	ReasonCap            // deferred: a limit with on_cap: defer is full
-	ReasonQuiet          // deferred: the user's quiet hours
-	ReasonExpired        // capped: it would wait past max_defer since it was first deferred
-	// Campaign control (the worker's, before the engine): deferred while
-	// its campaign (or every intent) is paused; cancelled for a stopped
-	// campaign, or past its send-by (or a pause longer than max_pause).
-	ReasonPaused
-	ReasonStopped
-	ReasonSendBy
-)
-
-var reasonNames = [...]string{NoReason: "", ReasonCap: "cap", ReasonQuiet: "quiet-hours", ReasonExpired: "defer-expired",
-	ReasonPaused: "paused", ReasonStopped: "campaign-stopped", ReasonSendBy: "expired"}
-
-func (r Reason) String() string {
-	if int(r) < len(reasonNames) {
-		return reasonNames[r]
-	}
-	return fmt.Sprintf("reason(%d)", r)
-}
-
 // QuietHours hold a segment's intents back between From and To (minutes
 // after local midnight; To before From spans midnight) in the user's time
 // zone. Held intents are deferred to the end, plus a jitter of up to
@@ -150,7 +123,7 @@ func (ps *policySet) quiet(r *Request, exempt bool) *Decision {
 		_, _ = h.Write([]byte(r.IntentID))
 		jitter = time.Duration(h.Sum64()%uint64(s)) * time.Second
 	}
-	return &Decision{Outcome: Deferred, At: r.At, NotBefore: end.Add(jitter), Reason: ReasonQuiet}
+	return &Decision{Outcome: Deferred, At: r.At, NotBefore: end.Add(jitter), Reason: ReasonQuietHours}
 }
 
 // end reports whether t (in the user's zone) is inside the quiet hours,
@@ -175,7 +148,7 @@ func (q *QuietHours) end(t time.Time) (time.Time, bool) {
 // deferral turns a capped decision into Deferred when the limit that
 // capped says on_cap: defer and its slot frees within max_defer of the
 // intent's first deferral; a deferred intent whose slot frees later is
-// capped with ReasonExpired.
+// capped with ReasonDeferExpired.
 func (ps *policySet) deferral(r *Request, d *Decision) {
 	if d.Err != nil || d.Outcome != Capped || d.RetryAfter.Never {
 		return
@@ -193,7 +166,7 @@ func (ps *policySet) deferral(r *Request, d *Decision) {
 	nb := r.At.Add(d.RetryAfter.In)
 	if nb.Sub(since) > l.MaxDefer {
 		if !r.DeferredSince.IsZero() {
-			d.Reason = ReasonExpired
+			d.Reason = ReasonDeferExpired
 		}
 		return
 	}

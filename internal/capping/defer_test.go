@@ -60,7 +60,7 @@ func (m *refModel) refHold(r Request) Decision {
 			h := fnv.New64a()
 			h.Write([]byte(r.IntentID))
 			j := time.Duration(h.Sum64()%uint64(q.Jitter/time.Second)) * time.Second
-			return Decision{Outcome: Deferred, At: r.At, NotBefore: end.Add(j), Reason: ReasonQuiet}
+			return Decision{Outcome: Deferred, At: r.At, NotBefore: end.Add(j), Reason: ReasonQuietHours}
 		}
 	}
 	d := m.decide(r)
@@ -78,7 +78,7 @@ func (m *refModel) refHold(r Request) Decision {
 		nb := r.At.Add(d.RetryAfter.In)
 		if nb.Sub(first) > l.MaxDefer {
 			if !r.DeferredSince.IsZero() {
-				d.Reason = ReasonExpired
+				d.Reason = ReasonDeferExpired
 			}
 			return d
 		}
@@ -157,7 +157,7 @@ func TestDeferralNext(t *testing.T) {
 		{"first deferral", Deferral{}, Decision{Outcome: Deferred, At: t0}, Deferral{Count: 1, Since: t0}},
 		{"deferred again", Deferral{Count: 1, Since: t0}, Decision{Outcome: Deferred, At: t1}, Deferral{Count: 2, Since: t0}},
 		{"allowed when due", Deferral{Count: 2, Since: t0}, Decision{Outcome: Allowed, At: t1}, Deferral{Count: 2, Since: t0}},
-		{"expired", Deferral{Count: 1, Since: t0}, Decision{Outcome: Capped, At: t1, Reason: ReasonExpired}, Deferral{Count: 1, Since: t0}},
+		{"expired", Deferral{Count: 1, Since: t0}, Decision{Outcome: Capped, At: t1, Reason: ReasonDeferExpired}, Deferral{Count: 1, Since: t0}},
 		{"never deferred", Deferral{}, Decision{Outcome: Allowed, At: t0}, Deferral{}},
 	} {
 		if got := tc.from.Next(&tc.d); got.Count != tc.want.Count || !got.Since.Equal(tc.want.Since) {

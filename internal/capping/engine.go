@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -158,10 +156,6 @@ func (e *Engine) SetPolicy(ctx context.Context, rules Rules, version string) err
 	return nil
 }
 
-// Exempt reports whether category is exempt from the caps in the policy in
-// use (campaign control's incident switch does not pause it).
-func (e *Engine) Exempt(category string) bool { return e.set.Load().rules.IsExempt(category) }
-
 // PolicyVersion names the policy in use.
 func (e *Engine) PolicyVersion() string { return e.set.Load().name }
 
@@ -241,46 +235,6 @@ func (e *Engine) load(ctx context.Context, set *policySet) error {
 		return fmt.Errorf("capping: load the policy script: Redis answered SHA %s, expected %s", sha, s.sha)
 	}
 	return nil
-}
-
-// check validates a request. It returns the decision when Redis is not
-// asked (quiet hours, exempt, or an honoured bypass that is not counted;
-// quiet hours hold back overrides too: they bypass caps, not the night);
-// bypass reports
-// an honoured bypass that is counted.
-func (ps *policySet) check(r *Request) (d *Decision, bypass bool, err error) {
-	rules := &ps.rules
-	switch {
-	case len(r.IntentID) == 0 || len(r.IntentID) > MaxIntentID:
-		return nil, false, invalidRequest("id", "intent id of %d bytes (want 1-%d)", len(r.IntentID), MaxIntentID)
-	case !slices.Contains(rules.Channels, r.Channel):
-		return nil, false, invalidRequest("channel", "unknown channel %q: not one of the policy's (%s)", r.Channel, strings.Join(rules.Channels, ", "))
-	case !slices.Contains(rules.Categories, r.Category):
-		return nil, false, invalidRequest("category", "unknown category %q: not one of the policy's (%s)", r.Category, strings.Join(rules.Categories, ", "))
-	case len(r.Tags) > MaxTags:
-		return nil, false, invalidRequest("tags", "%d tags (at most %d)", len(r.Tags), MaxTags)
-	case r.Priority > MaxPriority:
-		return nil, false, invalidRequest("priority", "priority %d", r.Priority)
-	case r.At.IsZero() || r.At.Unix() <= 0 || r.At.Unix() > math.MaxUint32:
-		return nil, false, invalidRequest("created_at", "no decision time")
-	}
-	exempt := rules.IsExempt(r.Category)
-	if q := ps.quiet(r, exempt); q != nil {
-		return q, false, nil
-	}
-	if exempt {
-		return &Decision{Outcome: Exempt, At: r.At}, false, nil
-	}
-	switch {
-	case r.Override == NoOverride:
-	case !rules.MayOverride(r.Campaign, r.Category):
-		return nil, false, nil // decided normally; Decide marks it refused
-	case r.Override == BypassUncounted:
-		return &Decision{Outcome: Exempt, At: r.At, Override: BypassUncounted}, false, nil
-	default:
-		return nil, true, nil
-	}
-	return nil, false, nil
 }
 
 // keys builds the Redis key names: a user's record is field <uid%32> of the

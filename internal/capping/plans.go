@@ -81,8 +81,8 @@ func (ps *policySet) book(r *Request, c *callPlan) {
 	now := r.At
 	for pi := range r.Planned {
 		p := &r.Planned[pi]
-		if p.Priority <= r.Priority || p.Campaign == r.Campaign || !now.Before(p.Ends) {
-			continue
+		if p.Priority <= r.Priority || p.Campaign == r.Campaign || !now.Before(p.Ends) || r.Control.stopped(p.Campaign) {
+			continue // a stopped campaign's slots go to others at once
 		}
 		scopes := ps.scopesOf(p)
 		for li := range limits {

@@ -82,53 +82,15 @@ func TestBadRecords(t *testing.T) {
 	}
 }
 
-// TestCheck: the verdict for each state, the switch and send-by.
-func TestCheck(t *testing.T) {
+// TestSnapshot: what a snapshot says of campaigns (capping's
+// control_test.go tests the verdicts taken from it).
+func TestSnapshot(t *testing.T) {
 	e := func(r Record) *Entry { return &Entry{Record: r, Pos: Position{Topic: "ctl", Offset: 7}} }
 	s := newSnapshot(map[string]*Entry{
 		"stopped": e(Record{Campaign: "stopped", State: Stopped, Since: t0}),
 		"paused":  e(Record{Campaign: "paused", State: Paused, Since: t0}),
 		"due":     e(Record{Campaign: "due", State: Active, Since: t0, SendBy: t0.Add(time.Hour)}),
 	}, nil)
-	withAll := newSnapshot(s.campaigns, e(Record{All: true, State: Paused, Since: t0}))
-	now := t0.Add(30 * time.Minute)
-	for _, tc := range []struct {
-		name     string
-		s        *Snapshot
-		campaign string
-		exempt   bool
-		sendBy   time.Time
-		now      time.Time
-		want     Action
-		reason   string
-	}{
-		{"no state", nil, "any", false, time.Time{}, now, Go, ""},
-		{"no record", s, "other", false, time.Time{}, now, Go, ""},
-		{"stopped", s, "stopped", false, time.Time{}, now, Cancel, ReasonStopped},
-		{"stopped, exempt too", s, "stopped", true, time.Time{}, now, Cancel, ReasonStopped},
-		{"paused", s, "paused", false, time.Time{}, now, Wait, ReasonPaused},
-		{"paused past max_pause", s, "paused", false, time.Time{}, t0.Add(25 * time.Hour), Cancel, ReasonExpired},
-		{"own send-by passed", s, "other", false, t0, now, Cancel, ReasonExpired},
-		{"campaign's send-by passed", s, "due", false, time.Time{}, t0.Add(2 * time.Hour), Cancel, ReasonExpired},
-		{"campaign's send-by to come", s, "due", false, time.Time{}, now, Go, ""},
-		{"every intent paused", withAll, "other", false, time.Time{}, now, Wait, ReasonPaused},
-		{"every intent paused, exempt", withAll, "other", true, time.Time{}, now, Go, ""},
-		{"stopped beats the switch", withAll, "stopped", false, time.Time{}, now, Cancel, ReasonStopped},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			v := tc.s.Check(tc.campaign, tc.exempt, tc.sendBy, tc.now, 24*time.Hour)
-			if v.Action != tc.want || v.Reason != tc.reason {
-				t.Fatalf("Check = %+v, want action %d reason %q", v, tc.want, tc.reason)
-			}
-			if v.Action != Go && tc.sendBy.IsZero() && v.By == nil {
-				t.Fatalf("a verdict from the state names no record")
-			}
-		})
-	}
-	// The earlier send-by wins and is handed on for the deferral check.
-	if v := s.Check("due", false, t0.Add(10*time.Hour), now, time.Hour); !v.SendBy.Equal(t0.Add(time.Hour)) || v.By == nil {
-		t.Fatalf("send-by: %+v, want the campaign's", v)
-	}
 	if !s.Stopped("stopped") || s.Stopped("paused") || (*Snapshot)(nil).Stopped("x") {
 		t.Fatalf("Stopped")
 	}

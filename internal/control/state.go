@@ -1,11 +1,9 @@
 package control
 
-// The control state a worker decides by, and the verdict for one intent.
+// The control state a worker decides by (capping's control.go takes an
+// intent's verdict from it).
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // Position names a record of the control topic (topic/partition/offset):
 // what a cancelled intent's capper-control header says.
@@ -90,71 +88,4 @@ func (s *Snapshot) Count(st State) int {
 func (s *Snapshot) Stopped(campaign string) bool {
 	e := s.Campaign(campaign)
 	return e != nil && e.State == Stopped
-}
-
-// Action is what an intent may do now.
-type Action uint8
-
-const (
-	// Go: decided as usual (the engine checks the caps).
-	Go Action = iota
-	// Wait: its campaign is paused (or every intent is): it waits in the
-	// delay tiers, uncounted.
-	Wait
-	// Cancel: never delivered, never counted (Verdict.Reason says why).
-	Cancel
-)
-
-// Reasons of a verdict (capper-reason).
-const (
-	ReasonStopped = "campaign-stopped"
-	ReasonExpired = "expired" // past its send-by, or paused for longer than control.max_pause
-	ReasonPaused  = "paused"
-)
-
-// Verdict is what control says of one intent.
-type Verdict struct {
-	Action Action
-	Reason string // Wait, Cancel
-	// By is the record that decided (nil: the intent's own send-by, or
-	// Go). For Go, it is the campaign's record when its send-by is the
-	// deadline.
-	By *Entry
-	// SendBy is the intent's deadline (the earlier of its own and its
-	// campaign's; zero: none): a deferral past it cancels instead.
-	SendBy time.Time
-}
-
-// Check is the verdict for an intent of campaign at now. exempt: of an
-// exempt category (the incident switch does not pause it; its campaign's
-// state applies all the same). sendBy is the intent's own (zero: none).
-// A pause that began more than maxPause ago cancels.
-func (s *Snapshot) Check(campaign string, exempt bool, sendBy, now time.Time, maxPause time.Duration) Verdict {
-	e := s.Campaign(campaign)
-	v := Verdict{SendBy: sendBy}
-	if e != nil && !e.SendBy.IsZero() && (v.SendBy.IsZero() || e.SendBy.Before(v.SendBy)) {
-		v.SendBy, v.By = e.SendBy, e
-	}
-	if !v.SendBy.IsZero() && now.After(v.SendBy) {
-		v.Action, v.Reason = Cancel, ReasonExpired
-		return v
-	}
-	if e != nil && e.State == Stopped {
-		v.Action, v.Reason, v.By = Cancel, ReasonStopped, e
-		return v
-	}
-	p := e
-	if p == nil || p.State != Paused {
-		p = nil
-		if a := s.All(); a != nil && a.State == Paused && !exempt {
-			p = a
-		}
-	}
-	if p != nil {
-		v.Action, v.Reason, v.By = Wait, ReasonPaused, p
-		if now.Sub(p.Since) > maxPause {
-			v.Action, v.Reason = Cancel, ReasonExpired
-		}
-	}
-	return v
 }

@@ -77,9 +77,6 @@ type entry struct {
 	// home: the user's input partition, the index of the tier partition a
 	// deferral of it waits in (copartition.go).
 	home int
-	// control names the control record that decided it (capper-control),
-	// when one did.
-	control string
 }
 
 // setUnreadable dead-letters e: it could not be read, as err says (an
@@ -111,7 +108,6 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 	}
 	var planned []capping.Planned // the batch's bookings, cut per request
 	reqs := make([]capping.Request, 0, len(msgs))
-	sendBy := make([]time.Time, 0, len(msgs))
 	var refunds []refundReq
 	for i := range msgs {
 		m, e := &msgs[i], &b.entries[i]
@@ -137,24 +133,20 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		r := NewRequest(&in, e.segment)
 		r.Redelivered = !w.cacheable(m, e)
 		r.DeferredSince = e.tier.Since
+		r.SendBy = in.SendBy
 		if n := len(planned); ps != nil {
 			planned = ps.For(planned, in.UserID, r.Priority, b.now)
 			r.Planned = planned[n:len(planned):len(planned)]
 		}
-		reqs, sendBy = append(reqs, r), append(sendBy, in.SendBy)
+		reqs = append(reqs, r)
 	}
 	// Refunds first: a slot they free is there for this batch's intents.
 	if err := w.refund(ctx, b.entries, refunds); err != nil {
 		return nil, err
 	}
-	decisions, ctl, lost, err := w.decide(ctx, reqs, sendBy)
+	decisions, err := w.decide(ctx, reqs)
 	if err != nil {
 		return nil, err
-	}
-	if idx := undelivered(decisions, lost); len(idx) > 0 {
-		if err := w.giveBack(ctx, reqs, idx, lost); err != nil {
-			return nil, err
-		}
 	}
 	j := 0 // reqs are the decided entries', in batch order
 	for i := range b.entries {
@@ -162,7 +154,7 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		if !e.kind.decided() {
 			continue
 		}
-		e.decision, e.control = decisions[j], ctl[j]
+		e.decision = decisions[j]
 		j++
 		switch o := &e.decision.Outcome; {
 		case *o == capping.Invalid:

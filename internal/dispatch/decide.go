@@ -1,20 +1,23 @@
 package dispatch
 
-// Deciding with retries: nothing undecided is forwarded or committed.
+// Deciding with retries: nothing undecided is forwarded or committed. Every
+// verdict is capping's (capping/verdicts.go); the worker only makes the
+// attempts, waits between them, and gives back what a lost answer may have
+// counted.
 
 import (
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/capper-dev/capper/internal/capping"
-	"github.com/capper-dev/capper/internal/control"
 )
 
 // decide asks the Decider until every request has an answer. Requests that
-// failed are retried with capped exponential backoff (nothing undecided is
+// failed are retried with the worker's backoff (nothing undecided is
 // forwarded and nothing is committed meanwhile), unless FailOpen is set:
 // then they are answered FailOpen. A request the engine calls invalid is
 // answered Invalid (dead-lettered), never retried. A request that waits for
@@ -22,202 +25,213 @@ import (
 // it, after it in batch order, and is never failed open for it: once the
 // earlier one is answered FailOpen, it is decided.
 //
-// Campaign control comes first, at each attempt's time (control.go): a
-// request of a stopped campaign, or past its send-by, is Cancelled; one of
-// a paused campaign is Deferred for the pause; neither reaches the engine,
-// nor is counted. sendBy[i] is request i's own send-by (zero: none). ctl[i]
-// names the control record that decided request i, when one did.
+// Each attempt is decided at its own time, with the campaign control state
+// read after that time (a stop applied before it is seen).
 //
 // An attempt whose answer was lost (a timeout, a WAIT that failed) may
-// have been recorded in Redis all the same: lost[i] are request i's such
-// attempts. A later answer Duplicate at one of those
-// times is that attempt's: its first delivery, not a redelivery
-// (ownDuplicates). One that campaign control answers (cancelled, waiting)
-// is given back at once, and its user's later intents wait for that: the
-// send it may have left would count for them (giveback.go). Any other
-// that ends undelivered is given back by decideBatch.
-func (w *Worker) decide(ctx context.Context, reqs []capping.Request, sendBy []time.Time) (out []capping.Decision, ctl []string, lost [][]lostAttempt, _ error) {
-	out = make([]capping.Decision, len(reqs))
-	lost = make([][]lostAttempt, len(reqs))
-	ctl = make([]string, len(reqs))
-	pending := make([]int, len(reqs))
-	for i := range pending {
-		pending[i] = i
-	}
-	sub := make([]capping.Request, 0, len(reqs))
-	subOf := make([]int, 0, len(reqs)) // sub[j] is reqs[subOf[j]]
-	byControl := make([]bool, len(reqs))
-	deadline := make([]time.Time, len(reqs)) // a deferral past it cancels
-	waits := make([]bool, len(reqs))         // waiting for an earlier one, this attempt
-	blocked := map[uint64]bool{}             // users with a request not decided, this attempt
-	held := make([]bool, len(reqs))          // not sent: an earlier one of its user is owed a give-back
-	owes := map[uint64]bool{}                // users with such a request, this attempt
+// have been recorded in Redis all the same (giveback.go): a later answer
+// Duplicate at one of its times is its first delivery (ownDuplicate); one
+// that ends undelivered is given back before its user's later intents are
+// decided, which wait for that.
+func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.Decision, error) {
+	a := newAttempts(reqs)
 	backoff := w.retryBackoff()
-	for attempt := 1; len(pending) > 0; attempt++ {
-		// The decision time is taken per attempt: a retried intent is decided
-		// now, not when it first arrived. The control state is read after
-		// it: a stop applied before this time is seen.
+	for attempt := 1; len(a.pending) > 0; attempt++ {
 		now := w.o.Now().Truncate(time.Millisecond)
-		snap := w.controlState()
-		sub, subOf = sub[:0], subOf[:0]
-		clear(held)
-		clear(owes)
-		for _, i := range pending {
-			r := reqs[i]
-			if owes[r.UserID] {
-				// An earlier one ends undelivered after a lost answer:
-				// the send it may have left counts until it is given
-				// back, so this one waits for that (giveback.go).
-				held[i] = true
-				continue
-			}
-			v := snap.Check(r.Campaign, w.exempt(r.Category), sendBy[i], now, w.o.MaxPause)
-			byControl[i], deadline[i], ctl[i] = v.Action != control.Go, v.SendBy, ""
-			if v.By != nil {
-				ctl[i] = v.By.Pos.String()
-			}
-			if byControl[i] {
-				out[i] = w.controlDecision(v, now)
-				if len(lost[i]) > 0 {
-					owes[r.UserID] = true
-				}
-				continue
-			}
-			r.At = now
-			r.Planned = withoutStopped(snap, r.Planned)
-			sub, subOf = append(sub, r), append(subOf, i)
-		}
+		sub := a.begin(now, w.campaigns())
 		var ds []capping.Decision
 		var err error
-		var sent time.Time
-		var sentPolicy string // the policy in use when sent (a failed call names none)
+		var sent lostAttempt // what a lost answer of this attempt leaves
 		if len(sub) > 0 {
+			sent = lostAttempt{at: now, sent: time.Now()}
 			if w.o.Policy != nil {
-				sentPolicy = w.o.Policy()
+				sent.policy = w.o.Policy()
 			}
-			t0 := time.Now()
-			sent = t0
 			ds, err = w.o.Decider.Decide(ctx, sub)
-			w.m.decision.Observe(time.Since(t0).Seconds())
+			w.m.decision.Observe(time.Since(sent.sent).Seconds())
 			if err != nil && ctx.Err() != nil {
-				return nil, nil, nil, fmt.Errorf("decide: %w", err)
+				return nil, fmt.Errorf("decide: %w", err)
 			}
 		}
-		// still: what is retried, in batch order; failed: how many of
-		// them Redis could not decide (the others wait for one of those).
-		var still, waiting, owed []int
-		clear(waits)
-		clear(blocked)
-		var lastErr error
-		failed, j := 0, 0
-		for _, i := range pending {
-			uid := reqs[i].UserID
-			if held[i] {
-				still, waiting = append(still, i), append(waiting, i)
-				waits[i], blocked[uid] = true, true
-				continue
-			}
-			if byControl[i] {
-				switch {
-				case blocked[uid]:
-					// Answered without the engine, but after a request of
-					// its user that has no answer yet: it waits for it.
-					still, waiting = append(still, i), append(waiting, i)
-					waits[i] = true
-				case len(lost[i]) > 0:
-					owed = append(owed, i)
-				}
-				continue
-			}
-			var d capping.Decision
-			if err == nil {
-				d = ds[j]
-			}
-			j++
-			switch {
-			case err != nil:
-				lastErr = err
-				// Any failed call may have run: go-redis retries a call
-				// whose connection broke, so even a refused dial can be
-				// the last of several tries, an earlier one of which ran.
-				lost[i] = append(lost[i], lostAttempt{at: now, sent: sent, policy: sentPolicy})
-			case errors.Is(d.Err, capping.ErrInvalidRequest):
-				// The policy that decides it does not know its channel
-				// or category (it changed since the intent was decoded),
-				// or a check the decoder lacks: no retry can help.
-				out[i] = capping.Decision{Outcome: capping.Invalid, Err: d.Err, At: now}
-				continue
-			case errors.Is(d.Err, capping.ErrEarlierUndecided):
-				still, waiting = append(still, i), append(waiting, i)
-				waits[i], blocked[uid] = true, true
-				continue
-			case d.Err != nil:
-				lastErr = d.Err
-				lost[i] = append(lost[i], lostAttempt{at: now, sent: sent, policy: cmp.Or(d.Policy, sentPolicy)})
-				if failed < 10 {
-					// Ids only at debug: logs above it never name a user.
-					w.o.Logger.Debug("intent not decided", "user", uid, "intent", reqs[i].IntentID, "error", lastErr)
-				}
-			default:
-				out[i] = d
-				if d.Outcome == capping.Deferred && !deadline[i].IsZero() && d.NotBefore.After(deadline[i]) {
-					// Its slot (or the end of quiet hours) comes after its
-					// send-by: it would never be delivered in time.
-					out[i] = capping.Decision{Outcome: capping.Cancelled, Reason: capping.ReasonSendBy, At: now,
-						Limit: d.Limit, HeldFor: d.HeldFor, Policy: d.Policy}
-				}
-				continue
-			}
-			failed++
-			blocked[uid] = true
-			still = append(still, i)
-		}
-		if len(owed) > 0 {
+		failed, lastErr := a.answer(ds, err, sent, w.o.Logger)
+		if owed := a.owed(); len(owed) > 0 {
 			// Answered for good, undelivered, after a lost answer: given
 			// back before their users' later intents are decided.
-			if err := w.giveBack(ctx, reqs, owed, lost); err != nil {
-				return nil, nil, nil, fmt.Errorf("decide: %w", err)
+			if err := w.giveBack(ctx, reqs, owed, a.lost); err != nil {
+				return nil, fmt.Errorf("decide: %w", err)
 			}
-			for _, i := range owed {
-				lost[i] = nil
-			}
+			a.settle(owed)
 		}
-		if len(still) == 0 {
+		switch {
+		case len(a.still) == 0:
 			w.setReady("redis")
-			ownDuplicates(out, lost)
-			return out, ctl, lost, nil
-		}
-		if failed == 0 && len(owed) > 0 {
-			// Only those that waited for the give-backs are left.
-			pending = still
+			return a.out, nil
+		case failed == 0:
+			// Only those that waited for an earlier one of their user
+			// are left: they go at once.
+			a.pending = a.still
 			continue
-		}
-		if w.o.FailOpen {
-			if failed > 0 {
-				w.o.Logger.Warn("redis could not decide; failing open as configured",
-					"intents", failed, "error", lastErr)
-			}
-			// The failed ones are answered; those that waited for them
-			// are decided next.
-			for _, i := range still {
-				if !waits[i] {
-					out[i] = capping.Decision{Outcome: capping.FailOpen, At: now}
-				}
-			}
-			pending = waiting
+		case w.o.FailOpen:
+			w.o.Logger.Warn("redis could not decide; failing open as configured", "intents", failed, "error", lastErr)
+			a.failOpen(now)
 			continue
 		}
 		w.setNotReady("redis", fmt.Errorf("redis cannot decide %d intents: %w", failed, lastErr))
-		w.m.redisRetries.Add(float64(len(still)))
+		w.m.redisRetries.Add(float64(len(a.still)))
 		if attempt == 1 || attempt%10 == 0 {
-			w.o.Logger.Warn("redis could not decide; waiting and retrying", "intents", len(still),
+			w.o.Logger.Warn("redis could not decide; waiting and retrying", "intents", len(a.still),
 				"attempt", attempt, "backoff", backoff.current(), "error", lastErr)
 		}
 		if err := backoff.wait(ctx); err != nil {
-			return nil, nil, nil, fmt.Errorf("decide: %w (last redis error: %v)", err, lastErr)
+			return nil, fmt.Errorf("decide: %w (last redis error: %v)", err, lastErr)
 		}
-		pending = still
+		a.pending = a.still
 	}
-	ownDuplicates(out, lost)
-	return out, ctl, lost, nil
+	return a.out, nil
+}
+
+// campaigns is the campaign control a request is decided by now (nil:
+// no control; its own send-by still holds).
+func (w *Worker) campaigns() *capping.Campaigns {
+	if w.o.Control == nil {
+		return nil
+	}
+	return &capping.Campaigns{State: w.o.Control.Load(), MaxPause: w.o.MaxPause, Recheck: w.o.Tiers[0].Delay}
+}
+
+// attempts is the state of one batch's decision across its attempts.
+type attempts struct {
+	reqs []capping.Request
+	out  []capping.Decision
+	// lost[i] are request i's attempts whose answers were lost.
+	lost [][]lostAttempt
+	// pending: the requests this attempt decides, in batch order; still:
+	// those it leaves for the next; waits[i]: i waits for an earlier one
+	// of its user (it is not failed open).
+	pending, still []int
+	waits          []bool
+	// sub[j] is reqs[subOf[j]], this attempt's requests to the Decider;
+	// decided: those that got their final answer in this attempt.
+	sub     []capping.Request
+	subOf   []int
+	decided []int
+}
+
+func newAttempts(reqs []capping.Request) *attempts {
+	a := &attempts{reqs: reqs, out: make([]capping.Decision, len(reqs)), lost: make([][]lostAttempt, len(reqs)),
+		pending: make([]int, len(reqs)), waits: make([]bool, len(reqs))}
+	for i := range a.pending {
+		a.pending[i] = i
+	}
+	return a
+}
+
+// begin makes an attempt's requests, decided at now by the control state
+// cs. A user's requests after one with a lost attempt are held back: that
+// one's final answer, and its give-back, come first.
+func (a *attempts) begin(now time.Time, cs *capping.Campaigns) []capping.Request {
+	a.sub, a.subOf, a.still, a.decided = a.sub[:0], a.subOf[:0], a.still[:0:0], a.decided[:0]
+	clear(a.waits)
+	var hold map[uint64]bool
+	for _, i := range a.pending {
+		r := a.reqs[i]
+		if hold[r.UserID] {
+			a.waits[i] = true
+			continue
+		}
+		if len(a.lost[i]) > 0 {
+			if hold == nil {
+				hold = map[uint64]bool{}
+			}
+			hold[r.UserID] = true
+		}
+		r.At, r.Control = now, cs
+		a.sub, a.subOf = append(a.sub, r), append(a.subOf, i)
+	}
+	return a.sub
+}
+
+// answer takes the Decider's answers (err: the whole call failed; sent:
+// the attempt, were its answer lost). It returns how many requests Redis
+// could not decide, and the last error.
+func (a *attempts) answer(ds []capping.Decision, err error, sent lostAttempt, log *slog.Logger) (failed int, lastErr error) {
+	j := 0
+	for _, i := range a.pending {
+		if a.waits[i] {
+			a.still = append(a.still, i)
+			continue
+		}
+		var d capping.Decision
+		if err == nil {
+			d = ds[j]
+		}
+		j++
+		switch {
+		case err != nil:
+			// Any failed call may have run: go-redis retries a call
+			// whose connection broke, so even a refused dial can be the
+			// last of several tries, an earlier one of which ran.
+			lastErr = err
+			a.lost[i] = append(a.lost[i], sent)
+		case errors.Is(d.Err, capping.ErrInvalidRequest):
+			// The policy that decides it does not know its channel or
+			// category (it changed since the intent was decoded), or a
+			// check the decoder lacks: no retry can help.
+			a.out[i] = capping.Decision{Outcome: capping.Invalid, Err: d.Err, At: sent.at}
+			a.decided = append(a.decided, i)
+			continue
+		case errors.Is(d.Err, capping.ErrEarlierUndecided):
+			a.still, a.waits[i] = append(a.still, i), true
+			continue
+		case d.Err != nil:
+			lastErr = d.Err
+			at := sent
+			at.policy = cmp.Or(d.Policy, sent.policy)
+			a.lost[i] = append(a.lost[i], at)
+			if failed < 10 {
+				// Ids only at debug: logs above it never name a user.
+				log.Debug("intent not decided", "user", a.reqs[i].UserID, "intent", a.reqs[i].IntentID, "error", lastErr)
+			}
+		default:
+			a.out[i] = ownDuplicate(d, a.lost[i])
+			a.decided = append(a.decided, i)
+			continue
+		}
+		failed++
+		a.still = append(a.still, i)
+	}
+	return failed, lastErr
+}
+
+// owed lists the requests decided in this attempt that had lost attempts
+// and end undelivered: they are given back.
+func (a *attempts) owed() []int {
+	var idx []int
+	for _, i := range a.decided {
+		if len(a.lost[i]) > 0 && !delivered(a.out[i].Outcome) {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// settle notes that the owed requests were given back.
+func (a *attempts) settle(owed []int) {
+	for _, i := range owed {
+		a.lost[i] = nil
+	}
+}
+
+// failOpen answers FailOpen the requests Redis could not decide; those
+// that waited for them are decided next.
+func (a *attempts) failOpen(now time.Time) {
+	var next []int
+	for _, i := range a.still {
+		if a.waits[i] {
+			next = append(next, i)
+			continue
+		}
+		a.out[i] = capping.Decision{Outcome: capping.FailOpen, At: now}
+	}
+	a.pending = next
 }

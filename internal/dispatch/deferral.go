@@ -23,16 +23,12 @@ type Tier struct {
 
 // Headers of the delay path.
 const (
-	HeaderReason        = "capper-reason"         // deferred: cap or quiet-hours; capped: defer-expired
+	HeaderReason        = "capper-reason"         // deferred, cancelled, or capped after waiting: why (capping/reasons.go)
 	HeaderNotBefore     = "capper-not-before"     // deferred: decided again at or after this time
 	HeaderDeferredCount = "capper-deferred-count" // times deferred (hops between tiers do not count)
 	HeaderDeferredSince = "capper-deferred-since" // when it was first deferred: max_defer counts from here
 	HeaderDueAt         = "capper-due-at"         // when its tier hands it over (internal to the delay path)
 )
-
-// DecisionDeferred is the capper-decision of a record on its way through
-// the delay tiers.
-const DecisionDeferred = "deferred"
 
 // tierFor is the tier for an intent due in d: the longest whose delay is
 // not above d (so that a tier's records are due in the order they were
@@ -66,7 +62,7 @@ type tierHeaders struct {
 }
 
 // tierReasons are the capper-reason values of a deferred intent.
-var tierReasons = map[string]bool{capping.ReasonCap.String(): true, capping.ReasonQuiet.String(): true, capping.ReasonPaused.String(): true}
+var tierReasons = map[string]bool{capping.ReasonCap.String(): true, capping.ReasonQuietHours.String(): true, capping.ReasonPaused.String(): true}
 
 // readTier reads a delay tier's record into e, and reports whether it is
 // due (kindDue: its value is decoded and decided again). Otherwise it hops

@@ -3,8 +3,9 @@ package dispatch
 // Give-backs: an attempt whose answer was lost (a timeout, a stalled or
 // failed-over Redis, a WAIT that failed) may have been recorded all the
 // same. When the intent then ends in anything but a delivery (cancelled by
-// a stop or its send-by, waiting for a pause, dead-lettered), its send is
-// taken out of the user's record and its id forgotten, so that nothing not
+// a stop or its send-by, waiting for a pause, deferred, dead-lettered), its
+// send is taken out of the user's record and its id forgotten, before the
+// user's later intents are decided (decide.go), so that nothing not
 // delivered stays counted. Two things make that exact:
 //
 //   - the worker asks only after the engine's LateBy (capping.LateAfter,
@@ -50,39 +51,27 @@ type lostAttempt struct {
 	policy   string
 }
 
-// ownDuplicates turns a Duplicate answer recorded by one of the request's
-// own lost attempts into the delivery it is (the first: nothing delivered
-// it before), decided at that attempt's time, by its policy.
-func ownDuplicates(out []capping.Decision, lost [][]lostAttempt) {
-	for i := range out {
-		d := &out[i]
-		if d.Outcome != capping.Duplicate || len(lost[i]) == 0 {
-			continue
-		}
-		if k := slices.IndexFunc(lost[i], func(a lostAttempt) bool { return a.at.Unix() == d.At.Unix() }); k >= 0 {
-			d.Outcome, d.At = capping.Allowed, lost[i][k].at
-			if p := lost[i][k].policy; p != "" {
-				d.Policy = p
-			}
+// ownDuplicate is d, unless it is a Duplicate answer recorded by one of
+// the request's own lost attempts: then it is the delivery it is (the
+// first: nothing delivered it before), decided at that attempt's time, by
+// its policy.
+func ownDuplicate(d capping.Decision, lost []lostAttempt) capping.Decision {
+	if d.Outcome != capping.Duplicate || len(lost) == 0 {
+		return d
+	}
+	if k := slices.IndexFunc(lost, func(a lostAttempt) bool { return a.at.Unix() == d.At.Unix() }); k >= 0 {
+		d.Outcome, d.At = capping.Allowed, lost[k].at
+		if p := lost[k].policy; p != "" {
+			d.Policy = p
 		}
 	}
+	return d
 }
 
 // delivered reports whether an outcome delivers the intent (so a send its
 // lost attempt recorded is the one that counts it).
 func delivered(o capping.Outcome) bool {
 	return o == capping.Allowed || o == capping.Duplicate || o == capping.FailOpen
-}
-
-// undelivered lists the requests with lost attempts that end undelivered.
-func undelivered(out []capping.Decision, lost [][]lostAttempt) []int {
-	var idx []int
-	for i := range out {
-		if len(lost[i]) > 0 && !delivered(out[i].Outcome) {
-			idx = append(idx, i)
-		}
-	}
-	return idx
 }
 
 // giveBack gives back requests idx (each with lost attempts, ending

@@ -31,6 +31,7 @@ const (
 	HeaderOverride   = "capper-override"       // the intent asked to bypass the caps: see overrideValue
 	HeaderPolicy     = "capper-policy"         // the version of the cap policy that decided
 	HeaderHeldFor    = "capper-held-for"       // capped or deferred by a plan's booking: its campaign
+	HeaderControl    = "capper-control"        // <topic>/<partition>/<offset> of the control record that decided (a stop, a pause, the campaign's send-by)
 )
 
 // capperPrefix starts every header capper owns; an input's own capper-*
@@ -43,6 +44,8 @@ const (
 	DecisionExempt       = "exempt"
 	DecisionShadowCapped = "shadow-capped"
 	DecisionCapped       = "capped"
+	DecisionDeferred     = "deferred"  // waits in a delay tier (capper-reason says why)
+	DecisionCancelled    = "cancelled" // campaign control: never delivered, not counted
 )
 
 // TimeLayout is the format of capper-decided-at.
@@ -130,8 +133,12 @@ func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 				})})
 		}
 		add = hb.delayPath(add, e)
-		if e.control != "" {
-			add = append(add, kafka.Header{Key: HeaderControl, Value: hb.name(e.control)})
+		if c := d.Control; c != nil {
+			add = append(add, kafka.Header{Key: HeaderControl, Value: hb.bytes(func(b []byte) []byte {
+				b = append(append(b, c.Topic...), '/')
+				b = append(strconv.AppendInt(b, int64(c.Partition), 10), '/')
+				return strconv.AppendInt(b, c.Offset, 10)
+			})})
 		}
 		if d.HeldFor != "" {
 			add = append(add, kafka.Header{Key: HeaderHeldFor, Value: hb.name(d.HeldFor)})

@@ -122,10 +122,10 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 			Help: "Intents waiting in the delay tiers for a paused campaign: those this worker sent there minus those it read back (sum it over the workers: a worker may read back what another sent).",
 		}),
 	}
-	for _, r := range []capping.Reason{capping.ReasonStopped, capping.ReasonSendBy} {
+	for _, r := range capping.Reasons(capping.Cancelled) {
 		m.cancelled.WithLabelValues(r.String())
 	}
-	for _, r := range []capping.Reason{capping.ReasonCap, capping.ReasonQuiet, capping.ReasonPaused} {
+	for _, r := range capping.Reasons(capping.Deferred) {
 		m.deferred.WithLabelValues(r.String())
 	}
 	for _, r := range refundResults {
@@ -184,7 +184,7 @@ func (w *Worker) observe(b *batch) {
 			}
 		case d.Outcome == capping.Cancelled:
 			w.m.cancelled.WithLabelValues(d.Reason.String()).Inc()
-		case d.Reason == capping.ReasonExpired:
+		case d.Reason == capping.ReasonDeferExpired:
 			w.m.expired.Inc()
 		}
 		w.m.intents.WithLabelValues(d.Outcome.String(), e.segment).Inc()

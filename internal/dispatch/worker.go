@@ -102,14 +102,12 @@ type Options struct {
 	// Segments are the segment names the metrics start at 0 for (the
 	// configured ones); others appear when first seen.
 	Segments []string
-	// Control is campaign control (nil: every campaign active; intents'
-	// send_by still holds). A paused campaign's intents wait in the first
-	// delay tier, so it needs Tiers; past MaxPause of a pause they are
-	// cancelled. Exempt says which categories the incident switch leaves
-	// alone (the policy's exempt categories; nil: none).
+	// Control is campaign control's state, which each request carries to
+	// the Decider with MaxPause (capping.Campaigns; nil: every campaign
+	// active, intents' send_by still holds). A paused campaign's intents
+	// wait in the first delay tier, so it needs Tiers.
 	Control  Control
 	MaxPause time.Duration
-	Exempt   func(category string) bool
 
 	// Tiers are the delay tiers, shortest first: Deferred intents wait
 	// there (their writers put a record in the partition its Partition

@@ -238,7 +238,7 @@ func (s *Stats) count(channel, campaign string, o *Outcome) {
 		return
 	case capping.Capped:
 		s.Capped++
-		if o.Decision.Reason == capping.ReasonExpired {
+		if o.Decision.Reason == capping.ReasonDeferExpired {
 			s.DeferExpired++
 		}
 		inc(s.counts[0], o.Segment)

@@ -1,0 +1,156 @@
+package capping
+
+// Every verdict, in the one order they are taken. Before Redis: a request
+// is checked (an invalid one is dead-lettered), then campaign control and
+// send-by (control.go), quiet hours (defer.go), an exempt category and
+// overrides; the first that answers decides, and nothing it answers is
+// counted. The rest go to the caps: the script (or its Go port), which
+// counts the campaign plans' bookings (plans.go) with the sends. After it,
+// a capped intent whose limit defers waits for its slot (defer.go), and a
+// deferral past the send-by is cancelled (control.go).
+//
+// A user's order holds for every answer, whatever gave it (assemble.go,
+// finish): a decision that comes after one of the user's requests that
+// Redis could not answer is taken back, and waits for it.
+//
+// The reasons a verdict gives (capper-reason) are below: each name is the
+// header's value, the metrics' reason label and the docs' word; nothing
+// translates it. CONTRIBUTING.md ("Adding a verdict") lists what a new
+// verdict touches.
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// check takes the verdicts before Redis. It returns the decision when
+// Redis is not asked; bypass reports an honoured bypass that is counted
+// (recorded without checking).
+func (ps *policySet) check(r *Request) (d *Decision, bypass bool, err error) {
+	if err := ps.validate(r); err != nil {
+		return nil, false, err
+	}
+	exempt := ps.rules.IsExempt(r.Category)
+	if v := controlVerdict(r, exempt); v.outcome != Allowed {
+		return v.decision(r), false, nil
+	}
+	// Quiet hours hold back overrides too: they bypass caps, not the
+	// night.
+	if d := ps.quiet(r, exempt); d != nil {
+		return d, false, nil
+	}
+	if exempt {
+		return &Decision{Outcome: Exempt, At: r.At}, false, nil
+	}
+	return ps.override(r)
+}
+
+// after turns the caps' answer (or a verdict's) into the final decision.
+func (ps *policySet) after(r *Request, d *Decision) {
+	ps.deferral(r, d)
+	sendByAfter(r, d)
+}
+
+// validate refuses a request no retry can decide (dead-lettered).
+func (ps *policySet) validate(r *Request) error {
+	rules := &ps.rules
+	switch {
+	case len(r.IntentID) == 0 || len(r.IntentID) > MaxIntentID:
+		return invalidRequest("id", "intent id of %d bytes (want 1-%d)", len(r.IntentID), MaxIntentID)
+	case !slices.Contains(rules.Channels, r.Channel):
+		return invalidRequest("channel", "unknown channel %q: not one of the policy's (%s)", r.Channel, strings.Join(rules.Channels, ", "))
+	case !slices.Contains(rules.Categories, r.Category):
+		return invalidRequest("category", "unknown category %q: not one of the policy's (%s)", r.Category, strings.Join(rules.Categories, ", "))
+	case len(r.Tags) > MaxTags:
+		return invalidRequest("tags", "%d tags (at most %d)", len(r.Tags), MaxTags)
+	case r.Priority > MaxPriority:
+		return invalidRequest("priority", "priority %d", r.Priority)
+	case r.At.IsZero() || r.At.Unix() <= 0 || r.At.Unix() > math.MaxUint32:
+		return invalidRequest("created_at", "no decision time")
+	}
+	return nil
+}
+
+// override is the verdict of an intent's override: an honoured
+// uncounted bypass is answered (exempt), an honoured bypass goes to the
+// script recorded without checking, a refused one is decided normally
+// (Decide marks it refused).
+func (ps *policySet) override(r *Request) (d *Decision, bypass bool, err error) {
+	switch {
+	case r.Override == NoOverride, !ps.rules.MayOverride(r.Campaign, r.Category):
+		return nil, false, nil
+	case r.Override == BypassUncounted:
+		return &Decision{Outcome: Exempt, At: r.At, Override: BypassUncounted}, false, nil
+	}
+	return nil, true, nil
+}
+
+// Reason says why a verdict held an intent back.
+type Reason uint8
+
+// Reasons, each named as on the wire (String).
+const (
+	NoReason Reason = iota
+	// ReasonCap ("cap"), Deferred: a limit with on_cap: defer is full.
+	ReasonCap
+	// ReasonQuietHours ("quiet-hours"), Deferred: the user's quiet hours.
+	ReasonQuietHours
+	// ReasonDeferExpired ("defer-expired"), Capped: it would wait past
+	// max_defer since it was first deferred.
+	ReasonDeferExpired
+	// ReasonPaused ("paused"), Deferred: its campaign (or every intent) is
+	// paused.
+	ReasonPaused
+	// ReasonCampaignStopped ("campaign-stopped"), Cancelled: its campaign
+	// is stopped.
+	ReasonCampaignStopped
+	// ReasonExpired ("expired"), Cancelled: past its send-by (its own or
+	// its campaign's), or paused for longer than control.max_pause.
+	ReasonExpired
+)
+
+// reasons are the names and the outcome each reason comes with.
+var reasons = [...]struct {
+	name    string
+	outcome Outcome
+}{
+	NoReason:              {"", Allowed},
+	ReasonCap:             {"cap", Deferred},
+	ReasonQuietHours:      {"quiet-hours", Deferred},
+	ReasonDeferExpired:    {"defer-expired", Capped},
+	ReasonPaused:          {"paused", Deferred},
+	ReasonCampaignStopped: {"campaign-stopped", Cancelled},
+	ReasonExpired:         {"expired", Cancelled},
+}
+
+func (r Reason) String() string {
+	if int(r) < len(reasons) {
+		return reasons[r].name
+	}
+	return fmt.Sprintf("reason(%d)", r)
+}
+
+// Reasons lists the reasons an outcome comes with (Deferred: cap,
+// quiet-hours, paused; Cancelled: campaign-stopped, expired; Capped:
+// defer-expired), in order: e.g. to initialise metric labels.
+func Reasons(o Outcome) []Reason {
+	var out []Reason
+	for r := range reasons {
+		if r != int(NoReason) && reasons[r].outcome == o {
+			out = append(out, Reason(r))
+		}
+	}
+	return out
+}
+
+// ParseReason reads a reason's name ("" is NoReason).
+func ParseReason(s string) (Reason, error) {
+	for r := range reasons {
+		if reasons[r].name == s {
+			return Reason(r), nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not a reason", s)
+}
