@@ -11,30 +11,27 @@
 package demo
 
 import (
-	"bufio"
-	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/capper-dev/capper/internal/app"
-	"github.com/capper-dev/capper/internal/audit"
+	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
-	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/replay"
 	kafkatopics "github.com/capper-dev/capper/internal/topics"
 )
@@ -94,40 +91,16 @@ func Run(ctx context.Context, o Options) error {
 	if o.Users <= 0 || o.Intents <= 0 {
 		return fmt.Errorf("demo: users (%d) and intents (%d) must be above 0", o.Users, o.Intents)
 	}
-	if o.Out == nil {
-		o.Out = io.Discard
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
-	base := o.Now
-	if base == nil {
-		t0 := time.Now()
-		base = func() time.Time { return DefaultStart.Add(time.Since(t0)) }
-	}
-	clk := newClock(base)
+	o.defaults()
+	clk := newClock(o.clockBase())
 	start := time.Now()
-	dir := o.SaveSnapshot
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "capper-demo-")
-		if err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("demo: --save-snapshot: %w", err)
-	}
-	// The plan store and the files of the plan's replay.
-	work, err := os.MkdirTemp("", "capper-demo-plans-")
+	dirs, err := makeDirs(o.SaveSnapshot)
 	if err != nil {
-		return fmt.Errorf("demo: %w", err)
+		return err
 	}
-	defer os.RemoveAll(work)
-	plansDir := filepath.Join(work, "plans")
-
+	defer dirs.remove()
 	step := func(format string, args ...any) { fmt.Fprintf(o.Progress, "- "+format+"\n", args...) }
-	store, err := objstore.Open(ctx, dir, objstore.Options{})
+	store, err := objstore.Open(ctx, dirs.snapshot, objstore.Options{})
 	if err != nil {
 		return err
 	}
@@ -138,117 +111,49 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	step("snapshot %s: %s (the sections' segments hold users %d-%d)", m.Version, describeSegments(m), sec.shoppers.from, sec.flash.to-1)
-
-	topics := []string{topicIn, topicDel, topicSup, topicDLQ, topicStatus}
-	for _, t := range demoTiers {
-		topics = append(topics, t.Topic)
-	}
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topics...))
-	if err != nil {
-		return fmt.Errorf("demo: start kafka: %w", err)
-	}
-	defer broker.Close()
-	// The control topic as capper topics create makes it (a worker refuses
-	// one that is not compacted).
-	if err := broker.CreateTopic(topicControl, 1, kafkatopics.Topic{Kind: kafkatopics.Control}.Configs()); err != nil {
-		return fmt.Errorf("demo: create the control topic %s: %w", topicControl, err)
-	}
-	brokers := broker.ListenAddrs()
-	redisAddr := o.RedisAddr
-	if redisAddr == "" {
-		mr, err := miniredis.Run()
-		if err != nil {
-			return fmt.Errorf("demo: start embedded redis: %w", err)
-		}
-		defer mr.Close()
-		redisAddr = mr.Addr()
-		step("kafka (kfake) at %s, redis (embedded miniredis) at %s", brokers[0], redisAddr)
-	} else {
-		step("kafka (kfake) at %s, redis at %s", brokers[0], redisAddr)
-	}
-
-	cfg, err := demoConfig(brokers, redisAddr, dir, plansDir)
+	srv, err := startServers(o.RedisAddr, step)
 	if err != nil {
 		return err
 	}
-	rules, err := demoRules(cfg)
-	if err != nil {
-		return fmt.Errorf("demo policy: %w", err)
-	}
-	planStore, err := objstore.Open(ctx, plansDir, objstore.Options{})
+	defer srv.close()
+	cfg, err := demoConfig(srv.brokers, srv.redisAddr, dirs.snapshot, dirs.plans)
 	if err != nil {
 		return err
 	}
-	plan, err := sec.publishPlan(ctx, planStore, rules, clk.Now())
+	rules, plan, err := publishPlan(ctx, cfg, sec, dirs.plans, clk.Now(), step)
 	if err != nil {
 		return err
 	}
-	step("%s published: priority high, %s to %s, a push to %d users", plan, stamp(plan.Starts), stamp(plan.Ends), plan.Audience.Users)
-
 	msgs := Blast(BlastOptions{Users: o.Users, Intents: o.Intents, Seed: uint64(o.Seed), Now: at})
 	if o.SaveIntents != "" {
 		if err := SaveIntents(o.SaveIntents, msgs); err != nil {
 			return err
 		}
-		step("blast saved to %s, snapshot in %s (capper replay --from %s --snapshot %s)", o.SaveIntents, dir, o.SaveIntents, dir)
+		step("blast saved to %s, snapshot in %s (capper replay --from %s --snapshot %s)", o.SaveIntents, dirs.snapshot, o.SaveIntents, dirs.snapshot)
 	}
 	early, flashLate := sec.morning(at)
 
-	reg := prometheus.NewRegistry()
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	started := make(chan struct{})
-	done := make(chan error, 1)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	go func() {
-		done <- app.Run(runCtx, app.Options{Config: cfg, Logger: quiet, Registry: reg, Now: clk.Now, Sleep: clk.Sleep,
-			Build: cli.BuildOf("demo", ""), Started: func(string) { close(started) }})
-	}()
-	select {
-	case <-started:
-	case err := <-done:
-		return fmt.Errorf("demo: worker did not start: %w", err)
-	}
-	p := &play{runner: runner{reg: reg, done: done, progress: o.Progress}, clk: clk, sec: sec, cfg: cfg, brokers: brokers, log: quiet, step: step}
-	tp, err := p.blast(ctx, msgs, early, flashLate)
+	w, err := startWorker(ctx, cfg, clk)
 	if err != nil {
 		return err
 	}
-	if err := p.refunds(ctx); err != nil {
-		return err
-	}
-	cart, err := p.later(ctx)
+	defer w.stop()
+	p := &play{runner: runner{reg: w.reg, done: w.done, progress: o.Progress}, clk: clk, sec: sec, cfg: cfg, brokers: srv.brokers, log: w.log, step: step}
+	tp, cart, err := p.run(ctx, msgs, early, flashLate)
 	if err != nil {
 		return err
 	}
-	stop()
-	if err := <-done; err != nil {
-		return fmt.Errorf("demo: worker: %w", err)
-	}
-
-	outs, err := readOutputs(ctx, brokers)
-	if err != nil {
-		return err
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		return fmt.Errorf("demo: metrics: %w", err)
-	}
-	sec.refundsApplied = counter(mfs, "capper_refunds_total", "result", "applied")
-	var planMsgs []kafka.Message
-	for _, m := range slices.Concat(early, cart) {
-		if c := jsonString(m.Value, "campaign_id"); c == campNewsletter || c == campCart {
-			planMsgs = append(planMsgs, m)
-		}
-	}
-	policyFile, _ := cfg.PolicyFile()
-	err = sec.replayPlan(ctx, func(ctx context.Context, from string) (*replay.Report, error) {
-		return app.Replay(ctx, app.ReplayOptions{Policy: policyFile, Store: store, Plans: plansDir, From: from}, nil)
-	}, work, planMsgs)
-	if err != nil {
+	if err := w.wait(); err != nil {
 		return err
 	}
 
+	outs, mfs, err := readBack(ctx, srv.brokers, w.reg, sec)
+	if err != nil {
+		return err
+	}
+	if err := replayPlan(ctx, cfg, sec, store, dirs, slices.Concat(early, cart)); err != nil {
+		return err
+	}
 	sum := writeReport(o.Out, mfs, outs, len(msgs), tp)
 	if o.Summary != nil {
 		*o.Summary = sum
@@ -263,162 +168,188 @@ func Run(ctx context.Context, o Options) error {
 	return writeAudit(o.Out, results, len(outs.deliveries), len(outs.input))
 }
 
-// play is the demo's timeline: what it produces, when, and what it does
-// meanwhile (the stop, the failed deliveries, the clock's steps).
-type play struct {
-	runner
-	clk     *clock
-	sec     *sections
-	cfg     *config.Config
-	brokers []string
-	log     *slog.Logger
-	step    func(format string, args ...any)
+// defaults sets the writers left nil to io.Discard.
+func (o *Options) defaults() {
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
 }
 
-// blast produces the blast in two parts: the first third with the
-// sections' first intents (half of flash-sale's among them), then the
-// rest with flash-sale's other half in its second half, behind thousands
-// of the blast's. It arrives while the worker runs, as a campaign's would
-// (a backlog that was there when a worker took its partitions over is
-// decided by Redis alone: see docs/operations/refusal-cache.md). Once the first
-// part is decided and the rest is in the input topic, flash-sale is
-// stopped, as capper campaign stop does it.
-func (p *play) blast(ctx context.Context, msgs, early, flashLate []kafka.Message) (throughput, error) {
-	third, mid := len(msgs)/3, len(msgs)/3+(len(msgs)-len(msgs)/3)/2
-	partA := interleave(msgs[:third], early)
-	partB := append(slices.Clone(msgs[third:mid]), interleave(msgs[mid:], flashLate)...)
+// clockBase is Now, or DefaultStart plus the wall time since the call.
+func (o *Options) clockBase() func() time.Time {
+	if o.Now != nil {
+		return o.Now
+	}
 	t0 := time.Now()
-	if err := p.produce(ctx, partA); err != nil {
-		return throughput{}, err
-	}
-	if _, err := p.settle(ctx, "deciding", decidedAll, 0); err != nil {
-		return throughput{}, err
-	}
-	if err := p.produce(ctx, partB); err != nil {
-		return throughput{}, err
-	}
-	p.step("produced %d send-intents (%d campaigns; tags, priorities and users' time zones; repeats, malformed, transactional and override-asking ones) and %d of the sections",
-		len(msgs), 6, len(early)+len(flashLate))
-	written, err := app.SetCampaign(ctx, p.cfg, app.CampaignChange{Campaign: campFlash, State: control.Stopped,
-		Reason: "wrong price in the push", By: "capper-demo", Now: p.clk.Now()}, p.log)
-	if err != nil {
-		return throughput{}, fmt.Errorf("demo: stop %s: %w", campFlash, err)
-	}
-	p.sec.stopRecord = written.Position.String()
-	if p.sec.stopApplied, err = p.applied(ctx, written.Position); err != nil {
-		return throughput{}, err
-	}
-	if c := p.counts(); c.produced > c.final+c.waiting() {
-		p.sec.stopBacklog = c.produced - c.final - c.waiting()
-	}
-	p.step("%s stopped (record %s), applied by the worker at %s", campFlash, p.sec.stopRecord, stamp(p.sec.stopApplied))
-	c, err := p.settle(ctx, "deciding", decidedAll, 0)
-	if err != nil {
-		return throughput{}, err
-	}
-	return throughput{intents: p.produced, elapsed: time.Since(t0), batches: uint64(c.batches)}, nil
+	return func() time.Time { return DefaultStart.Add(time.Since(t0)) }
 }
 
-// refunds reports a tenth of the welcome emails failed (read back from
-// the deliveries) on the delivery-status topic, waits until the worker
-// read the statuses, then sends the tips email to the same users.
-func (p *play) refunds(ctx context.Context) error {
-	dels, err := audit.ReadTopic(ctx, p.brokers, topicDel)
-	if err != nil {
-		return err
-	}
-	statuses := p.sec.failures(dels, p.clk.Now())
-	if err := p.produceTo(ctx, topicStatus, statuses); err != nil {
-		return err
-	}
-	if _, err := p.settle(ctx, "", func(c counts) bool { return c.statuses >= len(statuses) }, 0); err != nil {
-		return err
-	}
-	tips := p.sec.intents(campTips, "email", "", p.sec.refund, 1, p.clk.Now(), nil)
-	if err := p.produce(ctx, tips); err != nil {
-		return err
-	}
-	if _, err := p.settle(ctx, "", decidedAll, 0); err != nil {
-		return err
-	}
-	p.step("%d welcome emails reported failed, then %d tips emails", len(statuses), len(tips))
-	return nil
+// demoDirs are the demo's directories: the snapshot's (kept when it is
+// --save-snapshot's) and a work directory for the plan store (plans) and
+// the files of the plan's replay.
+type demoDirs struct {
+	snapshot, work, plans string
+	tmpSnapshot           bool // snapshot is a temporary directory: remove removes it
 }
 
-// later moves the clock on past the hours the held intents wait, in
-// steps: to when they are due, then to the plan's window, where
-// cart-rescue sends (its intents are returned). Anything still waiting
-// then (a start where quiet hours last past the plan) is due within a
-// day: the clock moves on an hour at a time until nothing waits.
-func (p *play) later(ctx context.Context) ([]kafka.Message, error) {
-	p.clk.advance(p.sec.due)
-	p.step("the clock moves on to %s: the deferred and quiet-hours intents are due", stamp(p.sec.due))
-	if _, err := p.settle(ctx, "", nothingWaits, 10*time.Second); err != nil && !errors.Is(err, errSlow) {
-		return nil, err
-	}
-	p.clk.advance(p.sec.planStarts)
-	cart := p.sec.intents(campCart, "push", "high", p.sec.cart, 1, p.clk.Now(), nil)
-	if err := p.produce(ctx, cart); err != nil {
-		return nil, err
-	}
-	p.step("the clock moves on to %s: cart-rescue's window opens, %d pushes", stamp(p.sec.planStarts), len(cart))
-	c, err := p.settle(ctx, "", nothingWaits, 10*time.Second)
-	for hours := 0; errors.Is(err, errSlow) && hours < 48; hours++ {
-		p.clk.advance(p.clk.Now().Add(time.Hour))
-		p.step("the clock moves on to %s: %d intents still wait", stamp(p.clk.Now()), c.waiting())
-		c, err = p.settle(ctx, "", nothingWaits, 2*time.Second)
-	}
-	if errors.Is(err, errSlow) {
-		return nil, fmt.Errorf("demo: %d intents still wait in the delay tiers at %s, and %d inputs of %d have an outcome",
-			c.waiting(), stamp(p.clk.Now()), c.final, c.produced)
-	}
-	return cart, err
-}
-
-// produce writes intents to the input topic and counts them.
-func (p *play) produce(ctx context.Context, msgs []kafka.Message) error {
-	if err := p.produceTo(ctx, topicIn, msgs); err != nil {
-		return err
-	}
-	p.produced += len(msgs)
-	return nil
-}
-
-func (p *play) produceTo(ctx context.Context, topic string, msgs []kafka.Message) error {
-	return produce(ctx, p.brokers, topic, msgs)
-}
-
-// SaveIntents writes the values of msgs to path, one per line, gzipped
-// when path ends in .gz. The blast's values are compact JSON (or malformed
-// on purpose, without a newline), so a line is a record.
-func SaveIntents(path string, msgs []kafka.Message) (err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("demo: --save-intents: %w", err)
-	}
-	defer func() {
-		if cerr := f.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("demo: --save-intents: %w", cerr)
+func makeDirs(saveSnapshot string) (*demoDirs, error) {
+	d := &demoDirs{snapshot: saveSnapshot}
+	if d.snapshot == "" {
+		tmp, err := os.MkdirTemp("", "capper-demo-")
+		if err != nil {
+			return nil, fmt.Errorf("demo: %w", err)
 		}
+		d.snapshot, d.tmpSnapshot = tmp, true
+	} else if err := os.MkdirAll(d.snapshot, 0o755); err != nil {
+		return nil, fmt.Errorf("demo: --save-snapshot: %w", err)
+	}
+	work, err := os.MkdirTemp("", "capper-demo-plans-")
+	if err != nil {
+		d.remove()
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	d.work, d.plans = work, filepath.Join(work, "plans")
+	return d, nil
+}
+
+// remove removes the temporary directories.
+func (d *demoDirs) remove() {
+	if d.work != "" {
+		os.RemoveAll(d.work)
+	}
+	if d.tmpSnapshot {
+		os.RemoveAll(d.snapshot)
+	}
+}
+
+// servers are the in-process Kafka broker (kfake, with the demo's topics)
+// and Redis (the embedded miniredis, unless the demo was given one).
+type servers struct {
+	broker    *kfake.Cluster
+	mr        *miniredis.Miniredis // nil: a Redis of the caller's
+	brokers   []string
+	redisAddr string
+}
+
+func startServers(redisAddr string, step func(format string, args ...any)) (*servers, error) {
+	topics := []string{topicIn, topicDel, topicSup, topicDLQ, topicStatus}
+	for _, t := range demoTiers {
+		topics = append(topics, t.Topic)
+	}
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topics...))
+	if err != nil {
+		return nil, fmt.Errorf("demo: start kafka: %w", err)
+	}
+	s := &servers{broker: broker, brokers: broker.ListenAddrs(), redisAddr: redisAddr}
+	// The control topic as capper topics create makes it (a worker refuses
+	// one that is not compacted).
+	if err := broker.CreateTopic(topicControl, 1, kafkatopics.Topic{Kind: kafkatopics.Control}.Configs()); err != nil {
+		s.close()
+		return nil, fmt.Errorf("demo: create the control topic %s: %w", topicControl, err)
+	}
+	if redisAddr != "" {
+		step("kafka (kfake) at %s, redis at %s", s.brokers[0], redisAddr)
+		return s, nil
+	}
+	if s.mr, err = miniredis.Run(); err != nil {
+		s.close()
+		return nil, fmt.Errorf("demo: start embedded redis: %w", err)
+	}
+	s.redisAddr = s.mr.Addr()
+	step("kafka (kfake) at %s, redis (embedded miniredis) at %s", s.brokers[0], s.redisAddr)
+	return s, nil
+}
+
+func (s *servers) close() {
+	if s.mr != nil {
+		s.mr.Close()
+	}
+	s.broker.Close()
+}
+
+// publishPlan publishes the plan section's campaign plan to the plan store
+// in dir, and returns the policy's rules and the plan.
+func publishPlan(ctx context.Context, cfg *config.Config, sec *sections, dir string, now time.Time, step func(format string, args ...any)) (capping.Rules, *plans.Manifest, error) {
+	rules, err := demoRules(cfg)
+	if err != nil {
+		return capping.Rules{}, nil, fmt.Errorf("demo policy: %w", err)
+	}
+	planStore, err := objstore.Open(ctx, dir, objstore.Options{})
+	if err != nil {
+		return capping.Rules{}, nil, err
+	}
+	plan, err := sec.publishPlan(ctx, planStore, rules, now)
+	if err != nil {
+		return capping.Rules{}, nil, err
+	}
+	step("%s published: priority high, %s to %s, a push to %d users", plan, stamp(plan.Starts), stamp(plan.Ends), plan.Audience.Users)
+	return rules, plan, nil
+}
+
+// worker is the real worker (app.Run), quiet, on the demo's clock.
+type worker struct {
+	reg  *prometheus.Registry
+	log  *slog.Logger
+	done chan error
+	stop context.CancelFunc
+}
+
+// startWorker starts the worker and waits until it is up.
+func startWorker(ctx context.Context, cfg *config.Config, clk *clock) (*worker, error) {
+	runCtx, stop := context.WithCancel(ctx)
+	w := &worker{reg: prometheus.NewRegistry(), log: slog.New(slog.NewTextHandler(io.Discard, nil)), done: make(chan error, 1), stop: stop}
+	started := make(chan struct{})
+	go func() {
+		w.done <- app.Run(runCtx, app.Options{Config: cfg, Logger: w.log, Registry: w.reg, Now: clk.Now, Sleep: clk.Sleep,
+			Build: cli.BuildOf("demo", ""), Started: func(string) { close(started) }})
 	}()
-	var w io.Writer = f
-	var gz *gzip.Writer
-	if strings.HasSuffix(path, ".gz") {
-		gz = gzip.NewWriter(f)
-		w = gz
+	select {
+	case <-started:
+		return w, nil
+	case err := <-w.done:
+		stop()
+		return nil, fmt.Errorf("demo: worker did not start: %w", err)
 	}
-	bw := bufio.NewWriter(w)
-	for _, m := range msgs {
-		bw.Write(m.Value)
-		bw.WriteByte('\n')
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("demo: --save-intents %s: %w", path, err)
-	}
-	if gz != nil {
-		if err := gz.Close(); err != nil {
-			return fmt.Errorf("demo: --save-intents %s: %w", path, err)
-		}
+}
+
+// wait stops the worker and returns its error.
+func (w *worker) wait() error {
+	w.stop()
+	if err := <-w.done; err != nil {
+		return fmt.Errorf("demo: worker: %w", err)
 	}
 	return nil
+}
+
+// readBack reads what the worker wrote back from Kafka, and gathers its
+// metrics (the sections count the refunds it applied).
+func readBack(ctx context.Context, brokers []string, reg *prometheus.Registry, sec *sections) (outputs, []*dto.MetricFamily, error) {
+	outs, err := readOutputs(ctx, brokers)
+	if err != nil {
+		return outputs{}, nil, err
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return outputs{}, nil, fmt.Errorf("demo: metrics: %w", err)
+	}
+	sec.refundsApplied = counter(mfs, "capper_refunds_total", "result", "applied")
+	return outs, mfs, nil
+}
+
+// replayPlan replays the intents of the plan's campaigns among msgs
+// through the policy and the plan store (sections.replayPlan).
+func replayPlan(ctx context.Context, cfg *config.Config, sec *sections, store objstore.Store, d *demoDirs, msgs []kafka.Message) error {
+	var planMsgs []kafka.Message
+	for _, m := range msgs {
+		if c := jsonString(m.Value, "campaign_id"); c == campNewsletter || c == campCart {
+			planMsgs = append(planMsgs, m)
+		}
+	}
+	policyFile, _ := cfg.PolicyFile()
+	return sec.replayPlan(ctx, func(ctx context.Context, from string) (*replay.Report, error) {
+		return app.Replay(ctx, app.ReplayOptions{Policy: policyFile, Store: store, Plans: d.plans, From: from}, nil)
+	}, d.work, planMsgs)
 }

@@ -43,6 +43,17 @@ func newTable(w io.Writer) *tabwriter.Writer {
 // writeReport prints the blast's table (the segments of the sections
 // left out: they have their own) and the worker's figures.
 func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, tp throughput) Summary {
+	fmt.Fprintf(w, "\ncapper demo: %d send-intents\n\n", total)
+	sum := writeBlastTable(w, blastRows(mfs, o))
+	writeFigures(w, mfs, tp)
+	return Summary{Intents: sum.intents, Allowed: sum.allowed, Capped: sum.capped, Exempt: sum.exempt,
+		Duplicates: sum.duplicates, DeadLettered: sum.deadLettered}
+}
+
+// blastRows are the blast's outcomes per segment, from the worker's
+// capper_intents_total, with the capped ones by limit (from the
+// suppressed topic's headers).
+func blastRows(mfs []*dto.MetricFamily, o outputs) map[string]*row {
 	rows := map[string]*row{}
 	get := func(seg string) *row {
 		if rows[seg] == nil {
@@ -92,6 +103,12 @@ func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, tp 
 			get(seg).byLimit[headerOf(m, "capper-limit")]++
 		}
 	}
+	return rows
+}
+
+// writeBlastTable prints rows, a segment a line in the snapshot's order,
+// and their total, which it returns.
+func writeBlastTable(w io.Writer, rows map[string]*row) row {
 	names := make([]string, 0, len(rows))
 	for n := range rows {
 		names = append(names, n)
@@ -99,7 +116,6 @@ func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, tp 
 	order := map[string]int{"new": 0, "active": 1, "dormant": 2, "none": 3, "(malformed)": 4}
 	sort.Slice(names, func(i, j int) bool { return order[names[i]] < order[names[j]] })
 
-	fmt.Fprintf(w, "\ncapper demo: %d send-intents\n\n", total)
 	tw := newTable(w)
 	fmt.Fprintln(tw, "segment\tintents\tallowed\tcapped\t(by limit)\texempt\tduplicates\tdead-lettered\t")
 	var sum row
@@ -115,6 +131,12 @@ func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, tp 
 	}
 	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t\t%d\t%d\t%d\t\n", sum.intents, sum.allowed, sum.capped, sum.exempt, sum.duplicates, sum.deadLettered)
 	_ = tw.Flush()
+	return sum
+}
+
+// writeFigures prints the worker's figures: throughput, decision latency,
+// overrides, the refusal cache.
+func writeFigures(w io.Writer, mfs []*dto.MetricFamily, tp throughput) {
 	p50, p99 := quantile(mfs, "capper_decision_duration_seconds", 0.5), quantile(mfs, "capper_decision_duration_seconds", 0.99)
 	fmt.Fprintf(w, "\nthroughput: %.0f intents/s (%d intents in %s, %d batches: the blast and the sections' intents that came with it)\n",
 		float64(tp.intents)/tp.elapsed.Seconds(), tp.intents, tp.elapsed.Round(time.Millisecond), tp.batches)
@@ -123,8 +145,6 @@ func writeReport(w io.Writer, mfs []*dto.MetricFamily, o outputs, total int, tp 
 		counter(mfs, "capper_overrides_total", "result", "bypass"), counter(mfs, "capper_overrides_total", "result", "refused"))
 	fmt.Fprintf(w, "refusal cache: %.0f intents capped without a Redis call; Redis calls per intent %.2f\n",
 		counter(mfs, "capper_refusal_cache_hits_total", "", ""), gauge(mfs, "capper_redis_calls_per_intent"))
-	return Summary{Intents: sum.intents, Allowed: sum.allowed, Capped: sum.capped, Exempt: sum.exempt,
-		Duplicates: sum.duplicates, DeadLettered: sum.deadLettered}
 }
 
 // counter sums a counter's series whose label (if given) has value.

@@ -3,10 +3,14 @@ package demo
 // The demo's synthetic data: a segment snapshot and a campaign blast.
 
 import (
+	"bufio"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -205,4 +209,39 @@ func malformed(r *rand.Rand, i int) kafka.Message {
 	default:
 		return kafka.Message{Key: []byte("1"), Value: []byte(`{"id":"big-` + id + `","user_id":1,"campaign_id":"c","channel":"push","payload":"` + strings.Repeat("x", 70<<10) + `"}`)}
 	}
+}
+
+// SaveIntents writes the values of msgs to path, one per line, gzipped
+// when path ends in .gz. The blast's values are compact JSON (or malformed
+// on purpose, without a newline), so a line is a record.
+func SaveIntents(path string, msgs []kafka.Message) (err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("demo: --save-intents: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("demo: --save-intents: %w", cerr)
+		}
+	}()
+	var w io.Writer = f
+	var gz *gzip.Writer
+	if strings.HasSuffix(path, ".gz") {
+		gz = gzip.NewWriter(f)
+		w = gz
+	}
+	bw := bufio.NewWriter(w)
+	for _, m := range msgs {
+		bw.Write(m.Value)
+		bw.WriteByte('\n')
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("demo: --save-intents %s: %w", path, err)
+	}
+	if gz != nil {
+		if err := gz.Close(); err != nil {
+			return fmt.Errorf("demo: --save-intents %s: %w", path, err)
+		}
+	}
+	return nil
 }

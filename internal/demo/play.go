@@ -1,0 +1,163 @@
+package demo
+
+// The demo's timeline once the worker runs: the blast (and the stop of a
+// campaign in the middle of it), the failed deliveries and the emails sent
+// after them, then the clock moved on past the hours the held intents wait.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/app"
+	"github.com/capper-dev/capper/internal/audit"
+	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/control"
+)
+
+// play is the demo's timeline: what it produces, when, and what it does
+// meanwhile (the stop, the failed deliveries, the clock's steps).
+type play struct {
+	runner
+	clk     *clock
+	sec     *sections
+	cfg     *config.Config
+	brokers []string
+	log     *slog.Logger
+	step    func(format string, args ...any)
+}
+
+// run plays the timeline: the blast, the refunds, later. It returns the
+// blast's throughput and cart-rescue's intents (produced later).
+func (p *play) run(ctx context.Context, msgs, early, flashLate []kafka.Message) (throughput, []kafka.Message, error) {
+	tp, err := p.blast(ctx, msgs, early, flashLate)
+	if err != nil {
+		return throughput{}, nil, err
+	}
+	if err := p.refunds(ctx); err != nil {
+		return throughput{}, nil, err
+	}
+	cart, err := p.later(ctx)
+	if err != nil {
+		return throughput{}, nil, err
+	}
+	return tp, cart, nil
+}
+
+// blast produces the blast in two parts: the first third with the
+// sections' first intents (half of flash-sale's among them), then the
+// rest with flash-sale's other half in its second half, behind thousands
+// of the blast's. It arrives while the worker runs, as a campaign's would
+// (a backlog that was there when a worker took its partitions over is
+// decided by Redis alone: see docs/operations/refusal-cache.md). Once the first
+// part is decided and the rest is in the input topic, flash-sale is
+// stopped, as capper campaign stop does it.
+func (p *play) blast(ctx context.Context, msgs, early, flashLate []kafka.Message) (throughput, error) {
+	third, mid := len(msgs)/3, len(msgs)/3+(len(msgs)-len(msgs)/3)/2
+	partA := interleave(msgs[:third], early)
+	partB := append(slices.Clone(msgs[third:mid]), interleave(msgs[mid:], flashLate)...)
+	t0 := time.Now()
+	if err := p.produce(ctx, partA); err != nil {
+		return throughput{}, err
+	}
+	if _, err := p.settle(ctx, "deciding", decidedAll, 0); err != nil {
+		return throughput{}, err
+	}
+	if err := p.produce(ctx, partB); err != nil {
+		return throughput{}, err
+	}
+	p.step("produced %d send-intents (%d campaigns; tags, priorities and users' time zones; repeats, malformed, transactional and override-asking ones) and %d of the sections",
+		len(msgs), 6, len(early)+len(flashLate))
+	written, err := app.SetCampaign(ctx, p.cfg, app.CampaignChange{Campaign: campFlash, State: control.Stopped,
+		Reason: "wrong price in the push", By: "capper-demo", Now: p.clk.Now()}, p.log)
+	if err != nil {
+		return throughput{}, fmt.Errorf("demo: stop %s: %w", campFlash, err)
+	}
+	p.sec.stopRecord = written.Position.String()
+	if p.sec.stopApplied, err = p.applied(ctx, written.Position); err != nil {
+		return throughput{}, err
+	}
+	if c := p.counts(); c.produced > c.final+c.waiting() {
+		p.sec.stopBacklog = c.produced - c.final - c.waiting()
+	}
+	p.step("%s stopped (record %s), applied by the worker at %s", campFlash, p.sec.stopRecord, stamp(p.sec.stopApplied))
+	c, err := p.settle(ctx, "deciding", decidedAll, 0)
+	if err != nil {
+		return throughput{}, err
+	}
+	return throughput{intents: p.produced, elapsed: time.Since(t0), batches: uint64(c.batches)}, nil
+}
+
+// refunds reports a tenth of the welcome emails failed (read back from
+// the deliveries) on the delivery-status topic, waits until the worker
+// read the statuses, then sends the tips email to the same users.
+func (p *play) refunds(ctx context.Context) error {
+	dels, err := audit.ReadTopic(ctx, p.brokers, topicDel)
+	if err != nil {
+		return err
+	}
+	statuses := p.sec.failures(dels, p.clk.Now())
+	if err := p.produceTo(ctx, topicStatus, statuses); err != nil {
+		return err
+	}
+	if _, err := p.settle(ctx, "", func(c counts) bool { return c.statuses >= len(statuses) }, 0); err != nil {
+		return err
+	}
+	tips := p.sec.intents(campTips, "email", "", p.sec.refund, 1, p.clk.Now(), nil)
+	if err := p.produce(ctx, tips); err != nil {
+		return err
+	}
+	if _, err := p.settle(ctx, "", decidedAll, 0); err != nil {
+		return err
+	}
+	p.step("%d welcome emails reported failed, then %d tips emails", len(statuses), len(tips))
+	return nil
+}
+
+// later moves the clock on past the hours the held intents wait, in
+// steps: to when they are due, then to the plan's window, where
+// cart-rescue sends (its intents are returned). Anything still waiting
+// then (a start where quiet hours last past the plan) is due within a
+// day: the clock moves on an hour at a time until nothing waits.
+func (p *play) later(ctx context.Context) ([]kafka.Message, error) {
+	p.clk.advance(p.sec.due)
+	p.step("the clock moves on to %s: the deferred and quiet-hours intents are due", stamp(p.sec.due))
+	if _, err := p.settle(ctx, "", nothingWaits, 10*time.Second); err != nil && !errors.Is(err, errSlow) {
+		return nil, err
+	}
+	p.clk.advance(p.sec.planStarts)
+	cart := p.sec.intents(campCart, "push", "high", p.sec.cart, 1, p.clk.Now(), nil)
+	if err := p.produce(ctx, cart); err != nil {
+		return nil, err
+	}
+	p.step("the clock moves on to %s: cart-rescue's window opens, %d pushes", stamp(p.sec.planStarts), len(cart))
+	c, err := p.settle(ctx, "", nothingWaits, 10*time.Second)
+	for hours := 0; errors.Is(err, errSlow) && hours < 48; hours++ {
+		p.clk.advance(p.clk.Now().Add(time.Hour))
+		p.step("the clock moves on to %s: %d intents still wait", stamp(p.clk.Now()), c.waiting())
+		c, err = p.settle(ctx, "", nothingWaits, 2*time.Second)
+	}
+	if errors.Is(err, errSlow) {
+		return nil, fmt.Errorf("demo: %d intents still wait in the delay tiers at %s, and %d inputs of %d have an outcome",
+			c.waiting(), stamp(p.clk.Now()), c.final, c.produced)
+	}
+	return cart, err
+}
+
+// produce writes intents to the input topic and counts them.
+func (p *play) produce(ctx context.Context, msgs []kafka.Message) error {
+	if err := p.produceTo(ctx, topicIn, msgs); err != nil {
+		return err
+	}
+	p.produced += len(msgs)
+	return nil
+}
+
+func (p *play) produceTo(ctx context.Context, topic string, msgs []kafka.Message) error {
+	return produce(ctx, p.brokers, topic, msgs)
+}
