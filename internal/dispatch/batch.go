@@ -94,23 +94,45 @@ func (e *entry) setUnreadable(err error) {
 func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch, error) {
 	w.noteRebalance()
 	b := &batch{msgs: msgs, entries: make([]entry, len(msgs)), start: time.Now()}
-	snap := w.o.Snapshots.Load()
-	b.snap = snap.Version()
 	if w.o.Policy != nil {
 		// For the records the engine does not decide; its decisions name
 		// the policy that made them.
 		b.policy = w.o.Policy()
 	}
 	b.now = w.o.Now().Truncate(time.Millisecond)
+	reqs, refunds := w.read(b)
+	// Refunds first: a slot they free is there for this batch's intents.
+	if err := w.refund(ctx, b.entries, refunds); err != nil {
+		return nil, err
+	}
+	decisions, err := w.decide(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	j := 0 // reqs are the decided entries', in batch order
+	for i := range b.entries {
+		if e := &b.entries[i]; e.kind.decided() {
+			w.settle(e, decisions[j])
+			j++
+		}
+	}
+	return b, nil
+}
+
+// read reads the batch's messages: the requests to decide (the segments
+// from one snapshot, the plans from one set), in batch order, and the
+// refunds the delivery statuses ask for.
+func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
+	snap := w.o.Snapshots.Load()
+	b.snap = snap.Version()
 	var ps *plans.Set
 	if w.o.Plans != nil {
 		ps = w.o.Plans.Load()
 	}
 	var planned []capping.Planned // the batch's bookings, cut per request
-	reqs := make([]capping.Request, 0, len(msgs))
-	var refunds []refundReq
-	for i := range msgs {
-		m, e := &msgs[i], &b.entries[i]
+	reqs = make([]capping.Request, 0, len(b.msgs))
+	for i := range b.msgs {
+		m, e := &b.msgs[i], &b.entries[i]
 		e.home = m.Partition
 		// e is a kindIntent (the zero kind) unless its topic says otherwise.
 		switch {
@@ -140,41 +162,30 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		}
 		reqs = append(reqs, r)
 	}
-	// Refunds first: a slot they free is there for this batch's intents.
-	if err := w.refund(ctx, b.entries, refunds); err != nil {
-		return nil, err
+	return reqs, refunds
+}
+
+// settle records a decided entry's final decision d: what the output
+// makes of it (dead-lettered, shadow-capped) and its deferral after it.
+func (w *Worker) settle(e *entry, d capping.Decision) {
+	e.decision = d
+	switch o := &e.decision.Outcome; {
+	case *o == capping.Invalid:
+		e.invalid = engineInvalid(e.decision.Err)
+	case w.o.Shadow && (*o == capping.Capped || *o == capping.Deferred && e.decision.Reason != capping.ReasonPaused):
+		// Campaign control is not a cap: a pause waits and a stop
+		// cancels in shadow mode too.
+		*o = capping.ShadowCapped
+	case *o == capping.Deferred && len(w.o.Tiers) == 0:
+		// The app refuses a policy that defers without tiers; should
+		// one get here, the intent is capped rather than lost.
+		*o = capping.Capped
 	}
-	decisions, err := w.decide(ctx, reqs)
-	if err != nil {
-		return nil, err
+	e.next = e.tier.Next(&e.decision)
+	if e.tier.paused && e.decision.Reason == capping.ReasonPaused {
+		// Still paused: the same wait, looked at again.
+		e.next = e.tier.Deferral
 	}
-	j := 0 // reqs are the decided entries', in batch order
-	for i := range b.entries {
-		e := &b.entries[i]
-		if !e.kind.decided() {
-			continue
-		}
-		e.decision = decisions[j]
-		j++
-		switch o := &e.decision.Outcome; {
-		case *o == capping.Invalid:
-			e.invalid = engineInvalid(e.decision.Err)
-		case w.o.Shadow && (*o == capping.Capped || *o == capping.Deferred && e.decision.Reason != capping.ReasonPaused):
-			// Campaign control is not a cap: a pause waits and a stop
-			// cancels in shadow mode too.
-			*o = capping.ShadowCapped
-		case *o == capping.Deferred && len(w.o.Tiers) == 0:
-			// The app refuses a policy that defers without tiers; should
-			// one get here, the intent is capped rather than lost.
-			*o = capping.Capped
-		}
-		e.next = e.tier.Next(&e.decision)
-		if e.tier.paused && e.decision.Reason == capping.ReasonPaused {
-			// Still paused: the same wait, looked at again.
-			e.next = e.tier.Deferral
-		}
-	}
-	return b, nil
 }
 
 // engineInvalid is the dead-letter reason of a request the engine refused.

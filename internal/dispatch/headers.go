@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/control"
 )
 
 // Header names of the output contract.
@@ -133,12 +134,8 @@ func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 				})})
 		}
 		add = hb.delayPath(add, e)
-		if c := d.Control; c != nil {
-			add = append(add, kafka.Header{Key: HeaderControl, Value: hb.bytes(func(b []byte) []byte {
-				b = append(append(b, c.Topic...), '/')
-				b = append(strconv.AppendInt(b, int64(c.Partition), 10), '/')
-				return strconv.AppendInt(b, c.Offset, 10)
-			})})
+		if d.Control != nil {
+			add = append(add, kafka.Header{Key: HeaderControl, Value: hb.position(d.Control)})
 		}
 		if d.HeldFor != "" {
 			add = append(add, kafka.Header{Key: HeaderHeldFor, Value: hb.name(d.HeldFor)})
@@ -245,6 +242,15 @@ func (hb *headerBuilder) time(t time.Time) []byte {
 	b := hb.bytes(func(b []byte) []byte { return t.UTC().AppendFormat(b, TimeLayout) })
 	hb.times[k] = b
 	return b
+}
+
+// position is a control record's <topic>/<partition>/<offset>.
+func (hb *headerBuilder) position(c *control.Position) []byte {
+	return hb.bytes(func(b []byte) []byte {
+		b = append(append(b, c.Topic...), '/')
+		b = append(strconv.AppendInt(b, int64(c.Partition), 10), '/')
+		return strconv.AppendInt(b, c.Offset, 10)
+	})
 }
 
 func (hb *headerBuilder) name(s string) []byte {
