@@ -10,7 +10,7 @@ IMAGE     ?= capper
 # make test fails, instead of skipping, when a server binary is missing.
 export CAPPER_REQUIRE_SERVERS := 1
 
-.PHONY: test deps fmt-check vet staticcheck chart rules unit bench soak build image
+.PHONY: test deps fmt-check vet staticcheck chart rules unit bench soak build image docs
 
 test: deps fmt-check vet staticcheck chart unit
 
@@ -64,6 +64,14 @@ soak: deps
 # longer than the 10 lines go test keeps otherwise).
 bench: deps
 	$(GO) test -v -run '^$$' -bench . -benchmem -timeout 90m $(PKGS)
+
+# The pages generated from the code: docs/reference/cli.md, from the
+# command lines of capper and segment-builder (their hidden `docs cli`
+# command: the grammar's help texts and the notes in cmd/*/clidoc.md).
+# TestCLIReference (cmd/capper, cmd/segment-builder) fails when it differs.
+docs:
+	@{ $(GO) run ./cmd/capper docs cli && echo && $(GO) run ./cmd/segment-builder docs cli; } > docs/reference/cli.md.tmp \
+		&& mv docs/reference/cli.md.tmp docs/reference/cli.md || { rm -f docs/reference/cli.md.tmp; exit 1; }
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.revision=$(REVISION)" -o $(BIN)/ ./cmd/...

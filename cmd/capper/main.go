@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -42,7 +43,14 @@ type commands struct {
 	Topics      topicsCmd         `cmd:"" help:"Check the Kafka topics the config names (partitions, compaction), and create the missing ones."`
 	Version     cli.VersionCmd    `cmd:"" help:"Print the version, VCS revision and Go version."`
 	Completion  cli.CompletionCmd `cmd:"" help:"Print a shell completion script (bash, zsh or fish)."`
+	Docs        cli.DocsCmd       `cmd:"" hidden:"" help:"Print reference pages generated from the code."`
 }
+
+// clidoc is the hand-written part of docs/reference/cli.md (`capper docs
+// cli`, make docs).
+//
+//go:embed clidoc.md
+var clidoc string
 
 type env struct {
 	ctx            context.Context
@@ -335,7 +343,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var c commands
 	kctx, code, ok := cli.Parse("capper", "Frequency caps for marketing messages.", &c, args, stdout, stderr,
 		cli.VersionVars("capper", cli.BuildOf(version, revision)),
-		kong.Vars{"idempotency_window": app.DefaultIdempotencyWindow().String()})
+		kong.Vars{"idempotency_window": app.DefaultIdempotencyWindow().String()}, cli.DocNotes(clidoc))
 	if !ok {
 		return code
 	}

@@ -26,6 +26,7 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -57,7 +58,14 @@ type commands struct {
 	Build   buildCmd       `cmd:"" default:"1" hidden:"" help:"Build and publish a snapshot (the default)."`
 	Plan    planCmd        `cmd:"" help:"Campaign plans: build an audience and publish a plan; list; withdraw."`
 	Version cli.VersionCmd `cmd:"" help:"Print the version, VCS revision and Go version."`
+	Docs    cli.DocsCmd    `cmd:"" hidden:"" help:"Print reference pages generated from the code."`
 }
+
+// clidoc is the hand-written part of segment-builder's section of
+// docs/reference/cli.md (`segment-builder docs cli`, make docs).
+//
+//go:embed clidoc.md
+var clidoc string
 
 // flags are the build's flags (deploy/chart_test.go reads their names from
 // this struct).
@@ -90,7 +98,7 @@ func main() {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var c commands
 	kctx, code, ok := cli.Parse("segment-builder", "Build a segment snapshot (one roaring bitmap per segment) and publish it. Without a command, builds.",
-		&c, args, stdout, stderr, kong.Vars{"keep": strconv.Itoa(segbuild.DefaultKeep)}, cli.VersionVars("segment-builder", cli.BuildOf(version, revision)))
+		&c, args, stdout, stderr, kong.Vars{"keep": strconv.Itoa(segbuild.DefaultKeep)}, cli.VersionVars("segment-builder", cli.BuildOf(version, revision)), cli.DocNotes(clidoc))
 	if !ok {
 		return code
 	}

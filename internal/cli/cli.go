@@ -2,7 +2,8 @@
 // with kong into one of three exit codes (0 ok, 1 failure, 2 usage error)
 // without exiting inside the parser, so that each main has one exit path and
 // tests can run it in-process; the process logger; the version line; the
-// `version` and `completion` commands.
+// `version` and `completion` commands; the command-line reference, written
+// from the grammar by the hidden `docs cli` command (docgen.go, docs.go).
 package cli
 
 import (
