@@ -181,41 +181,23 @@ func (d *Decoder) scan(value []byte, what string, f *fields) error {
 	return f.scan(value)
 }
 
+// validate reads the scanned fields into an intent, checking each in the
+// contract's order (the first wrong one is the error), then the key.
 func (d *Decoder) validate(key []byte, keyed bool, f *fields) (Intent, error) {
 	var in Intent
 	var err error
 	if in.ID, in.UserID, err = f.who(); err != nil {
 		return Intent{}, err
 	}
-	if in.CampaignID, err = f.str("campaign_id", f.campaignID, false); err != nil {
-		return Intent{}, err
-	}
-	switch {
-	case in.CampaignID == "":
-		return Intent{}, invalid("campaign_id", "is required (1 to %d bytes)", maxCampaignBytes)
-	case len(in.CampaignID) > maxCampaignBytes:
-		return Intent{}, invalid("campaign_id", "must be 1 to %d bytes, got %d", maxCampaignBytes, len(in.CampaignID))
-	}
-	if in.Channel, err = f.str("channel", f.channel, false); err != nil {
+	if in.CampaignID, err = campaignOf(f); err != nil {
 		return Intent{}, err
 	}
 	v := d.vocab.Load()
-	switch {
-	case in.Channel == "":
-		return Intent{}, invalid("channel", "is required")
-	case !slices.Contains(v.channels, in.Channel):
-		return Intent{}, invalid("channel", "%q is not a configured channel (%s)", clip.String(in.Channel, 40), strings.Join(v.channels, ", "))
-	}
-	if in.Category, err = f.str("category", f.category, false); err != nil {
+	if in.Channel, err = v.channelOf(f); err != nil {
 		return Intent{}, err
 	}
-	switch {
-	case in.Category == "":
-		in.Category = v.defaultCategory
-	case len(in.Category) > maxCategoryBytes:
-		return Intent{}, invalid("category", "must be at most %d bytes, got %d", maxCategoryBytes, len(in.Category))
-	case !slices.Contains(v.categories, in.Category):
-		return Intent{}, invalid("category", "%q is not a configured category (%s)", clip.String(in.Category, 40), strings.Join(v.categories, ", "))
+	if in.Category, err = v.categoryOf(f); err != nil {
+		return Intent{}, err
 	}
 	if in.Tags, err = tagList(f.tags); err != nil {
 		return Intent{}, err
@@ -223,46 +205,98 @@ func (d *Decoder) validate(key []byte, keyed bool, f *fields) (Intent, error) {
 	if in.Priority, err = priorityOf(f); err != nil {
 		return Intent{}, err
 	}
-	if f.timeZone != nil {
-		z, err := f.str("time_zone", f.timeZone, false)
-		if err != nil {
-			return Intent{}, err
-		}
-		var ok bool
-		if in.TimeZone, ok = d.zones.load(z); !ok {
-			return Intent{}, invalid("time_zone", "%q is not an IANA time zone", clip.String(z, 40))
-		}
+	if in.TimeZone, err = d.timeZoneOf(f); err != nil {
+		return Intent{}, err
 	}
 	if in.Override, err = oneOf(f, "capping", f.override, capping.NoOverride, capping.ParseOverride); err != nil {
 		return Intent{}, err
 	}
-	createdAt, err := f.str("created_at", f.createdAt, false)
-	if err != nil {
+	if in.CreatedAt, err = timeOf(f, "created_at", f.createdAt); err != nil {
 		return Intent{}, err
 	}
-	if createdAt != "" {
-		t, err := time.Parse(time.RFC3339Nano, createdAt)
-		if err != nil {
-			return Intent{}, invalid("created_at", "%q is not an RFC 3339 time", clip.String(createdAt, 40))
-		}
-		in.CreatedAt = t
-	}
-	sendBy, err := f.str("send_by", f.sendBy, false)
-	if err != nil {
+	if in.SendBy, err = timeOf(f, "send_by", f.sendBy); err != nil {
 		return Intent{}, err
-	}
-	if sendBy != "" {
-		t, err := time.Parse(time.RFC3339Nano, sendBy)
-		if err != nil {
-			return Intent{}, invalid("send_by", "%q is not an RFC 3339 time", clip.String(sendBy, 40))
-		}
-		in.SendBy = t
 	}
 	var buf [20]byte
 	if keyed && !bytes.Equal(key, strconv.AppendUint(buf[:0], in.UserID, 10)) {
 		return Intent{}, invalid("key", "%q is not the user_id %d in decimal (intents are keyed by user)", clip.String(string(key), 40), in.UserID)
 	}
 	return in, nil
+}
+
+// campaignOf reads the campaign id: required, at most maxCampaignBytes.
+func campaignOf(f *fields) (string, error) {
+	c, err := f.str("campaign_id", f.campaignID, false)
+	switch {
+	case err != nil:
+		return "", err
+	case c == "":
+		return "", invalid("campaign_id", "is required (1 to %d bytes)", maxCampaignBytes)
+	case len(c) > maxCampaignBytes:
+		return "", invalid("campaign_id", "must be 1 to %d bytes, got %d", maxCampaignBytes, len(c))
+	}
+	return c, nil
+}
+
+// channelOf reads the channel: required, one of the policy's.
+func (v *vocabulary) channelOf(f *fields) (string, error) {
+	c, err := f.str("channel", f.channel, false)
+	switch {
+	case err != nil:
+		return "", err
+	case c == "":
+		return "", invalid("channel", "is required")
+	case !slices.Contains(v.channels, c):
+		return "", invalid("channel", "%q is not a configured channel (%s)", clip.String(c, 40), strings.Join(v.channels, ", "))
+	}
+	return c, nil
+}
+
+// categoryOf reads the category: the policy's default when absent or
+// empty, else one of the policy's, at most maxCategoryBytes.
+func (v *vocabulary) categoryOf(f *fields) (string, error) {
+	c, err := f.str("category", f.category, false)
+	switch {
+	case err != nil:
+		return "", err
+	case c == "":
+		return v.defaultCategory, nil
+	case len(c) > maxCategoryBytes:
+		return "", invalid("category", "must be at most %d bytes, got %d", maxCategoryBytes, len(c))
+	case !slices.Contains(v.categories, c):
+		return "", invalid("category", "%q is not a configured category (%s)", clip.String(c, 40), strings.Join(v.categories, ", "))
+	}
+	return c, nil
+}
+
+// timeZoneOf reads the optional IANA time zone (nil when absent).
+func (d *Decoder) timeZoneOf(f *fields) (*time.Location, error) {
+	if f.timeZone == nil {
+		return nil, nil
+	}
+	z, err := f.str("time_zone", f.timeZone, false)
+	if err != nil {
+		return nil, err
+	}
+	loc, ok := d.zones.load(z)
+	if !ok {
+		return nil, invalid("time_zone", "%q is not an IANA time zone", clip.String(z, 40))
+	}
+	return loc, nil
+}
+
+// timeOf reads the optional RFC 3339 time of field name (the zero time
+// when absent or empty).
+func timeOf(f *fields, name string, v json.RawValue) (time.Time, error) {
+	s, err := f.str(name, v, false)
+	if err != nil || s == "" {
+		return time.Time{}, err
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, invalid(name, "%q is not an RFC 3339 time", clip.String(s, 40))
+	}
+	return t, nil
 }
 
 // NewRequest is the engine's request for a decoded intent of a user in

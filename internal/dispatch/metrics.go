@@ -40,88 +40,11 @@ type metrics struct {
 // fields), so that dashboards show 0 rather than no data.
 func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metrics {
 	f := promauto.With(reg)
-	m := &metrics{
-		intents: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "capper_intents_total",
-			Help: "Send-intents processed, by outcome (allowed, duplicate, exempt, capped, shadow_capped, invalid, fail_open, deferred, cancelled) and segment.",
-		}, []string{"outcome", "segment"}),
-		invalid: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "capper_invalid_intents_total",
-			Help: "Intents sent to the dead-letter topic, by the field that was wrong.",
-		}, []string{"field"}),
-		decision: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "capper_decision_duration_seconds",
-			Help:    "Time of one Decide call for a batch (one pipeline per Redis node).",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}),
-		batch: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "capper_batch_duration_seconds",
-			Help:    "Time from a batch's last fetch to its commit: decode, decide, write, commit.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-		}),
-		batchSize: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "capper_batch_size",
-			Help:    "Intents per batch.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
-		}),
-		redisRetries: f.NewCounter(prometheus.CounterOpts{
-			Name: "capper_redis_retries_total",
-			Help: "Intents decided again because Redis failed to answer them.",
-		}),
-		writeErrors: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "capper_kafka_write_errors_total",
-			Help: "Failed write attempts to an output topic, by topic name (temporary failures are retried).",
-		}, []string{"topic"}),
-		refused: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "capper_kafka_refused_records_total",
-			Help: "Records a topic refused for good (too large, invalid, not authorized), by topic; each went to the dead-letter topic instead, cut down if the dead-letter topic refused it.",
-		}, []string{"topic"}),
-		commitErrors: f.NewCounter(prometheus.CounterOpts{
-			Name: "capper_kafka_commit_errors_total",
-			Help: "Failed offset commits (the batch may be redelivered).",
-		}),
-		overrides: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "capper_overrides_total",
-			Help: "Intents that asked to bypass the caps, by result: bypass and bypass-uncounted (honoured), refused (not allowed for the intent's campaign and category; decided normally).",
-		}, []string{"result"}),
-		deferred: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "capper_deferred_total",
-			Help: "Intents deferred to a delay tier, by reason: cap (a limit with on_cap: defer is full), quiet-hours, or paused (its campaign, or every intent, is paused). A deferred intent deferred again counts again.",
-		}, []string{"reason"}),
-		hops: f.NewCounter(prometheus.CounterOpts{
-			Name: "capper_defer_hops_total",
-			Help: "Deferred intents passed from one delay tier to the next, not due yet.",
-		}),
-		dueLag: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "capper_defer_due_lag_seconds",
-			Help:    "How late a deferred intent was decided again after its capper-not-before (tier granularity, a paused or lagging worker).",
-			Buckets: prometheus.ExponentialBuckets(0.1, 2, 16),
-		}),
-		expired: f.NewCounter(prometheus.CounterOpts{
-			Name: "capper_defer_expired_total",
-			Help: "Deferred intents capped because their slot would free only past max_defer (capper-reason: defer-expired).",
-		}),
-		refunds: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "capper_refunds_total",
-			Help: "Delivery statuses read, by result: applied (a send's slot given back), unknown (no such id in the user's log), nothing (already refunded, or out of every window), ignored (a status that does not refund), failed (Redis down with on_redis_error: allow).",
-		}, []string{"result"}),
-		givenBack: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "capper_given_back_total",
-			Help: "Intents whose attempt's answer was lost and that ended undelivered (cancelled, expired, paused, dead-lettered), given back by result: applied (the lost attempt had counted it: taken out), unknown (it had not), nothing (counted, but kept: over-counts only), failed (Redis down with on_redis_error: allow).",
-		}, []string{"result"}),
-		held: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "capper_held_for_plan_total",
-			Help: "Intents capped or deferred because a campaign plan of a higher priority booked the slot (capper-held-for), by segment and limit; shadow mode counts what it would have held.",
-		}, []string{"segment", "limit"}),
-		cancelled: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "capper_cancelled_total",
-			Help: "Intents cancelled by campaign control (never delivered, not counted), by reason: campaign-stopped, or expired (past its send-by, or paused longer than control.max_pause).",
-		}, []string{"reason"}),
-		pausedWait: f.NewGauge(prometheus.GaugeOpts{
-			Name: "capper_paused_waiting",
-			Help: "Intents waiting in the delay tiers for a paused campaign: those this worker sent there minus those it read back (sum it over the workers: a worker may read back what another sent).",
-		}),
-	}
+	m := &metrics{}
+	m.registerDecisions(f)
+	m.registerBatches(f)
+	m.registerDeferrals(f)
+	m.registerRefunds(f)
 	for _, r := range capping.Reasons(capping.Cancelled) {
 		m.cancelled.WithLabelValues(r.String())
 	}
@@ -153,6 +76,105 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 		m.overrides.WithLabelValues(r)
 	}
 	return m
+}
+
+// registerDecisions registers the intents decided, by outcome, and what
+// decided them: Redis, overrides, the plans.
+func (m *metrics) registerDecisions(f promauto.Factory) {
+	m.intents = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "capper_intents_total",
+		Help: "Send-intents processed, by outcome (allowed, duplicate, exempt, capped, shadow_capped, invalid, fail_open, deferred, cancelled) and segment.",
+	}, []string{"outcome", "segment"})
+	m.invalid = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "capper_invalid_intents_total",
+		Help: "Intents sent to the dead-letter topic, by the field that was wrong.",
+	}, []string{"field"})
+	m.decision = f.NewHistogram(prometheus.HistogramOpts{
+		Name:    "capper_decision_duration_seconds",
+		Help:    "Time of one Decide call for a batch (one pipeline per Redis node).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	})
+	m.redisRetries = f.NewCounter(prometheus.CounterOpts{
+		Name: "capper_redis_retries_total",
+		Help: "Intents decided again because Redis failed to answer them.",
+	})
+	m.overrides = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "capper_overrides_total",
+		Help: "Intents that asked to bypass the caps, by result: bypass and bypass-uncounted (honoured), refused (not allowed for the intent's campaign and category; decided normally).",
+	}, []string{"result"})
+	m.held = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "capper_held_for_plan_total",
+		Help: "Intents capped or deferred because a campaign plan of a higher priority booked the slot (capper-held-for), by segment and limit; shadow mode counts what it would have held.",
+	}, []string{"segment", "limit"})
+}
+
+// registerBatches registers the batches and their Kafka writes and commits.
+func (m *metrics) registerBatches(f promauto.Factory) {
+	m.batch = f.NewHistogram(prometheus.HistogramOpts{
+		Name:    "capper_batch_duration_seconds",
+		Help:    "Time from a batch's last fetch to its commit: decode, decide, write, commit.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+	})
+	m.batchSize = f.NewHistogram(prometheus.HistogramOpts{
+		Name:    "capper_batch_size",
+		Help:    "Intents per batch.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+	})
+	m.writeErrors = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "capper_kafka_write_errors_total",
+		Help: "Failed write attempts to an output topic, by topic name (temporary failures are retried).",
+	}, []string{"topic"})
+	m.refused = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "capper_kafka_refused_records_total",
+		Help: "Records a topic refused for good (too large, invalid, not authorized), by topic; each went to the dead-letter topic instead, cut down if the dead-letter topic refused it.",
+	}, []string{"topic"})
+	m.commitErrors = f.NewCounter(prometheus.CounterOpts{
+		Name: "capper_kafka_commit_errors_total",
+		Help: "Failed offset commits (the batch may be redelivered).",
+	})
+}
+
+// registerDeferrals registers the intents deferred to the delay tiers and
+// read back, expired, or cancelled by campaign control.
+func (m *metrics) registerDeferrals(f promauto.Factory) {
+	m.deferred = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "capper_deferred_total",
+		Help: "Intents deferred to a delay tier, by reason: cap (a limit with on_cap: defer is full), quiet-hours, or paused (its campaign, or every intent, is paused). A deferred intent deferred again counts again.",
+	}, []string{"reason"})
+	m.hops = f.NewCounter(prometheus.CounterOpts{
+		Name: "capper_defer_hops_total",
+		Help: "Deferred intents passed from one delay tier to the next, not due yet.",
+	})
+	m.dueLag = f.NewHistogram(prometheus.HistogramOpts{
+		Name:    "capper_defer_due_lag_seconds",
+		Help:    "How late a deferred intent was decided again after its capper-not-before (tier granularity, a paused or lagging worker).",
+		Buckets: prometheus.ExponentialBuckets(0.1, 2, 16),
+	})
+	m.expired = f.NewCounter(prometheus.CounterOpts{
+		Name: "capper_defer_expired_total",
+		Help: "Deferred intents capped because their slot would free only past max_defer (capper-reason: defer-expired).",
+	})
+	m.cancelled = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "capper_cancelled_total",
+		Help: "Intents cancelled by campaign control (never delivered, not counted), by reason: campaign-stopped, or expired (past its send-by, or paused longer than control.max_pause).",
+	}, []string{"reason"})
+	m.pausedWait = f.NewGauge(prometheus.GaugeOpts{
+		Name: "capper_paused_waiting",
+		Help: "Intents waiting in the delay tiers for a paused campaign: those this worker sent there minus those it read back (sum it over the workers: a worker may read back what another sent).",
+	})
+}
+
+// registerRefunds registers the delivery statuses read, and the give-backs
+// of lost attempts.
+func (m *metrics) registerRefunds(f promauto.Factory) {
+	m.refunds = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "capper_refunds_total",
+		Help: "Delivery statuses read, by result: applied (a send's slot given back), unknown (no such id in the user's log), nothing (already refunded, or out of every window), ignored (a status that does not refund), failed (Redis down with on_redis_error: allow).",
+	}, []string{"result"})
+	m.givenBack = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "capper_given_back_total",
+		Help: "Intents whose attempt's answer was lost and that ended undelivered (cancelled, expired, paused, dead-lettered), given back by result: applied (the lost attempt had counted it: taken out), unknown (it had not), nothing (counted, but kept: over-counts only), failed (Redis down with on_redis_error: allow).",
+	}, []string{"result"})
 }
 
 // observe counts a committed batch: a status by its refund, a hop as a
