@@ -104,8 +104,12 @@ func (w *Worker) giveBack(ctx context.Context, reqs []capping.Request, idx []int
 	if err != nil {
 		return err
 	}
-	for _, r := range results {
+	for k, r := range results {
 		w.m.givenBack.WithLabelValues(r).Inc()
+		if k < 10 {
+			// Ids only at debug: logs above it never name a user.
+			w.o.Logger.Debug("given back", "user", rs[k].UserID, "intent", rs[k].IntentID, "attempts", rs[k].Attempts, "result", r)
+		}
 	}
 	return nil
 }
