@@ -195,77 +195,110 @@ func (log *sectionPos) full(rec string, m int, start int64) (int64, bool) {
 // entry, its send in the sections of its scopes, each section trimmed to
 // what a limit can still count, and the bucket's sweep.
 func (m *Memory) record(r *Request, c callPlan, rec string, ib, sb int, camp string) {
-	set, now := m.set, r.At.Unix()
-	// Idempotency entries past the window leave (from the oldest, up to
-	// the first young one), at most maxIdem stay.
+	now := r.At.Unix()
 	var nowb [timeSize]byte
 	binary.BigEndian.PutUint32(nowb[:], uint32(now))
-	dg := digest(r.IntentID)
+	out := m.appendIdem(m.out[:0], r.IntentID, rec, ib, sb, now, nowb)
+	var done uint32 // bit i: the send is in a section of scope i
+	cur := cursor{rec: rec, p: sb}
+	var s sectionPos
+	for cur.next(&s) {
+		out = m.appendSection(out, &c, rec, &s, camp, now, nowb, &done)
+	}
+	out = m.appendNewSections(out, &c, done, camp, nowb)
+	m.out = out
+	m.sweep(r.UserID, now)
+	m.users[r.UserID] = string(out)
+}
+
+// appendIdem appends the idempotency entries as the write leaves them:
+// those past the window leave (from the oldest, up to the first young
+// one), at most maxIdem stay, the intent's the last.
+func (m *Memory) appendIdem(out []byte, id, rec string, ib, sb int, now int64, nowb [timeSize]byte) []byte {
+	dg := digest(id)
 	k := ib
-	for k < sb && u32(rec, k+digestSize) < now-set.idem {
+	for k < sb && u32(rec, k+digestSize) < now-m.set.idem {
 		k += idemEntrySize
 	}
 	if sb-k >= maxIdem*idemEntrySize {
 		k = sb - (maxIdem-1)*idemEntrySize
 	}
-	out := appendVarint(m.out[:0], (sb-k)/idemEntrySize+1)
+	out = appendVarint(out, (sb-k)/idemEntrySize+1)
 	out = append(out, rec[k:sb]...)
 	out = append(out, dg[:digestSize]...)
-	out = append(out, nowb[:]...)
-	var done uint32
-	cur := cursor{rec: rec, p: sb}
-	var s sectionPos
-	for cur.next(&s) {
-		hz, keep, add := now-unknownRetention, maxCount, false
-		from := hz // the earliest time a limit on the scope counts from
-		for i, sc := range set.scopes {
-			if s.id != sc.id {
-				continue
-			}
-			hz, keep, from = now-sc.retention, sc.keep, sc.from(now, &c.cal)
-			bit := uint32(1) << i
-			if c.records&bit != 0 && (sc.per != PerCampaign || s.campaign(rec) == camp) && done&bit == 0 {
-				add, done = true, done|bit
-			}
-			break
+	return append(out, nowb[:]...)
+}
+
+// sectionScope is what the script's loop over the scopes finds for a
+// section s: hz, the horizon its times leave before; keep, its scope's
+// largest max; from, the earliest time a limit on the scope counts from;
+// add, whether the send goes into it (the first section of each scope the
+// intent falls in, marked in done). A section of a scope the policy does
+// not know keeps unknownRetention.
+func (m *Memory) sectionScope(c *callPlan, rec string, s *sectionPos, camp string, now int64, done *uint32) (hz int64, keep int, from int64, add bool) {
+	hz, keep = now-unknownRetention, maxCount
+	from = hz
+	for i, sc := range m.set.scopes {
+		if s.id != sc.id {
+			continue
 		}
-		// A trimmed section's mark (record.go) goes when its oldest kept
-		// send is before every window of its scope: the dropped are older.
-		j, e, trimmed := s.times, s.end, s.trimmed
-		for j < e && u32(rec, j) < hz {
-			j += timeSize
+		hz, keep, from = now-sc.retention, sc.keep, sc.from(now, &c.cal)
+		bit := uint32(1) << i
+		if c.records&bit != 0 && (sc.per != PerCampaign || s.campaign(rec) == camp) && *done&bit == 0 {
+			add, *done = true, *done|bit
 		}
-		if trimmed && (j > s.times || j == e || u32(rec, j) < from) {
-			trimmed = false
-		}
-		// The section's times after trimming, with now in time order (a
-		// worker whose clock was ahead may have written later ones).
-		q := e
-		if add {
-			for q > j && u32(rec, q-timeSize) > now {
-				q -= timeSize
-			}
-		}
-		n := (e - j) / timeSize
-		if add {
-			n++
-		}
-		skip := max(n-keep, 0) // the oldest beyond the scope's largest max
-		if skip > 0 && nth(rec, j, q, now, add, skip-1) >= from {
-			trimmed = true // a limit still counts the newest dropped
-		}
-		if n -= skip; n > 0 {
-			out = append(out, rec[s.start:s.count]...)
-			if trimmed {
-				out = appendVarint(out, n+1)
-				out = append(out, trimMark...)
-			} else {
-				out = appendVarint(out, n)
-			}
-			out = appendTimes(out, rec, j, q, e, nowb[:], add, skip)
+		break
+	}
+	return hz, keep, from, add
+}
+
+// appendSection appends section s as the write leaves it: its times
+// inside its scope's retention, the send among them (sectionScope's add),
+// at most keep of them, with its trimmed mark; nothing when none is left.
+func (m *Memory) appendSection(out []byte, c *callPlan, rec string, s *sectionPos, camp string, now int64, nowb [timeSize]byte, done *uint32) []byte {
+	hz, keep, from, add := m.sectionScope(c, rec, s, camp, now, done)
+	// A trimmed section's mark (record.go) goes when its oldest kept
+	// send is before every window of its scope: the dropped are older.
+	j, e, trimmed := s.times, s.end, s.trimmed
+	for j < e && u32(rec, j) < hz {
+		j += timeSize
+	}
+	if trimmed && (j > s.times || j == e || u32(rec, j) < from) {
+		trimmed = false
+	}
+	// The section's times after trimming, with now in time order (a
+	// worker whose clock was ahead may have written later ones).
+	q := e
+	if add {
+		for q > j && u32(rec, q-timeSize) > now {
+			q -= timeSize
 		}
 	}
-	for i, sc := range set.scopes {
+	n := (e - j) / timeSize
+	if add {
+		n++
+	}
+	skip := max(n-keep, 0) // the oldest beyond the scope's largest max
+	if skip > 0 && nth(rec, j, q, now, add, skip-1) >= from {
+		trimmed = true // a limit still counts the newest dropped
+	}
+	if n -= skip; n > 0 {
+		out = append(out, rec[s.start:s.count]...)
+		if trimmed {
+			out = appendVarint(out, n+1)
+			out = append(out, trimMark...)
+		} else {
+			out = appendVarint(out, n)
+		}
+		out = appendTimes(out, rec, j, q, e, nowb[:], add, skip)
+	}
+	return out
+}
+
+// appendNewSections appends a section holding only the send for each
+// scope the intent falls in that had none in the record (done).
+func (m *Memory) appendNewSections(out []byte, c *callPlan, done uint32, camp string, nowb [timeSize]byte) []byte {
+	for i, sc := range m.set.scopes {
 		bit := uint32(1) << i
 		if sc.keep > 0 && c.records&bit != 0 && done&bit == 0 {
 			out = append(out, byte(sc.id>>16), byte(sc.id>>8), byte(sc.id))
@@ -276,9 +309,7 @@ func (m *Memory) record(r *Request, c callPlan, rec string, ib, sb int, camp str
 			out = append(out, nowb[:]...)
 		}
 	}
-	m.out = out
-	m.sweep(r.UserID, now)
-	m.users[r.UserID] = string(out)
+	return out
 }
 
 // bucket is a bucket's fields beside its records (layout.go): x, until

@@ -150,69 +150,18 @@ func (e *Engine) migrateUsers(ctx context.Context, o MigrateOptions, sources []v
 	}
 	set := e.set.Load()
 	now := o.At.Unix()
-	v1 := func(uid uint64, channel string) string {
-		k := o.FromPrefix + ":{" + strconv.FormatUint(uid, 10) + "}"
-		if channel != "" {
-			k += ":" + channel
-		}
-		return k
-	}
-	// Reads: the user log and the channel logs a scope needs. v1 keys of
-	// different users are in different slots: no pipeline across them on a
-	// cluster but go-redis splits it by node.
-	pipe := e.client.Pipeline()
-	logs := make([]*redis.ZSliceCmd, len(users))
-	chans := make([]map[string]*redis.ZSliceCmd, len(users))
-	for i, uid := range users {
-		logs[i] = pipe.ZRangeWithScores(ctx, v1(uid, ""), 0, -1)
-		chans[i] = map[string]*redis.ZSliceCmd{}
-		for _, src := range sources {
-			if src.channel != "" {
-				chans[i][src.channel] = pipe.ZRangeWithScores(ctx, v1(uid, src.channel), 0, -1)
-			}
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return rep, fmt.Errorf("migrate: read v1 logs: %w", err)
+	logs, err := e.readV1Logs(ctx, o.FromPrefix, sources, users)
+	if err != nil {
+		return rep, err
 	}
 	write := e.client.Pipeline()
 	for i, uid := range users {
-		log, err := logs[i].Result()
+		rec, err := logs[i].record(set, sources, now)
 		if err != nil {
-			return rep, fmt.Errorf("migrate: read %s: %w", v1(uid, ""), err)
+			return rep, err
 		}
-		var rec record
-		for _, z := range log {
-			at := int64(math.Floor(z.Score / 1000))
-			if m, ok := z.Member.(string); ok && len(m) == 8 && at >= now-set.idem {
-				rec.idem = append(rec.idem, idemEntry{digest: [5]byte([]byte(m[:5])), at: at})
-			}
-		}
-		slices.SortStableFunc(rec.idem, func(a, b idemEntry) int { return int(a.at - b.at) })
-		if len(rec.idem) > maxIdem {
-			rec.idem = rec.idem[len(rec.idem)-maxIdem:]
-		}
-		for _, src := range sources {
-			zs := log
-			if src.channel != "" {
-				if zs, err = chans[i][src.channel].Result(); err != nil {
-					return rep, fmt.Errorf("migrate: read %s: %w", v1(uid, src.channel), err)
-				}
-			}
-			s := set.scopes[src.scope]
-			sec := section{id: s.id}
-			for _, z := range zs { // ZRANGE: by score, oldest first
-				if at := int64(math.Floor(z.Score / 1000)); at >= now-s.retention {
-					sec.times = append(sec.times, at)
-				}
-			}
-			if len(sec.times) > s.keep { // dropped sends still in the retention
-				sec.times, sec.trimmed = sec.times[len(sec.times)-s.keep:], true
-			}
-			if len(sec.times) > 0 {
-				rec.sections = append(rec.sections, sec)
-				rep.Sends += int64(len(sec.times))
-			}
+		for _, sec := range rec.sections {
+			rep.Sends += int64(len(sec.times))
 		}
 		if len(rec.idem) == 0 && len(rec.sections) == 0 {
 			continue // nothing left that anything counts
@@ -224,17 +173,9 @@ func (e *Engine) migrateUsers(ctx context.Context, o MigrateOptions, sources []v
 		}
 		rep.Migrated++
 		rep.IdemEntries += len(rec.idem)
-		if o.DryRun {
-			continue
+		if !o.DryRun {
+			e.writeMigrated(ctx, write, set, now, uid, &rec)
 		}
-		key := e.keys.bucket(uid)
-		write.HSet(ctx, key, field(uid), rec.encode())
-		// The bucket's expiry mark and TTL as a write at At would leave them
-		// (a later mark of another user's write is kept).
-		write.Do(ctx, "eval", `local x = tonumber(redis.call('HGET', KEYS[1], 'x')) or 0
-if x < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'x', ARGV[1]) end
-if redis.call('TTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-return 0`, 1, key, now+set.keyLife+set.slack, set.keyLife+set.slack)
 	}
 	if !o.DryRun {
 		if _, err := write.Exec(ctx); err != nil {
@@ -242,4 +183,99 @@ return 0`, 1, key, now+set.keyLife+set.slack, set.keyLife+set.slack)
 		}
 	}
 	return rep, nil
+}
+
+// v1Name is the key of a v1 user log (channel "") or channel log.
+func v1Name(prefix string, uid uint64, channel string) string {
+	k := prefix + ":{" + strconv.FormatUint(uid, 10) + "}"
+	if channel != "" {
+		k += ":" + channel
+	}
+	return k
+}
+
+// v1Logs are a user's v1 logs, as read: the user log and the channel
+// logs its sources need.
+type v1Logs struct {
+	prefix string
+	uid    uint64
+	log    *redis.ZSliceCmd
+	chans  map[string]*redis.ZSliceCmd
+}
+
+// readV1Logs reads the user log of each of users and the channel logs the
+// sources need, in one pipeline. v1 keys of different users are in
+// different slots: no pipeline across them on a cluster but go-redis
+// splits it by node.
+func (e *Engine) readV1Logs(ctx context.Context, prefix string, sources []v1Source, users []uint64) ([]v1Logs, error) {
+	pipe := e.client.Pipeline()
+	logs := make([]v1Logs, len(users))
+	for i, uid := range users {
+		logs[i] = v1Logs{prefix: prefix, uid: uid, log: pipe.ZRangeWithScores(ctx, v1Name(prefix, uid, ""), 0, -1),
+			chans: map[string]*redis.ZSliceCmd{}}
+		for _, src := range sources {
+			if src.channel != "" {
+				logs[i].chans[src.channel] = pipe.ZRangeWithScores(ctx, v1Name(prefix, uid, src.channel), 0, -1)
+			}
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("migrate: read v1 logs: %w", err)
+	}
+	return logs, nil
+}
+
+// record builds the user's record as a write at now would leave it: the
+// idempotency entries of the user log still in the idempotency window,
+// and, per source, the send times its scope still counts.
+func (l *v1Logs) record(set *policySet, sources []v1Source, now int64) (record, error) {
+	log, err := l.log.Result()
+	if err != nil {
+		return record{}, fmt.Errorf("migrate: read %s: %w", v1Name(l.prefix, l.uid, ""), err)
+	}
+	var rec record
+	for _, z := range log {
+		at := int64(math.Floor(z.Score / 1000))
+		if m, ok := z.Member.(string); ok && len(m) == 8 && at >= now-set.idem {
+			rec.idem = append(rec.idem, idemEntry{digest: [5]byte([]byte(m[:5])), at: at})
+		}
+	}
+	slices.SortStableFunc(rec.idem, func(a, b idemEntry) int { return int(a.at - b.at) })
+	if len(rec.idem) > maxIdem {
+		rec.idem = rec.idem[len(rec.idem)-maxIdem:]
+	}
+	for _, src := range sources {
+		zs := log
+		if src.channel != "" {
+			if zs, err = l.chans[src.channel].Result(); err != nil {
+				return record{}, fmt.Errorf("migrate: read %s: %w", v1Name(l.prefix, l.uid, src.channel), err)
+			}
+		}
+		s := set.scopes[src.scope]
+		sec := section{id: s.id}
+		for _, z := range zs { // ZRANGE: by score, oldest first
+			if at := int64(math.Floor(z.Score / 1000)); at >= now-s.retention {
+				sec.times = append(sec.times, at)
+			}
+		}
+		if len(sec.times) > s.keep { // dropped sends still in the retention
+			sec.times, sec.trimmed = sec.times[len(sec.times)-s.keep:], true
+		}
+		if len(sec.times) > 0 {
+			rec.sections = append(rec.sections, sec)
+		}
+	}
+	return rec, nil
+}
+
+// writeMigrated queues the write of uid's record on write, with its
+// bucket's expiry mark and TTL as a write at now would leave them (a later
+// mark of another user's write is kept).
+func (e *Engine) writeMigrated(ctx context.Context, write redis.Pipeliner, set *policySet, now int64, uid uint64, rec *record) {
+	key := e.keys.bucket(uid)
+	write.HSet(ctx, key, field(uid), rec.encode())
+	write.Do(ctx, "eval", `local x = tonumber(redis.call('HGET', KEYS[1], 'x')) or 0
+if x < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'x', ARGV[1]) end
+if redis.call('TTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return 0`, 1, key, now+set.keyLife+set.slack, set.keyLife+set.slack)
 }
