@@ -44,18 +44,8 @@ func WorkerMetrics(t testing.TB) Metrics {
 	t.Helper()
 	ctx := context.Background()
 	cfg := workerConfig(t)
-	var topics []string
-	v := reflect.ValueOf(cfg.Kafka.Topics)
-	for i := range v.NumField() {
-		if s, ok := v.Field(i).Interface().(string); ok && s != "" {
-			topics = append(topics, s)
-		}
-	}
-	for _, d := range cfg.Kafka.DelayTiers {
-		topics = append(topics, d.Topic)
-	}
 	rds := testenv.StartRedis(t, testenv.RedisOptions{})
-	kafka := testenv.StartKafka(t, 2, topics)
+	kafka := testenv.StartKafka(t, 2, topicsOf(cfg))
 	dir := t.TempDir()
 	store, err := objstore.Open(ctx, dir, objstore.Options{})
 	if err != nil {
@@ -144,6 +134,21 @@ func workerConfig(t testing.TB) *config.Config {
 	}
 	cfg.Policy.Source = "file://" + policyFile
 	return cfg
+}
+
+// topicsOf are the topics cfg names.
+func topicsOf(cfg *config.Config) []string {
+	var topics []string
+	v := reflect.ValueOf(cfg.Kafka.Topics)
+	for i := range v.NumField() {
+		if s, ok := v.Field(i).Interface().(string); ok && s != "" {
+			topics = append(topics, s)
+		}
+	}
+	for _, d := range cfg.Kafka.DelayTiers {
+		topics = append(topics, d.Topic)
+	}
+	return topics
 }
 
 // recorder is a prometheus.Registerer that notes the names of every
