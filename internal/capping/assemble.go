@@ -8,7 +8,10 @@ package capping
 // and the cache learns from it (a pass after); last, every decision gets
 // the deferral step and the policy's name.
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // call is one request the script (or its port) decides.
 type call struct {
@@ -45,6 +48,9 @@ type assembly struct {
 	called map[uint64]bool
 	// failed: users a request of whom got no answer in this batch.
 	failed map[uint64]bool
+	// sent: the wall clock when this round's calls were made (their
+	// fence's deadline counts from it; zero: no fence, the Go port).
+	sent time.Time
 }
 
 // ErrEarlierUndecided is a request's Decision.Err when an earlier request
@@ -149,7 +155,7 @@ func (a *assembly) answer(k int, rep reply, err error) {
 		*d, err = a.set.decision(rep, r, c.plan)
 	}
 	if err != nil {
-		*d = Decision{Err: err}
+		*d = Decision{Err: err, Sent: a.sent}
 		a.failed[r.UserID] = true
 		// The script may have run (a lost reply, a send whose replicas
 		// did not acknowledge it): what the cache knows of the user may

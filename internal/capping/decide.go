@@ -87,6 +87,7 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 		return false, nil
 	}
 	reqs := a.reqs
+	a.sent = time.Now() // before prepare takes the fence's deadline
 	e.prepare(set, reqs, a.calls)
 	if err := ctx.Err(); err != nil {
 		a.fail(fmt.Errorf("decide: %w", err))

@@ -151,3 +151,43 @@ func TestFenceFollowsSkew(t *testing.T) {
 		t.Fatalf("LateBy with a master an hour ahead = %s, want %s (bounded)", got, want)
 	}
 }
+
+// TestFailedCallSentInItsRound: a failed decision says when its own call was
+// made (Decision.Sent), in the batch's second round here, not when the
+// batch began: the worker's give-back waits LateBy from then, and a call
+// of a later round carries a later fence.
+func TestFailedCallSentInItsRound(t *testing.T) {
+	srv := testenv.StartRedis(t, testenv.RedisOptions{})
+	p := startProxy(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 300 * time.Millisecond, MaxRetries: -1, PoolSize: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	rules := Rules{Default: Policy{Limits: []Limit{{Name: "daily", Window: day, Max: 5}}}}
+	e := newEngine(t, c, Options{Rules: rules, Fence: true})
+	ctx := context.Background()
+	at := time.Now()
+	req := func(id string) Request {
+		return Request{UserID: 9, IntentID: id, Campaign: "c", Channel: "push", Category: "marketing", At: at}
+	}
+	if ds, err := e.Decide(ctx, []Request{req("warm")}); err != nil || ds[0].Err != nil {
+		t.Fatalf("warm-up: %+v %v", ds, err)
+	}
+	// The user's two requests go in two rounds: the first is answered,
+	// the second's reply is swallowed (its read times out).
+	p.muteAt.Store(p.evalshas.Load() + 2)
+	begun := time.Now()
+	ds, err := e.Decide(ctx, []Request{req("first"), req("second")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds[0].Err != nil || ds[0].Outcome != Allowed {
+		t.Fatalf("first round: %+v, want allowed", ds[0])
+	}
+	if ds[1].Err == nil {
+		t.Fatalf("second round: %+v, want its read to fail", ds[1])
+	}
+	firstReply := time.Unix(0, p.replied.Load())
+	if ds[1].Sent.IsZero() || ds[1].Sent.Before(firstReply) || !firstReply.After(begun) {
+		t.Fatalf("the failed call was sent at %v; the batch began at %v and the first round was answered at %v: want a time after that answer",
+			ds[1].Sent, begun, firstReply)
+	}
+}

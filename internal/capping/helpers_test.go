@@ -189,6 +189,11 @@ type proxy struct {
 	target  string
 	armed   atomic.Bool // the next connection that sends EVALSHA is muted
 	muted   atomic.Int32
+	// muteAt > 0: the connection that makes the muteAt-th EVALSHA write
+	// (counting from when it was set) is muted from it on.
+	muteAt, evalshas atomic.Int32
+	// replied: when a reply last went through (unix ns).
+	replied atomic.Int64
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	conns   []net.Conn
@@ -235,9 +240,12 @@ func (p *proxy) accept() {
 				if n > 0 {
 					// Only the connection carrying the script calls; go-redis
 					// writes command names in lower case.
-					if bytes.Contains(buf[:n], []byte("evalsha")) && p.armed.CompareAndSwap(true, false) {
-						mute.Store(true)
-						p.muted.Add(1)
+					if bytes.Contains(buf[:n], []byte("evalsha")) {
+						k := p.evalshas.Add(1)
+						if p.armed.CompareAndSwap(true, false) || k == p.muteAt.Load() {
+							mute.Store(true)
+							p.muted.Add(1)
+						}
 					}
 					if _, werr := s.Write(buf[:n]); werr != nil {
 						break
@@ -258,6 +266,7 @@ func (p *proxy) accept() {
 					if _, werr := c.Write(buf[:n]); werr != nil {
 						break
 					}
+					p.replied.Store(time.Now().UnixNano())
 				}
 				if err != nil {
 					break

@@ -187,6 +187,11 @@ func (a *attempts) answer(ds []capping.Decision, err error, sent lostAttempt, lo
 			lastErr = d.Err
 			at := sent
 			at.policy = cmp.Or(d.Policy, sent.policy)
+			if !d.Sent.IsZero() {
+				// A later round of the batch than the first: its
+				// call's fence counts from then.
+				at.sent = d.Sent
+			}
 			a.lost[i] = append(a.lost[i], at)
 			if failed < 10 {
 				// Ids only at debug: logs above it never name a user.
