@@ -185,10 +185,10 @@ func userSlot(uid uint64) int {
 // every reply of one connection: the client's read times out, as after a lost
 // network packet, while the server has run the commands.
 type proxy struct {
-	ln      net.Listener
-	target  string
-	armed   atomic.Bool // the next connection that sends EVALSHA is muted
-	muted   atomic.Int32
+	ln     net.Listener
+	target string
+	armed  atomic.Bool // the next connection that sends EVALSHA is muted
+	muted  atomic.Int32
 	// muteAt > 0: the connection that makes the muteAt-th EVALSHA write
 	// (counting from when it was set) is muted from it on.
 	muteAt, evalshas atomic.Int32
