@@ -130,6 +130,47 @@ func Run(ctx context.Context, src Source, o Options) (*Report, error) {
 	if o.IdempotencyWindow < time.Second {
 		return nil, fmt.Errorf("replay: idempotency window %s must be at least 1s", o.IdempotencyWindow)
 	}
+	sides, err := newSides(&o)
+	if err != nil {
+		return nil, err
+	}
+	r := &pass{o: &o, sides: sides, lookup: o.Lookup, rep: &Report{Source: src.Name(), Snapshot: o.Snapshot},
+		users: newUserCounts(len(sides)), outs: make([]Outcome, len(sides)),
+		intents: make([]dispatch.Intent, len(sides)), errs: make([]error, len(sides))}
+	if r.lookup == nil {
+		r.lookup = func(uint64) string { return segments.None }
+	}
+	var n int64
+	for {
+		if n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("replay: %w", err)
+			}
+			if o.Progress != nil {
+				o.Progress(n)
+			}
+		}
+		rec, err := src.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("replay %s: %w", src.Name(), err)
+		}
+		n++
+		r.record(rec)
+	}
+	if o.Progress != nil {
+		o.Progress(n)
+	}
+	r.rep.Records = n
+	return r.finish(), nil
+}
+
+// newSides are the sides a replay decides on: the candidate alone, or
+// the baseline and the candidate, or first come, first served and plans
+// (the candidate twice, the plans on the second).
+func newSides(o *Options) ([]*side, error) {
 	pols := []Policy{o.Candidate}
 	names := []string{"candidate"}
 	switch {
@@ -168,77 +209,67 @@ func Run(ctx context.Context, src Source, o Options) (*Report, error) {
 		}
 		sides[i] = s
 	}
-	lookup := o.Lookup
-	if lookup == nil {
-		lookup = func(uint64) string { return segments.None }
-	}
-	rep := &Report{Source: src.Name(), Snapshot: o.Snapshot}
-	users := newUserCounts(len(sides))
-	outs := make([]Outcome, len(sides))
-	intents := make([]dispatch.Intent, len(sides))
-	errs := make([]error, len(sides))
-	var n int64
-	for {
-		if n%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("replay: %w", err)
-			}
-			if o.Progress != nil {
-				o.Progress(n)
-			}
+	return sides, nil
+}
+
+// pass is a replay under way: its sides, and what each decided of the
+// record at hand (outs, intents, errs: one per side, reused).
+type pass struct {
+	o       *Options
+	sides   []*side
+	lookup  func(uint64) string
+	rep     *Report
+	users   *userCounts
+	outs    []Outcome
+	intents []dispatch.Intent
+	errs    []error
+}
+
+// record decodes and decides rec on every side, and counts it.
+func (r *pass) record(rec *Record) {
+	seg, segUser, looked := "", uint64(0), false // one snapshot lookup per record
+	for i, s := range r.sides {
+		if s.shared >= 0 {
+			r.intents[i], r.errs[i] = r.intents[s.shared], r.errs[s.shared]
+		} else {
+			r.intents[i], r.errs[i] = decode(s.dec, rec)
 		}
-		rec, err := src.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
+		if r.errs[i] == nil && (!looked || segUser != r.intents[i].UserID) {
+			seg, segUser, looked = r.lookup(r.intents[i].UserID), r.intents[i].UserID, true
 		}
-		if err != nil {
-			return nil, fmt.Errorf("replay %s: %w", src.Name(), err)
+		if r.errs[i] == nil {
+			s.release(decisionTime(rec, &r.intents[i]), r.users, i)
 		}
-		n++
-		seg, segUser, looked := "", uint64(0), false // one snapshot lookup per record
-		for i, s := range sides {
-			if s.shared >= 0 {
-				intents[i], errs[i] = intents[s.shared], errs[s.shared]
-			} else {
-				intents[i], errs[i] = decode(s.dec, rec)
-			}
-			if errs[i] == nil && (!looked || segUser != intents[i].UserID) {
-				seg, segUser, looked = lookup(intents[i].UserID), intents[i].UserID, true
-			}
-			if errs[i] == nil {
-				s.release(decisionTime(rec, &intents[i]), users, i)
-			}
-			outs[i] = s.decideOne(&intents[i], errs[i], rec, seg)
-			s.stats.add(intents[i].Channel, intents[i].CampaignID, &outs[i])
-			if outs[i].Invalid == nil {
-				users.add(intents[i].UserID, i, outs[i].Decision.Outcome == capping.Allowed)
-			}
-		}
-		if outs[len(outs)-1].Invalid != nil || (len(outs) > 1 && outs[0].Invalid != nil) {
-			rep.noteInvalid(rec.Pos, outs)
-		}
-		if t := decisionTime(rec, &intents[len(intents)-1]); !t.IsZero() {
-			rep.span(t)
-		}
-		if o.Observe != nil {
-			o.Observe(rec, outs)
+		r.outs[i] = s.decideOne(&r.intents[i], r.errs[i], rec, seg)
+		s.stats.add(r.intents[i].Channel, r.intents[i].CampaignID, &r.outs[i])
+		if r.outs[i].Invalid == nil {
+			r.users.add(r.intents[i].UserID, i, r.outs[i].Decision.Outcome == capping.Allowed)
 		}
 	}
-	if o.Progress != nil {
-		o.Progress(n)
+	if r.outs[len(r.outs)-1].Invalid != nil || (len(r.outs) > 1 && r.outs[0].Invalid != nil) {
+		r.rep.noteInvalid(rec.Pos, r.outs)
 	}
-	rep.Records = n
-	for i, s := range sides {
+	if t := decisionTime(rec, &r.intents[len(r.intents)-1]); !t.IsZero() {
+		r.rep.span(t)
+	}
+	if r.o.Observe != nil {
+		r.o.Observe(rec, r.outs)
+	}
+}
+
+// finish completes each side's stats and the report.
+func (r *pass) finish() *Report {
+	for i, s := range r.sides {
 		s.stats.Waiting = int64(len(s.waiting))
-		s.stats.Users = int64(users.len())
-		s.stats.PerUser = users.distribution(i)
+		s.stats.Users = int64(r.users.len())
+		s.stats.PerUser = r.users.distribution(i)
 		s.stats.finish()
-		rep.Sides = append(rep.Sides, s.stats)
+		r.rep.Sides = append(r.rep.Sides, s.stats)
 	}
-	if len(sides) == 2 {
-		rep.Change = users.change()
+	if len(r.sides) == 2 {
+		r.rep.Change = r.users.change()
 	}
-	return rep, nil
+	return r.rep
 }
 
 func sameDecoding(a, b dispatch.DecoderOptions) bool {
