@@ -16,10 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/plans"
+	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/segments"
 )
 
@@ -56,29 +60,9 @@ var errNoTiers = errors.New("the policy defers intents (on_cap: defer or quiet_h
 // them when it stops; what is built before the group starts is closed on
 // the way out only when a later step fails.
 func Run(ctx context.Context, o Options) (err error) {
-	cfg := o.Config
-	log := o.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	reg := o.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	now := o.Now
-	if now == nil {
-		now = time.Now
-	}
-	var regr prometheus.Registerer = reg
-	if o.Registerer != nil {
-		regr = o.Registerer
-	}
-	regr.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	promauto.With(regr).NewGauge(prometheus.GaugeOpts{
-		Name:        "capper_build_info",
-		Help:        "The running capper: 1, with its version, VCS revision and Go version as labels.",
-		ConstLabels: prometheus.Labels{"version": o.Build.Version, "revision": o.Build.Revision, "go_version": o.Build.GoVersion},
-	}).Set(1)
+	o.defaults()
+	cfg, log := o.Config, o.Logger
+	registerProcess(o.Registerer, o.Build)
 	for _, name := range cfg.IgnoredEnv {
 		log.Warn("environment variable matches no config key; ignored", "name", name)
 	}
@@ -95,44 +79,120 @@ func Run(ctx context.Context, o Options) (err error) {
 			err = fmt.Errorf("close redis: %w", cerr)
 		}
 	}()
-	// The policy first: the engine and the decoder are built with its first
-	// version, and later ones are swapped into them between two batches.
+	p, err := buildParts(ctx, &o, rdb)
+	if err != nil {
+		return err
+	}
+	g := p.actors(ctx, cfg, log)
+	log.Info("capper started", "version", o.Build.Version, "revision", o.Build.Revision, "http", p.ops.Addr(),
+		"input", cfg.Kafka.Topics.Input, "group", cfg.Kafka.GroupID,
+		"snapshot", p.current.Load().Version(), "policy", p.engine.PolicyVersion(), "policy_source", p.policies.Source(),
+		"enforce", cfg.Worker.Enforce)
+	if o.Started != nil {
+		o.Started(p.ops.Addr())
+	}
+	gerr := g.group.Run()
+	switch {
+	case p.consumerErr != nil:
+		return fmt.Errorf("worker: %w", p.consumerErr)
+	case ctx.Err() != nil:
+		log.Info("capper stopped")
+		return nil
+	}
+	return gerr
+}
+
+// defaults fills in the options left nil: a discarding logger, a new
+// registry (and it as the registerer), time.Now.
+func (o *Options) defaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Registerer == nil {
+		o.Registerer = o.Registry
+	}
+}
+
+// registerProcess registers the Go and process collectors and
+// capper_build_info.
+func registerProcess(reg prometheus.Registerer, b cli.Build) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	promauto.With(reg).NewGauge(prometheus.GaugeOpts{
+		Name:        "capper_build_info",
+		Help:        "The running capper: 1, with its version, VCS revision and Go version as labels.",
+		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "go_version": b.GoVersion},
+	}).Set(1)
+}
+
+// parts are the worker's components, as buildParts builds them.
+type parts struct {
+	policies    *policy.Watcher
+	engine      *capping.Engine
+	current     segments.Current
+	segments    *segments.Watcher
+	plans       *plans.Watcher // nil: no plan store
+	cons        *consumer
+	ops         *opsServer
+	consumerErr error // the consumer actor's error, once it stopped
+}
+
+// buildParts builds the worker's components. The policy first: the engine
+// and the decoder are built with its first version, and later ones are
+// swapped into them between two batches. Then the snapshot watcher, the
+// plans, the consumer and the HTTP endpoint.
+func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*parts, error) {
+	cfg, log, reg := o.Config, o.Logger, o.Registerer
+	p := &parts{}
 	swap := newPolicySwap(len(cfg.Kafka.DelayTiers) > 0)
-	policies, err := newPolicyWatcher(ctx, cfg, swap.apply, regr, log, now)
-	if err != nil {
-		return err
+	var err error
+	if p.policies, err = newPolicyWatcher(ctx, cfg, swap.apply, reg, log, o.Now); err != nil {
+		return nil, err
 	}
-	if err := policies.Poll(ctx); err != nil {
-		return fmt.Errorf("no usable cap policy from %s: %w", policies.Source(), err)
+	if err := p.policies.Poll(ctx); err != nil {
+		return nil, fmt.Errorf("no usable cap policy from %s: %w", p.policies.Source(), err)
 	}
-	engine, err := NewEngine(ctx, cfg, policies.Current(), rdb, regr, log)
-	if err != nil {
-		return err
+	if p.engine, err = NewEngine(ctx, cfg, p.policies.Current(), rdb, reg, log); err != nil {
+		return nil, err
 	}
-	dec, err := newDecoder(cfg, &policies.Current().Rules)
+	dec, err := newDecoder(cfg, &p.policies.Current().Rules)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var current segments.Current
-	swap.install(engine, dec, &current, log)
-	watcher, err := startSegments(ctx, cfg, &current, policies, regr, log, now)
-	if err != nil {
-		return err
+	swap.install(p.engine, dec, &p.current, log)
+	if p.segments, err = startSegments(ctx, cfg, &p.current, p.policies, reg, log, o.Now); err != nil {
+		return nil, err
 	}
-	regr.MustRegister(unpolicedCollector{snap: &current, policy: policies})
-	planWatcher, err := startPlans(ctx, cfg, regr, log, now)
-	if err != nil {
-		return err
+	reg.MustRegister(unpolicedCollector{snap: &p.current, policy: p.policies})
+	if p.plans, err = startPlans(ctx, cfg, reg, log, o.Now); err != nil {
+		return nil, err
 	}
 	var activePlans dispatch.Plans
-	if planWatcher != nil {
-		activePlans = planWatcher.Current()
+	if p.plans != nil {
+		activePlans = p.plans.Current()
 	}
-	cons, err := newConsumer(ctx, cfg, engine, dec, &current, activePlans, regr, log, now, o.Sleep)
-	if err != nil {
-		return err
+	if p.cons, err = newConsumer(ctx, cfg, p.engine, dec, &p.current, activePlans, reg, log, o.Now, o.Sleep); err != nil {
+		return nil, err
 	}
-	ops, err := newOpsServer(cfg.HTTP.Address, reg, cfg.HTTP.Pprof,
+	if p.ops, err = p.newOps(cfg, o.Registry); err != nil {
+		p.cons.close(log)
+		return nil, err
+	}
+	return p, nil
+}
+
+// newOps is the HTTP endpoint: /metrics of reg, the versions in force,
+// and the readiness checks (internal/docscheck's TestReadyzConditions
+// knows them by these names: engine.Ready, cons.worker.Ready,
+// cons.controlReady).
+func (p *parts) newOps(cfg *config.Config, reg *prometheus.Registry) (*opsServer, error) {
+	engine, cons, current, planWatcher := p.engine, p.cons, &p.current, p.plans
+	return newOpsServer(cfg.HTTP.Address, reg, cfg.HTTP.Pprof,
 		func() string {
 			s := "policy " + engine.PolicyVersion() + "\nsnapshot " + current.Load().Version()
 			if planWatcher != nil {
@@ -149,45 +209,43 @@ func Run(ctx context.Context, o Options) (err error) {
 			}
 			return nil
 		})
-	if err != nil {
-		cons.close(log)
-		return err
-	}
+}
 
-	g := actors{log: log}
-	var consumerErr error
+// actors are the run group of the parts' long-lived loops.
+func (p *parts) actors(ctx context.Context, cfg *config.Config, log *slog.Logger) *actors {
+	g := &actors{log: log}
 	// The consumer: on interrupt it stops fetching, finishes and commits
 	// the batch in flight, then leaves the group and closes the writers.
 	g.addLoop(ctx, "worker", func(ctx context.Context) error {
-		if consumerErr = cons.run(ctx, log); consumerErr != nil {
-			return consumerErr
+		if p.consumerErr = p.cons.run(ctx, log); p.consumerErr != nil {
+			return p.consumerErr
 		}
 		return errors.New("stopped")
 	})
-	g.addLoop(ctx, "segments", watcher.Run)
-	g.addLoop(ctx, "policy", policies.Run)
-	if planWatcher != nil {
-		g.addLoop(ctx, "plans", planWatcher.Run)
+	g.addLoop(ctx, "segments", p.segments.Run)
+	g.addLoop(ctx, "policy", p.policies.Run)
+	if p.plans != nil {
+		g.addLoop(ctx, "plans", p.plans.Run)
 	}
-	if cons.control != nil {
-		g.addLoop(ctx, "control", cons.followControl)
+	if p.cons.control != nil {
+		g.addLoop(ctx, "control", p.cons.followControl)
 	}
 	g.addLoop(ctx, "lag", func(ctx context.Context) error {
-		errs := make(chan error, len(cons.lag))
-		for _, l := range cons.lag {
+		errs := make(chan error, len(p.cons.lag))
+		for _, l := range p.cons.lag {
 			go func() { errs <- l.Run(ctx) }()
 		}
 		var err error
-		for range cons.lag {
+		for range p.cons.lag {
 			err = errors.Join(err, <-errs)
 		}
 		return err
 	})
-	g.addLoop(ctx, "clock-check", engine.RunClockCheck)
+	g.addLoop(ctx, "clock-check", p.engine.RunClockCheck)
 	g.addLoop(ctx, "redis-warning", func(ctx context.Context) error {
-		return newRedisWarner(cfg.Redis.Addrs, log).run(ctx, engine.Ready)
+		return newRedisWarner(cfg.Redis.Addrs, log).run(ctx, p.engine.Ready)
 	})
-	g.add("http", ops.serve, func(error) { ops.stop() })
+	g.add("http", p.ops.serve, func(error) { p.ops.stop() })
 	{
 		// The signal actor: ctx ends on SIGTERM/SIGINT (see cmd/capper).
 		sctx, cancel := context.WithCancel(ctx)
@@ -196,23 +254,7 @@ func Run(ctx context.Context, o Options) (err error) {
 			return nil
 		}, func(error) { cancel() })
 	}
-
-	log.Info("capper started", "version", o.Build.Version, "revision", o.Build.Revision, "http", ops.Addr(),
-		"input", cfg.Kafka.Topics.Input, "group", cfg.Kafka.GroupID,
-		"snapshot", current.Load().Version(), "policy", engine.PolicyVersion(), "policy_source", policies.Source(),
-		"enforce", cfg.Worker.Enforce)
-	if o.Started != nil {
-		o.Started(ops.Addr())
-	}
-	gerr := g.group.Run()
-	switch {
-	case consumerErr != nil:
-		return fmt.Errorf("worker: %w", consumerErr)
-	case ctx.Err() != nil:
-		log.Info("capper stopped")
-		return nil
-	}
-	return gerr
+	return g
 }
 
 // actors is the run group, its actors named: an actor's error says which

@@ -46,22 +46,13 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 	if err := checkTopicSettings(ctx, admin, &cfg.Kafka, log); err != nil {
 		return nil, err
 	}
-	lag, err := dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: cfg.Kafka.GroupID, Topic: cfg.Kafka.Topics.Input,
-		Interval: cfg.Kafka.LagInterval.D(), Registerer: reg, Logger: log})
+	lags, err := newLagReporters(admin, cfg, reg, log)
 	if err != nil {
 		return nil, err
 	}
-	lags := []*dispatch.LagReporter{lag}
-	dispatch.RegisterDeferredWaiting(reg)
 	tiers := make([]string, len(cfg.Kafka.DelayTiers))
 	for i, t := range cfg.Kafka.DelayTiers {
 		tiers[i] = t.Topic
-		l, err := dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: cfg.Kafka.DelayGroup(), Topic: t.Topic, Waiting: true,
-			Interval: cfg.Kafka.LagInterval.D(), Registerer: reg, Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		lags = append(lags, l)
 	}
 	writers, err := newWriters(kopts, cfg.Kafka.Topics, cfg.Kafka.DelayTiers)
 	if err != nil {
@@ -92,8 +83,41 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 			Logger: log, Now: now})
 		ctl = c.control
 	}
+	worker, err := dispatch.New(workerOptions(cfg, reader, writers, engine, dec, snaps, plans, ctl, reg, log, now))
+	if err != nil {
+		return nil, err
+	}
+	c.worker = worker
+	return c, nil
+}
+
+// newLagReporters are the lag reporters of the input (the worker's group)
+// and of each delay tier (the delay group's; their records waiting).
+func newLagReporters(admin *kafka.Client, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]*dispatch.LagReporter, error) {
+	lag, err := dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: cfg.Kafka.GroupID, Topic: cfg.Kafka.Topics.Input,
+		Interval: cfg.Kafka.LagInterval.D(), Registerer: reg, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	lags := []*dispatch.LagReporter{lag}
+	dispatch.RegisterDeferredWaiting(reg)
+	for _, t := range cfg.Kafka.DelayTiers {
+		l, err := dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: cfg.Kafka.DelayGroup(), Topic: t.Topic, Waiting: true,
+			Interval: cfg.Kafka.LagInterval.D(), Registerer: reg, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		lags = append(lags, l)
+	}
+	return lags, nil
+}
+
+// workerOptions are the worker's options: what it reads and writes, what
+// decides, and cfg's worker settings.
+func workerOptions(cfg *config.Config, reader *dispatch.Consumer, writers *writerSet, engine *capping.Engine, dec *dispatch.Decoder,
+	snaps dispatch.Snapshots, plans dispatch.Plans, ctl dispatch.Control, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) dispatch.Options {
 	w := cfg.Worker
-	worker, err := dispatch.New(dispatch.Options{
+	return dispatch.Options{
 		Reader:          reader,
 		Tiers:           writers.tiers,
 		StatusTopic:     cfg.Kafka.Topics.DeliveryStatus,
@@ -120,12 +144,7 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 		Now:             now,
 		Logger:          log,
 		Registerer:      reg,
-	})
-	if err != nil {
-		return nil, err
 	}
-	c.worker = worker
-	return c, nil
 }
 
 // configError marks an error in what the configuration names (exit status 2,
