@@ -114,117 +114,155 @@ func programArgs(words []string, program string) ([]string, bool) {
 // redirections (< > >> 2> and their target), which are left out. A $( )
 // inside double quotes is not read: write it unquoted.
 func splitCommands(line string) ([][]string, error) {
-	var (
-		out   [][]string
-		stack [][]string
-		cur   []string
-		word  strings.Builder
-		in    bool // a word is open (it may be "")
-	)
-	flush := func() {
-		if in {
-			cur = append(cur, word.String())
-			word.Reset()
-			in = false
+	s := &shellSplit{line: line}
+	for ; s.i < len(line); s.i++ {
+		if err := s.step(); err != nil {
+			return nil, err
 		}
 	}
-	end := func() {
-		flush()
-		if len(cur) > 0 {
-			out = append(out, cur)
-		}
-		cur = nil
-	}
-	skipTarget := false
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		if skipTarget && c != ' ' && c != '\t' {
-			// The redirection's target: read the word and drop it.
-			j := i
-			for j < len(line) && line[j] != ' ' && line[j] != '\t' && line[j] != ')' && line[j] != ';' && line[j] != '|' && line[j] != '&' {
-				if line[j] == '"' || line[j] == '\'' {
-					k := strings.IndexByte(line[j+1:], line[j])
-					if k < 0 {
-						return nil, errors.New("unterminated quote")
-					}
-					j += k + 1
-				}
-				j++
-			}
-			i = j - 1
-			skipTarget = false
-			continue
-		}
-		switch {
-		case c == ' ' || c == '\t':
-			flush()
-		case c == '#' && !in:
-			i = len(line)
-		case c == '\'':
-			k := strings.IndexByte(line[i+1:], '\'')
-			if k < 0 {
-				return nil, errors.New("unterminated quote")
-			}
-			word.WriteString(line[i+1 : i+1+k])
-			in = true
-			i += k + 1
-		case c == '"':
-			in = true
-			j := i + 1
-			for ; j < len(line) && line[j] != '"'; j++ {
-				if line[j] == '\\' && j+1 < len(line) && strings.IndexByte("\"\\$`", line[j+1]) >= 0 {
-					j++
-				}
-				word.WriteByte(line[j])
-			}
-			if j == len(line) {
-				return nil, errors.New("unterminated quote")
-			}
-			i = j
-		case c == '\\' && i+1 < len(line):
-			word.WriteByte(line[i+1])
-			in = true
-			i++
-		case (c == '$' || c == '<') && i+1 < len(line) && line[i+1] == '(':
-			flush()
-			stack = append(stack, append(cur, "SUBST"))
-			cur = nil
-			i++
-		case c == ')':
-			if len(stack) == 0 {
-				return nil, errors.New("unbalanced )")
-			}
-			end()
-			cur, stack = stack[len(stack)-1], stack[:len(stack)-1]
-		case c == '|' || c == ';' || c == '&':
-			end()
-			if i+1 < len(line) && (line[i+1] == c) {
-				i++
-			}
-		case c == '>' || c == '<':
-			if in && word.String() == "2" { // 2>
-				word.Reset()
-				in = false
-			}
-			flush()
-			if i+1 < len(line) && line[i+1] == '>' {
-				i++
-			}
-			if i+1 < len(line) && line[i+1] == '&' { // >&2: no target word
-				i += 2
-				continue
-			}
-			skipTarget = true
-		default:
-			word.WriteByte(c)
-			in = true
-		}
-	}
-	if len(stack) > 0 {
+	if len(s.stack) > 0 {
 		return nil, errors.New("unbalanced $( or <(")
 	}
-	end()
-	return out, nil
+	s.end()
+	return s.out, nil
+}
+
+// shellSplit is splitCommands' reading of line, up to byte i.
+type shellSplit struct {
+	line       string
+	i          int
+	out        [][]string // the simple commands read
+	stack      [][]string // the commands around the $( ) or <( ) being read
+	cur        []string   // the words of the command being read
+	word       strings.Builder
+	in         bool // a word is open (it may be "")
+	skipTarget bool // the next word is a redirection's target
+}
+
+// flush ends the word being read.
+func (s *shellSplit) flush() {
+	if s.in {
+		s.cur = append(s.cur, s.word.String())
+		s.word.Reset()
+		s.in = false
+	}
+}
+
+// end ends the command being read.
+func (s *shellSplit) end() {
+	s.flush()
+	if len(s.cur) > 0 {
+		s.out = append(s.out, s.cur)
+	}
+	s.cur = nil
+}
+
+// step reads the byte at i (and what belongs to it), leaving i on the
+// last byte read.
+func (s *shellSplit) step() error {
+	line, c := s.line, s.line[s.i]
+	if s.skipTarget && c != ' ' && c != '\t' {
+		return s.dropTarget()
+	}
+	switch {
+	case c == ' ' || c == '\t':
+		s.flush()
+	case c == '#' && !s.in:
+		s.i = len(line)
+	case c == '\'':
+		k := strings.IndexByte(line[s.i+1:], '\'')
+		if k < 0 {
+			return errors.New("unterminated quote")
+		}
+		s.word.WriteString(line[s.i+1 : s.i+1+k])
+		s.in = true
+		s.i += k + 1
+	case c == '"':
+		return s.doubleQuoted()
+	case c == '\\' && s.i+1 < len(line):
+		s.word.WriteByte(line[s.i+1])
+		s.in = true
+		s.i++
+	case (c == '$' || c == '<') && s.i+1 < len(line) && line[s.i+1] == '(':
+		s.flush()
+		s.stack = append(s.stack, append(s.cur, "SUBST"))
+		s.cur = nil
+		s.i++
+	case c == ')':
+		if len(s.stack) == 0 {
+			return errors.New("unbalanced )")
+		}
+		s.end()
+		s.cur, s.stack = s.stack[len(s.stack)-1], s.stack[:len(s.stack)-1]
+	case c == '|' || c == ';' || c == '&':
+		s.end()
+		if s.i+1 < len(line) && (line[s.i+1] == c) {
+			s.i++
+		}
+	case c == '>' || c == '<':
+		s.redirect()
+	default:
+		s.word.WriteByte(c)
+		s.in = true
+	}
+	return nil
+}
+
+// doubleQuoted reads a double-quoted string into the word: a backslash
+// escapes " \ $ and ` only.
+func (s *shellSplit) doubleQuoted() error {
+	line := s.line
+	s.in = true
+	j := s.i + 1
+	for ; j < len(line) && line[j] != '"'; j++ {
+		if line[j] == '\\' && j+1 < len(line) && strings.IndexByte("\"\\$`", line[j+1]) >= 0 {
+			j++
+		}
+		s.word.WriteByte(line[j])
+	}
+	if j == len(line) {
+		return errors.New("unterminated quote")
+	}
+	s.i = j
+	return nil
+}
+
+// redirect reads a redirection operator (2> included): its target, the
+// next word, is dropped, but for >&2.
+func (s *shellSplit) redirect() {
+	line := s.line
+	if s.in && s.word.String() == "2" { // 2>
+		s.word.Reset()
+		s.in = false
+	}
+	s.flush()
+	if s.i+1 < len(line) && line[s.i+1] == '>' {
+		s.i++
+	}
+	if s.i+1 < len(line) && line[s.i+1] == '&' { // >&2: no target word
+		s.i += 2
+		return
+	}
+	s.skipTarget = true
+}
+
+// dropTarget reads a redirection's target and drops it.
+func (s *shellSplit) dropTarget() error {
+	line := s.line
+	j := s.i
+	for j < len(line) && line[j] != ' ' && line[j] != '\t' && line[j] != ')' && line[j] != ';' && line[j] != '|' && line[j] != '&' {
+		if line[j] == '"' || line[j] == '\'' {
+			k := strings.IndexByte(line[j+1:], line[j])
+			if k < 0 {
+				return errors.New("unterminated quote")
+			}
+			j += k + 1
+		}
+		j++
+	}
+	s.i = j - 1
+	s.skipTarget = false
+	return nil
 }
 
 // AnyPath is a kong option for checking command lines without running
