@@ -139,7 +139,7 @@ func (m *metrics) registerBatches(f promauto.Factory) {
 func (m *metrics) registerDeferrals(f promauto.Factory) {
 	m.deferred = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "capper_deferred_total",
-		Help: "Intents deferred to a delay tier, by reason: cap (a limit with on_cap: defer is full), quiet-hours, or paused (its campaign, or every intent, is paused). A deferred intent deferred again counts again.",
+		Help: "Intents deferred to a delay tier, by reason (the capper-reason of a deferred intent: docs/reference/event-contract.md). A deferred intent deferred again counts again.",
 	}, []string{"reason"})
 	m.hops = f.NewCounter(prometheus.CounterOpts{
 		Name: "capper_defer_hops_total",
@@ -156,7 +156,7 @@ func (m *metrics) registerDeferrals(f promauto.Factory) {
 	})
 	m.cancelled = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "capper_cancelled_total",
-		Help: "Intents cancelled by campaign control (never delivered, not counted), by reason: campaign-stopped, or expired (past its send-by, or paused longer than control.max_pause).",
+		Help: "Intents cancelled (never delivered, not counted), by reason (the capper-reason of a cancelled intent: docs/reference/event-contract.md).",
 	}, []string{"reason"})
 	m.pausedWait = f.NewGauge(prometheus.GaugeOpts{
 		Name: "capper_paused_waiting",
