@@ -88,6 +88,10 @@ func appliedAt(b *testing.B, url string, pos control.Position) time.Time {
 		for _, m := range appliedOffsetRE.FindAllStringSubmatch(body, -1) {
 			off, _ := strconv.ParseFloat(m[2], 64)
 			if m[1] == strconv.Itoa(pos.Partition) && int64(off) >= pos.Offset {
+				// The time from the next scrape: one scrape reads the two
+				// gauges at different moments (it may read the time from
+				// before the publish whose offset it reads).
+				_, body = httpBody(b, url)
 				t := appliedAtRE.FindStringSubmatch(body)
 				sec, _ := strconv.ParseFloat(t[1], 64)
 				return time.UnixMilli(int64(math.Round(sec * 1000)))

@@ -226,7 +226,9 @@ func (r *runner) settle(ctx context.Context, bar string, cond func(counts) bool,
 // applied waits until the worker applied the control record at pos
 // (capper_control_applied_offset) and returns when it did, on its clock
 // (capper_control_applied_timestamp_seconds): a batch decided after that
-// saw the record.
+// saw the record. The time is read by a gather after the one that saw the
+// offset: one gather reads the two gauges at different moments, and may
+// read the time from before the publish whose offset it reads.
 func (r *runner) applied(ctx context.Context, pos control.Position) (time.Time, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -234,22 +236,26 @@ func (r *runner) applied(ctx context.Context, pos control.Position) (time.Time, 
 		if err != nil {
 			return time.Time{}, fmt.Errorf("demo: metrics: %w", err)
 		}
-		seen, at := false, 0.0
+		seen := false
 		for _, mf := range mfs {
-			switch mf.GetName() {
-			case "capper_control_applied_offset":
+			if mf.GetName() == "capper_control_applied_offset" {
 				for _, m := range mf.GetMetric() {
 					if labelOf(m, "partition") == strconv.Itoa(pos.Partition) && int64(m.GetGauge().GetValue()) >= pos.Offset {
 						seen = true
 					}
 				}
-			case "capper_control_applied_timestamp_seconds":
-				if len(mf.GetMetric()) > 0 {
-					at = mf.GetMetric()[0].GetGauge().GetValue()
-				}
 			}
 		}
 		if seen {
+			if mfs, err = r.reg.Gather(); err != nil {
+				return time.Time{}, fmt.Errorf("demo: metrics: %w", err)
+			}
+			at := 0.0
+			for _, mf := range mfs {
+				if mf.GetName() == "capper_control_applied_timestamp_seconds" && len(mf.GetMetric()) > 0 {
+					at = mf.GetMetric()[0].GetGauge().GetValue()
+				}
+			}
 			return time.UnixMilli(int64(math.Round(at * 1000))).UTC(), nil
 		}
 		if time.Now().After(deadline) {

@@ -435,6 +435,13 @@ func (c *chaos) appliedAt(ctx context.Context, pos string) time.Time {
 			if err == nil && code == 200 {
 				if m := offRE.FindStringSubmatch(body); m != nil {
 					if v, _ := strconv.ParseFloat(m[1], 64); v >= want {
+						// The time from the next scrape: one scrape reads
+						// the two gauges at different moments, and may
+						// read the time from before the publish whose
+						// offset it reads.
+						if code, next, err := w.get("/metrics"); err == nil && code == 200 {
+							body = next
+						}
 						if a := atRE.FindStringSubmatch(body); a != nil {
 							sec, _ := strconv.ParseFloat(a[1], 64)
 							if t := time.UnixMilli(int64(sec * 1000)); t.After(latest) {
