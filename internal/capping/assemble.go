@@ -10,7 +10,10 @@ package capping
 
 import (
 	"errors"
+	"slices"
 	"time"
+
+	"github.com/capper-dev/capper/internal/control"
 )
 
 // call is one request the script (or its port) decides.
@@ -48,6 +51,9 @@ type assembly struct {
 	called map[uint64]bool
 	// failed: users a request of whom got no answer in this batch.
 	failed map[uint64]bool
+	// sendBy[i]: the campaign record whose send-by is request i's deadline
+	// (nil: its own), as check found it, for after.
+	sendBy []*control.Entry
 	// sent: the wall clock when this round's calls were made (their
 	// fence's deadline counts from it; zero: no fence, the Go port).
 	sent time.Time
@@ -68,16 +74,19 @@ var ErrEarlierUndecided = errors.New("an earlier intent of the same user is not 
 // maps are reused.
 func (ps *policySet) assemble(a *assembly, reqs []Request, cache *refusals, known *periods) {
 	*a = assembly{set: ps, reqs: reqs, out: a.out[:0], calls: a.calls[:0], later: a.later[:0], cache: cache,
-		called: a.called, failed: a.failed}
+		called: a.called, failed: a.failed, sendBy: a.sendBy}
 	a.out = append(a.out, make([]Decision, len(reqs))...)
 	if a.called == nil {
 		a.called, a.failed = make(map[uint64]bool, len(reqs)), map[uint64]bool{}
 	}
 	clear(a.called)
 	clear(a.failed)
+	a.sendBy = slices.Grow(a.sendBy[:0], len(reqs))[:len(reqs)]
+	clear(a.sendBy)
 	for i := range reqs {
 		r := &reqs[i]
-		d, bypass, err := ps.check(r)
+		d, sendBy, bypass, err := ps.check(r)
+		a.sendBy[i] = sendBy
 		if err != nil {
 			a.out[i].Err = err
 			continue
@@ -216,6 +225,6 @@ func (a *assembly) finish() {
 			*d = Decision{Err: ErrEarlierUndecided}
 		}
 		d.Policy = a.set.name
-		a.set.after(&a.reqs[i], d)
+		a.set.after(&a.reqs[i], d, a.sendBy[i])
 	}
 }

@@ -59,7 +59,8 @@ func (c *Campaigns) stopped(campaign string) bool {
 // Allowed when it may go.
 func controlVerdict(r *Request, exempt bool) controlAnswer {
 	e := r.campaign()
-	if deadline, by := r.sendBy(e); !deadline.IsZero() && r.At.After(deadline) {
+	deadline, by := r.sendBy(e)
+	if !deadline.IsZero() && r.At.After(deadline) {
 		return controlAnswer{Cancelled, ReasonExpired, by}
 	}
 	if e != nil && e.State == control.Stopped {
@@ -74,15 +75,16 @@ func controlVerdict(r *Request, exempt bool) controlAnswer {
 	}
 	switch {
 	case p == nil:
-		return controlAnswer{}
+		return controlAnswer{by: by} // it may go, by its campaign's send-by if by is set
 	case r.At.Sub(p.Since) > r.Control.MaxPause:
 		return controlAnswer{Cancelled, ReasonExpired, p}
 	}
 	return controlAnswer{Deferred, ReasonPaused, p}
 }
 
-// controlAnswer is a control verdict: Allowed (it may go), or the outcome,
-// why, and the record that decided (nil: its own send-by).
+// controlAnswer is a control verdict: Allowed (it may go; by is its
+// campaign's record when that record's send-by is its deadline), or the
+// outcome, why, and the record that decided (nil: its own send-by).
 type controlAnswer struct {
 	outcome Outcome
 	reason  Reason
@@ -109,17 +111,19 @@ func (c *Campaigns) all() *control.Entry {
 	return c.State.All()
 }
 
-// sendByAfter applies the send-by to what the other verdicts answered: a
-// deferral whose time comes after the deadline would never be delivered
-// in time, so it is cancelled (expired) now. A decision names the
-// campaign's record when its send-by is the deadline.
-func sendByAfter(r *Request, d *Decision) {
+// sendByAfter applies the send-by to what the other verdicts answered
+// (by: the campaign's record whose send-by is the deadline, as the control
+// verdict found it; nil: the request's own): a deferral whose time comes
+// after the deadline would never be delivered in time, so it is cancelled
+// (expired) now. A decision names the campaign's record when its send-by
+// is the deadline.
+func sendByAfter(r *Request, d *Decision, by *control.Entry) {
 	if d.Err != nil || d.Reason == ReasonPaused || d.Control != nil {
 		return // a control verdict's, complete
 	}
-	deadline, by := r.sendBy(r.campaign())
+	deadline := r.SendBy
 	if by != nil {
-		d.Control = &by.Pos
+		deadline, d.Control = by.SendBy, &by.Pos
 	}
 	if d.Outcome == Deferred && !deadline.IsZero() && d.NotBefore.After(deadline) {
 		*d = Decision{Outcome: Cancelled, Reason: ReasonExpired, At: d.At,

@@ -93,7 +93,7 @@ func TestControlVerdict(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Request{Campaign: "due", SendBy: tc.sendBy, Control: s, At: now}
 			d := Decision{Outcome: Deferred, Reason: ReasonCap, At: now, NotBefore: tc.until, Limit: "daily"}
-			sendByAfter(&r, &d)
+			sendByAfter(&r, &d, controlVerdict(&r, false).by)
 			if named := ""; d.Control != nil {
 				named = d.Control.String()
 				if named != tc.control {

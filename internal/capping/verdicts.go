@@ -23,34 +23,40 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/capper-dev/capper/internal/control"
 )
 
 // check takes the verdicts before Redis. It returns the decision when
 // Redis is not asked; bypass reports an honoured bypass that is counted
-// (recorded without checking).
-func (ps *policySet) check(r *Request) (d *Decision, bypass bool, err error) {
+// (recorded without checking); sendBy is the campaign's record whose
+// send-by is the request's deadline (nil: its own), for after.
+func (ps *policySet) check(r *Request) (d *Decision, sendBy *control.Entry, bypass bool, err error) {
 	if err := ps.validate(r); err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	exempt := ps.rules.IsExempt(r.Category)
-	if v := controlVerdict(r, exempt); v.outcome != Allowed {
-		return v.decision(r), false, nil
+	v := controlVerdict(r, exempt)
+	if v.outcome != Allowed {
+		return v.decision(r), nil, false, nil
 	}
 	// Quiet hours hold back overrides too: they bypass caps, not the
 	// night.
 	if d := ps.quiet(r, exempt); d != nil {
-		return d, false, nil
+		return d, v.by, false, nil
 	}
 	if exempt {
-		return &Decision{Outcome: Exempt, At: r.At}, false, nil
+		return &Decision{Outcome: Exempt, At: r.At}, v.by, false, nil
 	}
-	return ps.override(r)
+	d, bypass = ps.override(r)
+	return d, v.by, bypass, nil
 }
 
-// after turns the caps' answer (or a verdict's) into the final decision.
-func (ps *policySet) after(r *Request, d *Decision) {
+// after turns the caps' answer (or a verdict's) into the final decision;
+// sendBy is check's.
+func (ps *policySet) after(r *Request, d *Decision, sendBy *control.Entry) {
 	ps.deferral(r, d)
-	sendByAfter(r, d)
+	sendByAfter(r, d, sendBy)
 }
 
 // validate refuses a request no retry can decide (dead-lettered).
@@ -77,14 +83,14 @@ func (ps *policySet) validate(r *Request) error {
 // uncounted bypass is answered (exempt), an honoured bypass goes to the
 // script recorded without checking, a refused one is decided normally
 // (Decide marks it refused).
-func (ps *policySet) override(r *Request) (d *Decision, bypass bool, err error) {
+func (ps *policySet) override(r *Request) (d *Decision, bypass bool) {
 	switch {
 	case r.Override == NoOverride, !ps.rules.MayOverride(r.Campaign, r.Category):
-		return nil, false, nil
+		return nil, false
 	case r.Override == BypassUncounted:
-		return &Decision{Outcome: Exempt, At: r.At, Override: BypassUncounted}, false, nil
+		return &Decision{Outcome: Exempt, At: r.At, Override: BypassUncounted}, false
 	}
-	return nil, true, nil
+	return nil, true
 }
 
 // Reason says why a verdict held an intent back.

@@ -173,7 +173,7 @@ func (m *metrics) registerRefunds(f promauto.Factory) {
 	}, []string{"result"})
 	m.givenBack = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "capper_given_back_total",
-		Help: "Intents whose attempt's answer was lost and that ended undelivered (cancelled, expired, paused, dead-lettered), given back by result: applied (the lost attempt had counted it: taken out), unknown (it had not), nothing (counted, but kept: over-counts only), failed (Redis down with on_redis_error: allow).",
+		Help: "Intents whose attempt's answer was lost and that ended undelivered (cancelled, waiting for a pause, deferred, capped, dead-lettered), given back by result: applied (the lost attempt had counted it: taken out), unknown (it had not), nothing (counted, but kept: over-counts only), failed (Redis down with on_redis_error: allow).",
 	}, []string{"result"})
 }
 
