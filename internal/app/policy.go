@@ -22,7 +22,8 @@ import (
 var ErrPolicyProblems = errors.New("policy problems")
 
 // CheckPolicies checks each file and prints its verdict: "ok" with what it
-// holds, or every problem with its field path. The error is
+// holds (then one line per budget: its rate, burst, what it covers and its
+// lanes), or every problem with its field path. The error is
 // ErrPolicyProblems when a file has any, after all were printed.
 func CheckPolicies(w io.Writer, paths []string) error {
 	bad := false
@@ -44,7 +45,17 @@ func CheckPolicies(w io.Writer, paths []string) error {
 		for _, s := range d.Segments {
 			limits += len(s.Limits)
 		}
-		fmt.Fprintf(w, "%s: ok (%d segment policies and default_policy, %d limits)\n", p, len(d.Segments), limits)
+		budgets := ""
+		switch n := len(d.Budgets); {
+		case n == 1:
+			budgets = ", 1 budget"
+		case n > 1:
+			budgets = fmt.Sprintf(", %d budgets", n)
+		}
+		fmt.Fprintf(w, "%s: ok (%d segment policies and default_policy, %d limits%s)\n", p, len(d.Segments), limits, budgets)
+		for _, b := range d.Budgets {
+			fmt.Fprintf(w, "%s: budget %q: %s\n", p, b.Name, policy.DescribeBudget(b))
+		}
 	}
 	if bad {
 		return ErrPolicyProblems

@@ -63,7 +63,7 @@ func inlinePolicy(cfg *config.Config) (*policy.Loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inline policy: %w", err)
 	}
-	return &policy.Loaded{Version: "inline-" + policy.ContentHash(data), Document: &d, Rules: cfg.Rules()}, nil
+	return &policy.Loaded{Version: "inline-" + policy.ContentHash(data), Document: &d, Rules: cfg.Rules(), Budgets: d.PacingSet()}, nil
 }
 
 // LoadPolicy reads the policy cfg's workers use, once (inspect, migrate).

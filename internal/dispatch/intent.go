@@ -43,6 +43,11 @@ type Intent struct {
 	// SendBy: never delivered after it (campaign control cancels it, and
 	// a deferral past it cancels instead); zero when absent.
 	SendBy time.Time
+	// Route is the provider or sender pool the intent goes out through
+	// (fcm, apns, sms-us-shortcode): what a policy's budgets pace by; ""
+	// when absent or null. Without escapes, a view of the value's bytes,
+	// like ID.
+	Route string
 }
 
 // Limits on fields, from the event contract (docs/reference/event-contract.md).
@@ -51,13 +56,14 @@ const (
 	maxCampaignBytes = 256
 	maxCategoryBytes = 64
 	// maxZoneBytes is well above the longest IANA name (32 bytes).
-	maxZoneBytes = 64
+	maxZoneBytes  = 64
+	maxRouteBytes = 64
 )
 
 // invalidFields are every InvalidError.Field the decoder uses (a bounded
 // metric label: a key capper does not read is reported as "value").
 var invalidFields = []string{"value", "key", "id", "user_id", "campaign_id", "channel", "category", "created_at",
-	"tags", "priority", "time_zone", "capping", "send_by"}
+	"tags", "priority", "time_zone", "capping", "send_by", "route"}
 
 // InvalidError says why an intent cannot be decided. Its text goes into the
 // dead-letter record's capper-error header, so it names the field.
@@ -217,6 +223,9 @@ func (d *Decoder) validate(key []byte, keyed bool, f *fields) (Intent, error) {
 	if in.SendBy, err = timeOf(f, "send_by", f.sendBy); err != nil {
 		return Intent{}, err
 	}
+	if in.Route, err = routeOf(f); err != nil {
+		return Intent{}, err
+	}
 	var buf [20]byte
 	if keyed && !bytes.Equal(key, strconv.AppendUint(buf[:0], in.UserID, 10)) {
 		return Intent{}, invalid("key", "%q is not the user_id %d in decimal (intents are keyed by user)", clip.String(string(key), 40), in.UserID)
@@ -267,6 +276,40 @@ func (v *vocabulary) categoryOf(f *fields) (string, error) {
 		return "", invalid("category", "%q is not a configured category (%s)", clip.String(c, 40), strings.Join(v.categories, ", "))
 	}
 	return c, nil
+}
+
+// routeOf reads the optional route: "" when absent or null (unlike the
+// other string fields, null is no route), else 1 to maxRouteBytes of a-z,
+// 0-9, '.', '_' and '-', starting with a letter or digit (a policy's
+// budgets name routes alike), its escapes decoded.
+func routeOf(f *fields) (string, error) {
+	if f.route == nil || f.route.Null() {
+		return "", nil
+	}
+	r, err := f.str("route", f.route, false)
+	switch {
+	case err != nil:
+		return "", err
+	case len(r) > maxRouteBytes:
+		return "", invalid("route", "must be 1 to %d bytes, got %d", maxRouteBytes, len(r))
+	case !validRoute(r):
+		return "", invalid("route", "%q must be 1 to %d bytes of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", clip.String(r, 40), maxRouteBytes)
+	}
+	return r, nil
+}
+
+// validRoute reports whether r matches ^[a-z0-9][a-z0-9._-]*$ (its length
+// is checked before), without a regexp: it runs for every intent.
+func validRoute(r string) bool {
+	if r == "" || r[0] == '.' || r[0] == '_' || r[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(r); i++ {
+		if c := r[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // timeZoneOf reads the optional IANA time zone (nil when absent).

@@ -302,6 +302,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(""), []byte(`null`))
 	f.Add([]byte("1"), []byte(`{"id":"a","user_id":1,"campaign_id":"c","channel":"push","tags":["a","b\u0020"],"priority":"high","time_zone":"Asia/Singapore","capping":"bypass"}`))
 	f.Add([]byte("1"), []byte(`{"id":"a","user_id":1,"campaign_id":"c","channel":"push","x":[[]],"tags":[[],{}],"time_zone":"Local"}`))
+	f.Add([]byte("1"), []byte(`{"id":"a","user_id":1,"campaign_id":"c","channel":"push","route":"sms-us.short_code"}`))
 	d := testDecoder(f, 1024)
 	f.Fuzz(func(t *testing.T, key, value []byte) {
 		in, err := d.Decode(key, value)
@@ -333,6 +334,9 @@ func FuzzDecode(f *testing.F) {
 		if len(in.Tags) > capping.MaxTags || in.Priority > capping.High || in.Override > capping.BypassUncounted ||
 			(in.TimeZone != nil && (in.TimeZone == time.Local || in.TimeZone.String() == "Local")) {
 			t.Fatalf("accepted %+v from %q", in, value)
+		}
+		if in.Route != "" && (len(in.Route) > maxRouteBytes || !validRoute(in.Route)) {
+			t.Fatalf("accepted route %q from %q", in.Route, value)
 		}
 		for _, tag := range in.Tags {
 			if !capping.ValidTag(tag) {

@@ -25,7 +25,7 @@ import (
 // delimiter of an object.
 type fields struct {
 	id, userID, campaignID, channel, category, createdAt json.RawValue
-	tags, priority, timeZone, override, sendBy           json.RawValue
+	tags, priority, timeZone, override, sendBy, route    json.RawValue
 	status, at                                           json.RawValue // a delivery status's
 }
 
@@ -53,6 +53,8 @@ func (f *fields) slot(name []byte) *json.RawValue {
 		return &f.override
 	case "send_by":
 		return &f.sendBy
+	case "route":
+		return &f.route
 	case "status":
 		return &f.status
 	case "at":

@@ -15,8 +15,9 @@ import (
 
 // Diff returns one line per change from old to new: the segments (added,
 // removed, reordered), their limits and what they hold back (on_cap,
-// max_defer, quiet_hours), default_policy, then the document's settings.
-// No lines: the two decide alike.
+// max_defer, quiet_hours), default_policy, the budgets (added, removed,
+// reordered, their rate, burst, coverage and lanes), then the document's
+// settings. No lines: the two decide and pace alike.
 func Diff(old, new *Document) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
@@ -49,6 +50,7 @@ func Diff(old, new *Document) []string {
 	for _, line := range diffPolicy(old.DefaultPolicy, new.DefaultPolicy) {
 		add("default_policy: %s", line)
 	}
+	out = append(out, diffBudgets(old, new)...)
 
 	lists := []struct {
 		name     string
@@ -338,4 +340,61 @@ func addedRemoved(a, r []string) string {
 		parts = append(parts, "removed "+strings.Join(r, ", "))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// diffBudgets compares the budgets of two documents, matched by name (a
+// budget's name names its topics: a renamed budget is another budget).
+// Burst and lanes are compared as the worker reads them, defaults filled
+// in.
+func diffBudgets(old, new *Document) []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	for _, b := range new.Budgets {
+		o := findBudget(old, b.Name)
+		if o == nil {
+			add("budget %q: added: %s", b.Name, DescribeBudget(b))
+			continue
+		}
+		if o.Rate != b.Rate {
+			add("budget %q: rate %s/s -> %s/s", b.Name, formatRate(o.Rate), formatRate(b.Rate))
+		}
+		if a, z := o.EffectiveBurst(), b.EffectiveBurst(); a != z {
+			add("budget %q: burst %d -> %d", b.Name, a, z)
+		}
+		if a, z := budgetChannels(*o), budgetChannels(b); a != z {
+			add("budget %q: %s -> %s", b.Name, a, z)
+		}
+		if a, z := budgetRoutes(*o), budgetRoutes(b); a != z {
+			add("budget %q: %s -> %s", b.Name, a, z)
+		}
+		if a, z := describeLanes(*o), describeLanes(b); a != z {
+			add("budget %q: lanes %s -> %s", b.Name, a, z)
+		}
+	}
+	for _, b := range old.Budgets {
+		if findBudget(new, b.Name) == nil {
+			add("budget %q: removed (was %s)", b.Name, DescribeBudget(b))
+		}
+	}
+	oldNames, newNames := budgetNames(old), budgetNames(new)
+	if common := keepOrder(oldNames, newNames); !slices.Equal(common, keepOrder(newNames, oldNames)) {
+		add("budget order (the first that covers an intent paces it): %s -> %s", strings.Join(common, ", "), strings.Join(keepOrder(newNames, oldNames), ", "))
+	}
+	return out
+}
+
+func findBudget(d *Document, name string) *Budget {
+	i := slices.IndexFunc(d.Budgets, func(b Budget) bool { return b.Name == name })
+	if i < 0 {
+		return nil
+	}
+	return &d.Budgets[i]
+}
+
+func budgetNames(d *Document) []string {
+	out := make([]string, len(d.Budgets))
+	for i, b := range d.Budgets {
+		out[i] = b.Name
+	}
+	return out
 }

@@ -1,8 +1,9 @@
 // Package policy owns the cap policy as users write it: the YAML document
 // (channels, categories, time zone, the limits of each segment and the
-// default policy), its defaults, strict decoding, and its conversion into
-// the engine's capping.Rules with every problem reported at once, each at
-// the path of its field in the document. The worker config embeds the
+// default policy, the provider budgets), its defaults, strict decoding, and
+// its conversion into the engine's capping.Rules and the worker's
+// pacing.Set with every problem reported at once, each at the path of its
+// field in the document. The worker config embeds the
 // document under capping:; a policy can also be a document of its own
 // (Parse).
 package policy
@@ -42,6 +43,9 @@ type Document struct {
 	// DefaultPolicy caps users in no segment or in a segment without a
 	// policy.
 	DefaultPolicy Policy `yaml:"default_policy"`
+	// Budgets pace sends to providers (budgets.go); none by default. An
+	// intent is paced by the first budget that covers it.
+	Budgets []Budget `yaml:"budgets,omitempty"`
 }
 
 // Overrides lists the campaigns and categories whose intents may ask to

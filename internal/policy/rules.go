@@ -89,7 +89,7 @@ func documentPath(path problems.Path, legacy []problems.Path) problems.Path {
 
 // topKeys are the document's keys in the order of Document.
 var topKeys = []string{"channels", "categories", "default_category", "exempt_categories", "overrides",
-	"time_zone", "week_start", "segments", "default_policy"}
+	"time_zone", "week_start", "segments", "default_policy", "budgets"}
 
 // comparePaths orders problems' paths: by top-level key, then segment, then
 // limit (a path through no segment or limit before those through one).
@@ -101,11 +101,12 @@ func comparePaths(a, b problems.Path) int {
 	)
 }
 
-// Problems reports every problem of the document at once (Rules without
-// the rules).
+// Problems reports every problem of the document at once: those of Rules,
+// then those of Pacing (budgets), without the rules and the set.
 func (d *Document) Problems() problems.List {
 	_, ps := d.Rules()
-	return ps
+	_, bps := d.Pacing()
+	return append(ps, bps...)
 }
 
 // timeZone resolves time_zone; nil when it does not resolve.

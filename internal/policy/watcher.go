@@ -20,6 +20,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/pacing"
 )
 
 // Loaded is a policy that passed every check.
@@ -27,6 +28,9 @@ type Loaded struct {
 	Version  string
 	Document *Document
 	Rules    capping.Rules
+	// Budgets are the document's budgets as the worker paces by them
+	// (empty without budgets).
+	Budgets *pacing.Set
 }
 
 // Load checks a policy's bytes; version names it.
@@ -36,10 +40,11 @@ func Load(data []byte, version string) (*Loaded, error) {
 		return nil, fmt.Errorf("policy %s: %w", version, err)
 	}
 	r, ps := d.Rules()
-	if err := ps.Err(); err != nil {
+	budgets, bps := d.Pacing()
+	if err := append(ps, bps...).Err(); err != nil {
 		return nil, fmt.Errorf("policy %s:\n%w", version, err)
 	}
-	return &Loaded{Version: version, Document: d, Rules: r}, nil
+	return &Loaded{Version: version, Document: d, Rules: r, Budgets: budgets}, nil
 }
 
 // WatcherOptions configure NewWatcher. Exactly one of File, Store and
