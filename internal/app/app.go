@@ -149,7 +149,7 @@ type parts struct {
 func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*parts, error) {
 	cfg, log, reg := o.Config, o.Logger, o.Registerer
 	p := &parts{}
-	swap := newPolicySwap(len(cfg.Kafka.DelayTiers) > 0)
+	swap := newPolicySwap(len(cfg.Kafka.DelayTiers) > 0, cfg.Kafka.Topics.Lanes != "")
 	var err error
 	if p.policies, err = newPolicyWatcher(ctx, cfg, swap.apply, reg, log, o.Now); err != nil {
 		return nil, err
@@ -176,9 +176,10 @@ func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*pa
 	if p.plans != nil {
 		activePlans = p.plans.Current()
 	}
-	if p.cons, err = newConsumer(ctx, cfg, p.engine, dec, &p.current, activePlans, reg, log, o.Now, o.Sleep); err != nil {
+	if p.cons, err = newConsumer(ctx, cfg, p.engine, dec, &p.current, activePlans, p.policies.Current(), rdb, reg, log, o.Now, o.Sleep); err != nil {
 		return nil, err
 	}
+	swap.installPacing(p.cons)
 	if p.ops, err = p.newOps(cfg, o.Registry); err != nil {
 		p.cons.close(log)
 		return nil, err

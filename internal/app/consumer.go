@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/policy"
 )
 
 type consumer struct {
@@ -27,11 +29,12 @@ type consumer struct {
 	// worker decides nothing before it read the topic to its end.
 	control *control.Follower
 	source  *dispatch.ControlSource
+	pacer   *pacer // nil: no pacing
 }
 
 // newConsumer builds the reader, the writers and the worker; on an error it
 // closes what it built.
-func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine, dec *dispatch.Decoder, snaps dispatch.Snapshots, plans dispatch.Plans, reg prometheus.Registerer, log *slog.Logger, now func() time.Time, sleep func(context.Context, time.Duration) error) (_ *consumer, err error) {
+func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine, dec *dispatch.Decoder, snaps dispatch.Snapshots, plans dispatch.Plans, pol *policy.Loaded, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, now func() time.Time, sleep func(context.Context, time.Duration) error) (_ *consumer, err error) {
 	kopts, err := kafkaOptions(cfg, log)
 	if err != nil {
 		return nil, err
@@ -54,6 +57,20 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 	for i, t := range cfg.Kafka.DelayTiers {
 		tiers[i] = t.Topic
 	}
+	pc, err := newPacer(cfg, rdb, admin, reg, log, now)
+	if err != nil {
+		return nil, err
+	}
+	copts := dispatch.ConsumerOptions{Kafka: kopts, Input: cfg.Kafka.Topics.Input,
+		Status: cfg.Kafka.Topics.DeliveryStatus, Tiers: tiers, DelayGroupID: cfg.Kafka.DelayGroup(), Now: now, Sleep: sleep}
+	if pc != nil {
+		set := budgets(pol)
+		if err := pc.checkLanes(ctx, set); err != nil {
+			return nil, configError{err}
+		}
+		pc.SetBudgets(set)
+		copts.Lanes, copts.LanePrefix, copts.Gate = set.Topics(pc.prefix), pc.prefix, pc.gate.Pass
+	}
 	writers, err := newWriters(kopts, cfg.Kafka.Topics, cfg.Kafka.DelayTiers)
 	if err != nil {
 		return nil, err
@@ -61,10 +78,10 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 	defer func() {
 		if err != nil {
 			writers.close()
+			pc.close()
 		}
 	}()
-	reader, err := dispatch.NewConsumer(dispatch.ConsumerOptions{Kafka: kopts, Input: cfg.Kafka.Topics.Input,
-		Status: cfg.Kafka.Topics.DeliveryStatus, Tiers: tiers, DelayGroupID: cfg.Kafka.DelayGroup(), Now: now, Sleep: sleep})
+	reader, err := dispatch.NewConsumer(copts)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +90,7 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 			_ = reader.Close()
 		}
 	}()
-	c := &consumer{reader: reader, writers: writers, lag: lags}
+	c := &consumer{reader: reader, writers: writers, lag: lags, pacer: pc}
 	var ctl dispatch.Control
 	if t := cfg.Kafka.Topics.Control; t != "" {
 		if c.source, err = dispatch.NewControlSource(kopts, t); err != nil {
@@ -83,11 +100,18 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 			Logger: log, Now: now})
 		ctl = c.control
 	}
-	worker, err := dispatch.New(workerOptions(cfg, reader, writers, engine, dec, snaps, plans, ctl, reg, log, now))
+	wo := workerOptions(cfg, reader, writers, engine, dec, snaps, plans, ctl, reg, log, now)
+	if pc != nil {
+		wo.Pacer, wo.LanePrefix, wo.LaneWriter = pc, pc.prefix, pc.writer(kopts)
+	}
+	worker, err := dispatch.New(wo)
 	if err != nil {
 		return nil, err
 	}
 	c.worker = worker
+	if pc != nil {
+		pc.gate.Free = worker.LaneFree
+	}
 	return c, nil
 }
 
@@ -218,6 +242,7 @@ func (c *consumer) close(log *slog.Logger) {
 		log.Warn("close the kafka consumer", "error", err)
 	}
 	c.writers.close()
+	c.pacer.close()
 }
 
 func kafkaOptions(cfg *config.Config, log *slog.Logger) (dispatch.KafkaOptions, error) {

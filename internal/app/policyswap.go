@@ -21,13 +21,14 @@ import (
 // into them.
 type policySwap struct {
 	tiers bool // the worker has delay tiers
+	lanes bool // the worker has lane topics (send pacing)
 	// into makes a checked version the one in use: keepFirst, then what
 	// install sets (before the watcher's Run starts, so no lock).
 	into func(context.Context, *policy.Loaded) error
 }
 
-func newPolicySwap(tiers bool) *policySwap {
-	return &policySwap{tiers: tiers, into: keepFirst}
+func newPolicySwap(tiers, lanes bool) *policySwap {
+	return &policySwap{tiers: tiers, lanes: lanes, into: keepFirst}
 }
 
 // keepFirst leaves the first version to the engine and the decoder, which
@@ -39,6 +40,9 @@ func keepFirst(context.Context, *policy.Loaded) error { return nil }
 func (s *policySwap) apply(ctx context.Context, l *policy.Loaded) error {
 	if l.Rules.Defers() && !s.tiers {
 		return errNoTiers
+	}
+	if l.Budgets.Len() > 0 && !s.lanes {
+		return errNoLanes
 	}
 	return s.into(ctx, l)
 }
@@ -56,5 +60,25 @@ func (s *policySwap) install(engine *capping.Engine, dec *dispatch.Decoder, snap
 		}
 		warnUnpoliced(log, snap.Load(), l)
 		return nil
+	}
+}
+
+// installPacing has each later version's budgets applied too: their lane
+// topics are checked first, the budgets change after the engine's swap (a
+// version refused changes nothing).
+func (s *policySwap) installPacing(c *consumer) {
+	if c.pacer == nil {
+		return
+	}
+	into := s.into
+	s.into = func(ctx context.Context, l *policy.Loaded) error {
+		set := budgets(l)
+		if err := c.pacer.checkLanes(ctx, set); err != nil {
+			return fmt.Errorf("policy %s: %w", l.Version, err)
+		}
+		if err := into(ctx, l); err != nil {
+			return err
+		}
+		return c.pacer.apply(c.reader, l.Version, set)
 	}
 }

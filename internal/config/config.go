@@ -81,6 +81,10 @@ type Topics struct {
 	// recommended), which every worker reads whole (empty: no campaign
 	// control; intents' send_by still holds).
 	Control string `yaml:"control"`
+	// Lanes starts the topics held intents wait in, one per lane of each
+	// budget of the policy: <lanes>.<budget>.<lane> (empty: no pacing; a
+	// policy with budgets is refused).
+	Lanes string `yaml:"lanes"`
 }
 
 // Refunds says which delivery statuses give a send's slot back.

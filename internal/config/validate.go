@@ -4,6 +4,7 @@ package config
 
 import (
 	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -152,10 +153,24 @@ func (k *Kafka) validateDelay(p *problems.List, taken map[string]string) {
 		}
 		taken[t.Topic] = at.Key("topic").String()
 	}
-	if len(k.DelayTiers) > 0 && k.DelayGroup() == k.GroupID {
+	if s := k.Topics.Lanes; s != "" {
+		if !lanePrefix.MatchString(s) {
+			p.Add(problems.Key("kafka.topics.lanes"), "%q is not a topic name prefix (letters, digits, '.', '_', '-'; at most 150)", s)
+		}
+		for t, other := range taken {
+			if strings.HasPrefix(t, s+".") {
+				p.Add(problems.Key("kafka.topics.lanes"), "%q would take %s (%q) for a lane", s, other, t)
+			}
+		}
+	}
+	if (len(k.DelayTiers) > 0 || k.Topics.Lanes != "") && k.DelayGroup() == k.GroupID {
 		p.Add(problems.Key("kafka.delay_group_id"), "%q is also kafka.group_id: the tiers need a group of their own", k.DelayGroupID)
 	}
 }
+
+// lanePrefix is what kafka.topics.lanes may be: the start of a topic name
+// (<lanes>.<budget>.<lane> stays within Kafka's 249 characters).
+var lanePrefix = regexp.MustCompile(`^[A-Za-z0-9._-]{1,150}$`)
 
 // MaxMaxPause bounds control.max_pause: paused intents wait in the delay
 // tiers, whose retention must outlast the wait (as for max_defer).

@@ -46,6 +46,10 @@ const (
 	// status's value, a tier record's headers): dead-lettered, the engine
 	// never saw it.
 	kindUnreadable
+	// kindHold: an intent a budget covers, written undecided to its
+	// lane's topic (pacing.go); it is decided when its budget releases
+	// it (a kindDue entry of the lane's topic then).
+	kindHold
 )
 
 // decided reports whether the engine decides an entry of kind k.
@@ -77,6 +81,12 @@ type entry struct {
 	// home: the user's input partition, the index of the tier partition a
 	// deferral of it waits in (copartition.go).
 	home int
+	// held: a kindHold entry's lane; lane: what a released lane record
+	// says; charge: the budget an exempt intent is charged to if it is
+	// delivered (pacing.go).
+	held   *heldEntry
+	lane   *laneInfo
+	charge string
 }
 
 // setUnreadable dead-letters e: it could not be read, as err says (an
@@ -145,10 +155,17 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 			if !w.readTier(m, e, b.now) { // a hop, or unreadable
 				continue
 			}
+		case w.isLane(m.Topic):
+			if !w.readLane(m, e, b.now) { // unreadable
+				continue
+			}
 		}
 		in, err := w.o.Decoder.Decode(m.Key, m.Value)
 		if err != nil {
 			e.setUnreadable(err)
+			continue
+		}
+		if w.hold(e, &in, b.now) {
 			continue
 		}
 		e.segment = snap.Lookup(in.UserID)
@@ -180,6 +197,9 @@ func (w *Worker) settle(e *entry, d capping.Decision) {
 		// The app refuses a policy that defers without tiers; should
 		// one get here, the intent is capped rather than lost.
 		*o = capping.Capped
+	}
+	if w.o.Pacer != nil {
+		w.settlePacing(e)
 	}
 	e.next = e.tier.Next(&e.decision)
 	if e.tier.paused && e.decision.Reason == capping.ReasonPaused {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -30,6 +31,13 @@ type ConsumerOptions struct {
 	// group DelayGroupID.
 	Tiers        []string
 	DelayGroupID string
+	// Lanes are the lane topics of the budgets in force (SetLanes changes
+	// them), read by the delay tiers' group too; LanePrefix starts every
+	// lane topic. Gate releases a lane partition's records (pacing.Gate):
+	// it returns how many at the head of msgs go now.
+	Lanes      []string
+	LanePrefix string
+	Gate       func(ctx context.Context, topic string, msgs []kafka.Message) (int, error)
 	// Now is the clock of capper-due-at (nil: time.Now); Sleep waits a
 	// duration of that clock (nil: a timer). Tests speed both up.
 	Now   func() time.Time
@@ -52,8 +60,8 @@ type Consumer struct {
 	now    func() time.Time
 	sleep  func(ctx context.Context, d time.Duration) error
 	input  *member
-	delay  *member // nil without tiers
 	tiers  map[string]bool
+	cp     *coPartition
 	// window is how far past the offset committed when this worker took a
 	// partition over its previous owner may have decided records without
 	// committing them: the two batches of its stages (Kafka.BatchSize, the
@@ -62,6 +70,8 @@ type Consumer struct {
 
 	mu        sync.Mutex
 	tierParts map[string]int // partitions per tier topic, as of the delay group's generation
+	delay     *member        // the delay tiers' and lanes' group; nil without tiers and lanes
+	lanes     []string
 }
 
 // NewConsumer joins the groups and starts reading.
@@ -74,8 +84,10 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		return nil, errors.New("kafka consumer: a group id is required")
 	case o.Input == "":
 		return nil, errors.New("kafka consumer: an input topic is required")
-	case len(o.Tiers) > 0 && o.DelayGroupID == "":
-		return nil, errors.New("kafka consumer: delay tiers need a group id of their own")
+	case len(o.Tiers)+len(o.Lanes) > 0 && o.DelayGroupID == "":
+		return nil, errors.New("kafka consumer: delay tiers and lanes need a group id of their own")
+	case len(o.Lanes) > 0 && (o.Gate == nil || o.LanePrefix == ""):
+		return nil, errors.New("kafka consumer: lanes need a gate and their prefix")
 	case o.Kafka.StartOffset != "earliest" && o.Kafka.StartOffset != "latest":
 		return nil, fmt.Errorf("kafka start_offset: %q is not earliest or latest", o.Kafka.StartOffset)
 	}
@@ -102,27 +114,47 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(o.Tiers) == 0 {
-		return c, nil
-	}
 	for _, t := range o.Tiers {
 		c.tiers[t] = true
 	}
-	cp := &coPartition{input: o.Input, inputs: func() []int { return c.input.assigned(o.Input) }}
-	c.delay, err = newMember(memberOptions{Kafka: o.Kafka, GroupID: o.DelayGroupID, Topics: o.Tiers, Log: c.log,
+	c.cp = &coPartition{input: o.Input, inputs: func() []int { return c.input.assigned(o.Input) }}
+	if len(o.Tiers)+len(o.Lanes) == 0 {
+		return c, nil
+	}
+	if c.delay, err = c.joinDelay(o.Lanes); err != nil {
+		_ = c.input.close()
+		return nil, err
+	}
+	c.lanes = slices.Clone(o.Lanes)
+	return c, nil
+}
+
+// joinDelay joins the delay tiers' group for the tiers and lanes: a tier
+// partition hands a record over when it is due, a lane partition when its
+// budget releases it.
+func (c *Consumer) joinDelay(lanes []string) (*member, error) {
+	topics := append(slices.Clone(c.o.Tiers), lanes...)
+	cp := c.cp
+	return newMember(memberOptions{Kafka: c.o.Kafka, GroupID: c.o.DelayGroupID, Topics: topics, Log: c.log,
 		Balancers: []kafka.GroupBalancer{cp, kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}},
 		Read: func(ctx context.Context, p *partState, offset int64) {
-			c.readPartition(ctx, p, offset, fetchConfig{maxBytes: tierFetchBytes, due: func(m *kafka.Message) (time.Time, bool) {
-				// A record without a readable due time is due at once:
-				// the worker dead-letters it, naming the header.
-				t, err := dueAt(m.Headers)
-				return t, err == nil
-			}})
+			fc := fetchConfig{maxBytes: tierFetchBytes}
+			if c.tiers[p.tp.topic] {
+				fc.due = func(m *kafka.Message) (time.Time, bool) {
+					// A record without a readable due time is due at
+					// once: the worker dead-letters it, naming the header.
+					t, err := dueAt(m.Headers)
+					return t, err == nil
+				}
+			} else {
+				fc.gate = c.o.Gate
+			}
+			c.readPartition(ctx, p, offset, fc)
 		},
 		Started: func(*kafka.Generation) { c.countTierPartitions() },
 		Watch: func(ctx context.Context) {
 			// The input partitions changed: join again, so that the tiers
-			// follow them.
+			// and lanes follow them.
 			t := time.NewTicker(100 * time.Millisecond)
 			defer t.Stop()
 			for !cp.stale() {
@@ -133,11 +165,51 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 				}
 			}
 		}})
-	if err != nil {
-		_ = c.input.close()
-		return nil, err
+}
+
+// SetLanes makes the delay group read lanes (a new policy's budgets): it
+// leaves the group and joins again with the new topics. What was handed
+// out of the old membership and not committed is read again (decided as a
+// duplicate where it was delivered).
+func (c *Consumer) SetLanes(lanes []string) error {
+	c.mu.Lock()
+	old, same := c.delay, slices.Equal(c.lanes, lanes)
+	c.mu.Unlock()
+	if same {
+		return nil
 	}
-	return c, nil
+	if len(lanes) > 0 && (c.o.Gate == nil || c.o.LanePrefix == "" || c.o.DelayGroupID == "") {
+		return errors.New("kafka consumer: lanes need a gate, their prefix and the delay group")
+	}
+	if old != nil {
+		if err := old.close(); err != nil {
+			c.log.Warn("kafka: leaving the delay group to read new lanes", "error", err)
+		}
+	}
+	var nm *member
+	if len(c.o.Tiers)+len(lanes) > 0 {
+		var err error
+		if nm, err = c.joinDelay(lanes); err != nil {
+			return fmt.Errorf("read lanes %v: %w", lanes, err)
+		}
+	}
+	c.mu.Lock()
+	c.delay, c.lanes = nm, slices.Clone(lanes)
+	c.mu.Unlock()
+	return nil
+}
+
+// delayGroup is the delay tiers' and lanes' membership (nil: none).
+func (c *Consumer) delayGroup() *member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.delay
+}
+
+// isLane reports whether topic is a lane topic.
+func (c *Consumer) isLane(topic string) bool {
+	p := c.o.LanePrefix
+	return p != "" && len(topic) > len(p) && topic[:len(p)] == p && topic[len(p)] == '.'
 }
 
 // countTierPartitions learns how many partitions each tier has (a user's
@@ -185,7 +257,7 @@ func (c *Consumer) CommitMessages(_ context.Context, msgs ...kafka.Message) erro
 	for i := range msgs {
 		m := &msgs[i]
 		dst := in
-		if c.tiers[m.Topic] {
+		if c.tiers[m.Topic] || c.isLane(m.Topic) {
 			dst = delay
 		}
 		tp := topicPartition{m.Topic, m.Partition}
@@ -195,8 +267,8 @@ func (c *Consumer) CommitMessages(_ context.Context, msgs ...kafka.Message) erro
 	if len(in) > 0 {
 		errs = append(errs, c.input.commit(in))
 	}
-	if len(delay) > 0 && c.delay != nil {
-		errs = append(errs, c.delay.commit(delay))
+	if dg := c.delayGroup(); len(delay) > 0 && dg != nil {
+		errs = append(errs, dg.commit(delay))
 	}
 	return errors.Join(errs...)
 }
@@ -205,8 +277,8 @@ func (c *Consumer) CommitMessages(_ context.Context, msgs ...kafka.Message) erro
 // worker empties its refusal cache after a rebalance).
 func (c *Consumer) Stats() kafka.ReaderStats {
 	n := c.input.rebalanced()
-	if c.delay != nil {
-		n += c.delay.rebalanced()
+	if dg := c.delayGroup(); dg != nil {
+		n += dg.rebalanced()
 	}
 	return kafka.ReaderStats{Rebalances: n}
 }
@@ -220,9 +292,14 @@ func (c *Consumer) Stats() kafka.ReaderStats {
 // deferred intents wait in (a deferred intent is decided by whoever reads
 // its tier partition).
 func (c *Consumer) Cacheable(m *kafka.Message, home int) bool {
+	if c.isLane(m.Topic) {
+		// Released by its budget: decided by Redis, like a redelivery.
+		return false
+	}
+	dg := c.delayGroup()
 	g, in := c.input, true
 	if c.tiers[m.Topic] {
-		g, in = c.delay, false
+		g, in = dg, false
 	}
 	p := g.owned(topicPartition{m.Topic, m.Partition})
 	if p == nil || p.closed.Load() || m.Offset < p.start.Load()+c.window || p.start.Load() < 0 {
@@ -233,7 +310,7 @@ func (c *Consumer) Cacheable(m *kafka.Message, home int) bool {
 	} else if ip := c.input.owned(topicPartition{c.o.Input, home}); home < 0 || ip == nil || ip.closed.Load() {
 		return false
 	}
-	if c.delay == nil {
+	if dg == nil || len(c.tiers) == 0 {
 		return true
 	}
 	c.mu.Lock()
@@ -243,7 +320,7 @@ func (c *Consumer) Cacheable(m *kafka.Message, home int) bool {
 		if n == 0 {
 			return false
 		}
-		tp := c.delay.owned(topicPartition{t, home % n})
+		tp := dg.owned(topicPartition{t, home % n})
 		if tp == nil || tp.closed.Load() {
 			return false
 		}
@@ -254,8 +331,8 @@ func (c *Consumer) Cacheable(m *kafka.Message, home int) bool {
 // Close leaves both groups and stops reading.
 func (c *Consumer) Close() error {
 	var errs []error
-	if c.delay != nil {
-		errs = append(errs, c.delay.close())
+	if dg := c.delayGroup(); dg != nil {
+		errs = append(errs, dg.close())
 	}
 	errs = append(errs, c.input.close())
 	c.q.close()

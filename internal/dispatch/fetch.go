@@ -20,6 +20,9 @@ type fetchConfig struct {
 	// due, when set, says when a record may be handed out: the reader
 	// waits for each record's time before it puts it (a delay tier).
 	due func(m *kafka.Message) (time.Time, bool)
+	// gate, when set, says how many records at the head of msgs may be
+	// handed out now, waiting until at least one may (a lane: pacing).
+	gate func(ctx context.Context, topic string, msgs []kafka.Message) (int, error)
 }
 
 // readPartition reads p from offset until ctx ends, putting every record
@@ -135,6 +138,19 @@ func (c *Consumer) fetchFrom(ctx context.Context, conn *kafka.Conn, p *partState
 // hand puts a fetch's records on the queue: at once, or for a delay tier
 // each once it is due (a timer, no polling; nothing else waits).
 func (c *Consumer) hand(ctx context.Context, p *partState, msgs []kafka.Message, fc fetchConfig) error {
+	if fc.gate != nil {
+		for len(msgs) > 0 {
+			n, err := fc.gate(ctx, p.tp.topic, msgs)
+			if err != nil {
+				return err
+			}
+			if err := c.q.put(ctx, chunk{p, msgs[:n:n]}); err != nil {
+				return err
+			}
+			msgs = msgs[n:]
+		}
+		return nil
+	}
 	if fc.due == nil {
 		return c.q.put(ctx, chunk{p, msgs})
 	}

@@ -134,6 +134,9 @@ func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 				})})
 		}
 		add = hb.delayPath(add, e)
+		if e.lane != nil {
+			add = hb.releasedHeaders(add, e.lane)
+		}
 		if d.Control != nil {
 			add = append(add, kafka.Header{Key: HeaderControl, Value: hb.position(d.Control)})
 		}
@@ -169,17 +172,22 @@ func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 		}
 	}
 	h = append(h, add...)
+	return append(h, kafka.Header{Key: HeaderSource, Value: hb.source(m, e)})
+}
+
+// source is an entry's capper-source: the intent's own input record,
+// whichever tier or lane it came through.
+func (hb *headerBuilder) source(m *kafka.Message, e *entry) []byte {
 	if e.tier.source != nil {
-		// The intent's own input record, whichever tier it came through.
-		return append(h, kafka.Header{Key: HeaderSource, Value: e.tier.source})
+		return e.tier.source
 	}
-	return append(h, kafka.Header{Key: HeaderSource, Value: hb.bytes(func(b []byte) []byte {
+	return hb.bytes(func(b []byte) []byte {
 		b = append(b, m.Topic...)
 		b = append(b, '/')
 		b = strconv.AppendInt(b, int64(m.Partition), 10)
 		b = append(b, '/')
 		return strconv.AppendInt(b, m.Offset, 10)
-	})})
+	})
 }
 
 // delayPath adds the delay path's headers: to a deferred entry what its

@@ -13,7 +13,8 @@ import (
 // outputs are a batch's records per output topic, in batch order.
 type outputs struct {
 	deliveries, suppressed, deadLetter []kafka.Message
-	delayed                            [][]kafka.Message // per tier
+	delayed                            [][]kafka.Message          // per tier
+	held                               map[string][]kafka.Message // per lane topic
 }
 
 // route sends unreadable entries and intents the engine refused to the
@@ -40,6 +41,8 @@ func (w *Worker) route(b *batch) outputs {
 			// counted, nothing to write
 		case kindUnreadable:
 			dst[i] = deadLetter
+		case kindHold:
+			// written below, per lane topic
 		case kindHop:
 			dst[i] = uint8(tier0 + w.delay(e, b.now, e.tier.notBefore))
 		case kindIntent, kindDue:
@@ -71,10 +74,19 @@ func (w *Worker) route(b *batch) outputs {
 	}
 	hb := newHeaderBuilder(b.snap, b.policy)
 	for i := range b.msgs {
+		m, e := &b.msgs[i], &b.entries[i]
+		if e.kind == kindHold {
+			if o.held == nil {
+				o.held = map[string][]kafka.Message{}
+			}
+			w.o.Pacer.Held(e.held.budget, e.held.lane, 1)
+			o.held[e.held.topic] = append(o.held[e.held.topic], kafka.Message{Key: nonNull(m.Key), Value: nonNull(m.Value),
+				Headers: hb.heldHeaders(m, e), Partition: e.home})
+			continue
+		}
 		if dst[i] == none {
 			continue
 		}
-		m, e := &b.msgs[i], &b.entries[i]
 		key, value := m.Key, m.Value
 		if e.invalid != nil && len(value) > w.o.Decoder.maxBytes {
 			// An oversize intent: its dead-letter copy (value and headers)

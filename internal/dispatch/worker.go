@@ -115,6 +115,15 @@ type Options struct {
 	// (a Consumer with the tiers). None: a policy that defers is not allowed (Deferred
 	// becomes Capped).
 	Tiers []Tier
+	// Pacer paces the intents a budget covers (pacing.go): they are
+	// written undecided to their lane's topic, <LanePrefix>.<budget>.<lane>
+	// (LaneWriter makes its writer, which puts a record in the partition
+	// its Partition names, like a tier's), and decided when the Reader
+	// gives them back released. Nil: nothing is paced.
+	Pacer      Pacer
+	LanePrefix string
+	LaneWriter func(topic string) (Writer, error)
+
 	// StatusTopic names the delivery-status topic the Reader also gives
 	// (empty: none); a status of RefundStatuses is a refund, which Refunder
 	// applies.
@@ -159,6 +168,7 @@ func (o Options) validate() error {
 	required(o.Decoder != nil, "Decoder")
 	required(o.StatusTopic == "" || o.Refunder != nil, "Refunder with StatusTopic")
 	required(o.Control == nil || len(o.Tiers) > 0 && o.MaxPause > 0, "Tiers and MaxPause with Control (paused intents wait in a tier)")
+	required(o.Pacer == nil || o.LanePrefix != "" && o.LaneWriter != nil, "LanePrefix and LaneWriter with Pacer")
 	for i, t := range o.Tiers {
 		required(t.Writer != nil && t.Topic != "", fmt.Sprintf("Tiers[%d]", i))
 		if t.Delay <= 0 || i > 0 && t.Delay <= o.Tiers[i-1].Delay {
@@ -192,8 +202,9 @@ type Worker struct {
 	o                                  Options
 	m                                  *metrics
 	deliveries, suppressed, deadLetter output
-	// tiers: the delay tiers' topics.
+	// tiers: the delay tiers' topics; lanes: the lane topics' writers.
 	tiers   map[string]bool
+	lanes   laneWriters
 	refunds map[string]bool // delivery statuses that refund
 
 	mu       sync.Mutex
@@ -217,6 +228,7 @@ func New(o Options) (*Worker, error) {
 		suppressed: output{o.Suppressed.Topic, o.Suppressed.Writer},
 		deadLetter: output{o.DeadLetter.Topic, o.DeadLetter.Writer},
 	}
+	w.lanes.new = o.LaneWriter
 	for _, s := range o.RefundStatuses {
 		w.refunds[s] = true
 	}

@@ -49,6 +49,13 @@ func (w *Worker) writeAll(ctx context.Context, o outputs) error {
 	for i, t := range w.o.Tiers {
 		all = append(all, topicMsgs{output{t.Topic, t.Writer}, o.delayed[i], false})
 	}
+	for topic, msgs := range o.held {
+		wr, err := w.lanes.get(topic)
+		if err != nil {
+			return fmt.Errorf("write to lane %s: %w", topic, err)
+		}
+		all = append(all, topicMsgs{output{topic, wr}, msgs, false})
+	}
 	for _, t := range all {
 		if len(t.msgs) == 0 || t.out.wr == nil {
 			continue

@@ -1,0 +1,118 @@
+package app
+
+// Send pacing's wiring (internal/pacing): the pacer with its Redis leases,
+// the lanes' gate and writers, and what each policy version's budgets
+// change in the running worker.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/pacing"
+	"github.com/capper-dev/capper/internal/policy"
+)
+
+// errNoLanes refuses a policy with budgets on a worker without lanes.
+var errNoLanes = errors.New("the policy has budgets (send pacing), but this worker has no lane topics: set kafka.topics.lanes")
+
+// pacer is a worker's pacing: nil without kafka.topics.lanes.
+type pacer struct {
+	*pacing.Pacer
+	prefix string
+	gate   *pacing.Gate
+	admin  *kafka.Client
+
+	mu      sync.Mutex
+	writers []closingWriter
+}
+
+func newPacer(cfg *config.Config, rdb redis.UniversalClient, admin *kafka.Client, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*pacer, error) {
+	prefix := cfg.Kafka.Topics.Lanes
+	if prefix == "" {
+		return nil, nil
+	}
+	p, err := pacing.New(pacing.Options{Leaser: &pacing.RedisLeaser{Client: rdb, Prefix: cfg.Capping.KeyPrefix},
+		Now: now, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	pc := &pacer{Pacer: p, prefix: prefix, admin: admin}
+	pc.gate = &pacing.Gate{Pacer: p, Prefix: prefix, Header: dispatch.HeaderReleasedAt}
+	return pc, nil
+}
+
+// budgets is the set of a policy version, with its exempt categories.
+func budgets(l *policy.Loaded) *pacing.Set {
+	return l.Budgets.WithExempt(l.Rules.ExemptCategories)
+}
+
+// lanes are the lane topics of set, by what names them in a message.
+func (p *pacer) lanes(set *pacing.Set) map[string]string {
+	topics := map[string]string{}
+	for _, b := range set.Budgets() {
+		for _, l := range b.Lanes {
+			topics[fmt.Sprintf("budget %q lane %q", b.Name, l.Name)] = pacing.Topic(p.prefix, b.Name, l.Name)
+		}
+	}
+	return topics
+}
+
+// checkLanes refuses budgets whose lane topics are missing: their intents
+// would stall on the first write.
+func (p *pacer) checkLanes(ctx context.Context, set *pacing.Set) error {
+	topics := p.lanes(set)
+	if len(topics) == 0 {
+		return nil
+	}
+	err := dispatch.CheckTopics(ctx, p.admin, topics)
+	if errors.Is(err, dispatch.ErrMissingTopic) {
+		return fmt.Errorf("lane topics (create them: capper topics create --config FILE --policy FILE): %w", err)
+	}
+	return err
+}
+
+// writer makes a lane topic's writer (a tier's kind: the record goes to
+// the partition of its user's input partition).
+func (p *pacer) writer(o dispatch.KafkaOptions) func(topic string) (dispatch.Writer, error) {
+	return func(topic string) (dispatch.Writer, error) {
+		w, err := dispatch.NewTierWriter(o, topic)
+		if err != nil {
+			return nil, fmt.Errorf("writer for lane %s: %w", topic, err)
+		}
+		p.mu.Lock()
+		p.writers = append(p.writers, w)
+		p.mu.Unlock()
+		return w, nil
+	}
+}
+
+func (p *pacer) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range p.writers {
+		_ = w.Close()
+	}
+}
+
+// apply makes a checked version's budgets the ones in use: the delay
+// group reads their lanes, and the worker holds intents for them.
+func (p *pacer) apply(reader *dispatch.Consumer, version string, set *pacing.Set) error {
+	if err := reader.SetLanes(set.Topics(p.prefix)); err != nil {
+		return fmt.Errorf("policy %s: %w", version, err)
+	}
+	p.SetBudgets(set)
+	return nil
+}

@@ -1,0 +1,217 @@
+package app_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/control"
+	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/pacing"
+)
+
+// The pacing tests' budget: 200 pushes a second with a burst of 20, an
+// urgent lane for high priorities and a bulk lane for the rest.
+const (
+	tLanes     = "capper-lanes"
+	paceRate   = 200
+	paceBurst  = 20
+	pacePolicy = `
+default_policy:
+  limits:
+    - {name: per-minute, window: 1m, max: 5}
+budgets:
+  - name: push-fcm
+    rate: 200
+    burst: 20
+    channels: [push]
+    lanes:
+      - {name: urgent, min_priority: high}
+      - {name: bulk}
+`
+)
+
+// paceConfig is holdConfig with the lanes, on the wall clock (a budget's
+// tokens come at Redis' pace).
+func (e *e2e) paceConfig(policyYAML string) *config.Config {
+	e.t.Helper()
+	e.now = time.Now
+	for _, lane := range []string{"urgent", "bulk"} {
+		if err := e.kafka.Cluster.CreateTopic(pacing.Topic(tLanes, "push-fcm", lane), 4, nil); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	cfg := e.holdConfig(policyYAML)
+	cfg.Kafka.Topics.Lanes = tLanes
+	if err := cfg.Validate(); err != nil {
+		e.t.Fatal(err)
+	}
+	return cfg
+}
+
+func paceIntents(from, n int, campaign, channel, category, priority string) []kafka.Message {
+	var msgs []kafka.Message
+	for u := from; u < from+n; u++ {
+		msgs = append(msgs, kafka.Message{Key: fmt.Appendf(nil, "%d", u),
+			Value: fmt.Appendf(nil, `{"id":"%s-%d","user_id":%d,"campaign_id":%q,"channel":%q,"category":%q,"priority":%q}`,
+				campaign, u, u, campaign, channel, category, priority)})
+	}
+	return msgs
+}
+
+func headerTime(t *testing.T, m kafka.Message, key string) time.Time {
+	t.Helper()
+	at, err := time.Parse(dispatch.TimeLayout, header(m, key))
+	if err != nil {
+		t.Fatalf("%s of %s: %v", key, header(m, "capper-source"), err)
+	}
+	return at
+}
+
+// TestPacingReleasesAtTheBudgetsRate: two workers, a 1000-push blast
+// (normal priority) over a budget of 200/s, transactional pushes and
+// emails beside it, then 100 high-priority pushes. Every input has one
+// outcome; the blast waits in the bulk lane and is decided when released
+// (capper-decided-at is at or after capper-released-at), never more than
+// the rate plus the burst in any second of releases; the urgent pushes
+// overtake what is left of the blast; exempt and email intents are never
+// held.
+func TestPacingReleasesAtTheBudgetsRate(t *testing.T) {
+	e := newE2E(t, "single")
+	e.publish(3000, 3)
+	cfg := e.paceConfig(pacePolicy)
+	w1, w2 := e.start("w1", cfg), e.start("w2", cfg)
+	e.produce(append(append(paceIntents(0, 1000, "blast", "push", "marketing", "normal"),
+		paceIntents(1000, 40, "receipt", "push", "transactional", "normal")...),
+		paceIntents(1100, 100, "news", "email", "marketing", "normal")...))
+	time.Sleep(1500 * time.Millisecond)
+	e.produce(paceIntents(2000, 100, "flash", "push", "marketing", "high"))
+	o := e.waitDrained(60*time.Second, w1, w2)
+	e.verify(o, cfg, false)
+
+	var released []time.Time
+	last := map[string]time.Time{}
+	for _, m := range o.deliveries {
+		lane := header(m, dispatch.HeaderLane)
+		id := idOf(m)
+		campaign := id[:len(id)-len(m.Key)-1]
+		switch campaign {
+		case "receipt", "news":
+			if lane != "" {
+				t.Errorf("%s: %s waited in lane %s; exempt and unpaced intents are never held", id, campaign, lane)
+			}
+			continue
+		case "blast":
+			if lane != "push-fcm/bulk" {
+				t.Errorf("%s: lane %q, want push-fcm/bulk", id, lane)
+			}
+		case "flash":
+			if lane != "push-fcm/urgent" {
+				t.Errorf("%s: lane %q, want push-fcm/urgent", id, lane)
+			}
+		}
+		rel, dec := headerTime(t, m, dispatch.HeaderReleasedAt), headerTime(t, m, "capper-decided-at")
+		if dec.Before(rel.Add(-time.Millisecond)) {
+			t.Errorf("%s: decided at %s, before its release at %s", id, dec.Format(time.RFC3339Nano), rel.Format(time.RFC3339Nano))
+		}
+		released = append(released, rel)
+		if rel.After(last[campaign]) {
+			last[campaign] = rel
+		}
+	}
+	if len(released) != 1100 {
+		t.Fatalf("%d paced deliveries, want 1100", len(released))
+	}
+	slices.SortFunc(released, func(a, b time.Time) int { return a.Compare(b) })
+	most := 0
+	for i, j := 0, 0; i < len(released); i++ {
+		for released[i].Sub(released[j]) >= time.Second {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	if limit := int(paceRate*1.01) + paceBurst; most > limit {
+		t.Errorf("%d releases within one second; the budget allows %d (rate %d, burst %d)", most, limit, paceRate, paceBurst)
+	}
+	if !last["flash"].Before(last["blast"].Add(-time.Second)) {
+		t.Errorf("the urgent lane's last release %s is not well before the bulk lane's last %s: it did not overtake",
+			last["flash"].Format(time.RFC3339Nano), last["blast"].Format(time.RFC3339Nano))
+	}
+	t.Logf("most releases in one second: %d (rate %d, burst %d); blast released until %s, flash until %s",
+		most, paceRate, paceBurst, last["blast"].Format(time.RFC3339Nano), last["flash"].Format(time.RFC3339Nano))
+}
+
+// TestPacingThroughFaults: on a 3-master cluster, two workers drain two
+// paced campaigns through a restart of one worker (another takes its
+// place), a Redis outage and a stop of the blast. Every input has one
+// outcome (nothing held is lost), no second of releases goes above the
+// budget, nothing of the blast is decided after the stop took effect (the
+// stop reached what was held), and the held intents of the other campaign
+// are all delivered.
+func TestPacingThroughFaults(t *testing.T) {
+	e := newE2E(t, "cluster")
+	e.publish(3000, 5)
+	cfg := e.paceConfig(pacePolicy)
+	cfg.Kafka.Topics.Control = tControl
+	c := newController(e, cfg)
+	w1, w2 := e.start("w1", cfg), e.start("w2", cfg)
+	c.workers = []*worker{w1, w2}
+	e.produce(append(paceIntents(0, 1200, "blast", "push", "marketing", "normal"),
+		paceIntents(1200, 300, "promo", "push", "marketing", "normal")...))
+	time.Sleep(time.Second)
+	if err := w1.stop(t); err != nil {
+		t.Fatalf("w1: %v", err)
+	}
+	w3 := e.start("w3", cfg)
+	c.workers = []*worker{w2, w3}
+	time.Sleep(time.Second)
+	e.pauseRedis()
+	time.Sleep(1500 * time.Millisecond)
+	e.resumeRedis()
+	time.Sleep(500 * time.Millisecond)
+	stop := c.set("blast", control.Stopped, "wrong price")
+	applied := c.applied(stop)
+	o := e.waitDrained(90*time.Second, w2, w3)
+	e.verifyOutcomes(o, true)
+
+	var released []time.Time
+	promo := 0
+	for _, m := range o.deliveries {
+		if header(m, "capper-duplicate") != "true" {
+			released = append(released, headerTime(t, m, dispatch.HeaderReleasedAt))
+		}
+		switch campaignOf(m) {
+		case "blast":
+			// The workers' clock is the test's: a delivery decided after
+			// the stop took effect broke it.
+			if at := headerTime(t, m, "capper-decided-at"); at.After(applied) {
+				t.Errorf("blast intent %s decided at %s, after the stop took effect at %s", idOf(m), at.Format(time.RFC3339Nano), applied.Format(time.RFC3339Nano))
+			}
+		case "promo":
+			promo++
+		}
+	}
+	if promo < 300 {
+		t.Errorf("%d promo deliveries, want all 300", promo)
+	}
+	cancelled := countCampaign(o.suppressed, "blast", "cancelled")
+	if cancelled == 0 {
+		t.Errorf("no blast intent cancelled: the stop came too late to reach any held one (%d delivered)", len(released)-promo)
+	}
+	slices.SortFunc(released, func(a, b time.Time) int { return a.Compare(b) })
+	most := 0
+	for i, j := 0, 0; i < len(released); i++ {
+		for released[i].Sub(released[j]) >= time.Second {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	if limit := int(paceRate*1.01) + paceBurst; most > limit {
+		t.Errorf("%d releases within one second; the budget allows %d (rate %d, burst %d)", most, limit, paceRate, paceBurst)
+	}
+	t.Logf("%d delivered (%d promo), %d blast cancelled; most releases in one second: %d", len(o.deliveries), promo, cancelled, most)
+}

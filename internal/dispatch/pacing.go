@@ -1,0 +1,247 @@
+package dispatch
+
+// The worker's side of send pacing (internal/pacing): an intent a budget
+// covers is not decided when it arrives but written, undecided, to its
+// budget's lane topic; the lane's reader releases it at the budget's rate
+// (pacing.Gate) and it is decided then, like any intent. This file holds
+// the lane records' headers and what a released intent gives back.
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/pacing"
+)
+
+// Pacer is what the worker needs of pacing (*pacing.Pacer).
+type Pacer interface {
+	Budgets() *pacing.Set
+	// Unused counts the tokens of released intents that were not
+	// delivered; Charge takes tokens for exempt sends a budget covers.
+	Unused(budget string, n int)
+	Charge(budget string, n int)
+	Held(budget, lane string, n int)
+}
+
+// Headers of a lane record (and, for the last three, of a released
+// intent's outcome).
+const (
+	HeaderHeldSince  = "capper-held-since"  // when it was first held
+	HeaderCampaign   = "capper-campaign"    // its campaign_id (the gate lets a stopped campaign's through at once)
+	HeaderSendBy     = "capper-send-by"     // its send_by (likewise, once past)
+	HeaderLane       = "capper-lane"        // <budget>/<lane> it waited in
+	HeaderReleasedAt = "capper-released-at" // when its budget released it (pacing.Gate)
+	HeaderWaited     = "capper-waited-ms"   // released-at - held-since, in ms
+)
+
+// laneInfo is what a released lane record says.
+type laneInfo struct {
+	budget, lane          string
+	heldSince, releasedAt time.Time
+}
+
+// laneWriters are the writers of the lane topics, made on first use (a
+// new policy may add a budget).
+type laneWriters struct {
+	new func(topic string) (Writer, error)
+	mu  sync.Mutex
+	m   map[string]Writer
+}
+
+func (l *laneWriters) get(topic string) (Writer, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w, ok := l.m[topic]; ok {
+		return w, nil
+	}
+	w, err := l.new(topic)
+	if err != nil {
+		return nil, err
+	}
+	if l.m == nil {
+		l.m = map[string]Writer{}
+	}
+	l.m[topic] = w
+	return w, nil
+}
+
+// isLane reports whether topic is a lane topic of the budgets in force
+// (or of any budget: a lane of a budget the policy dropped still drains).
+func (w *Worker) isLane(topic string) bool {
+	return w.o.Pacer != nil && w.o.LanePrefix != "" && len(topic) > len(w.o.LanePrefix) &&
+		topic[:len(w.o.LanePrefix)] == w.o.LanePrefix && topic[len(w.o.LanePrefix)] == '.'
+}
+
+// readLane reads a released lane record's headers into e (a kindDue
+// entry: it is decided now). A record without capper-held-since was not
+// written by capper: it is dead-lettered.
+func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
+	var held, released, since, count, lane []byte
+	for _, x := range m.Headers {
+		switch x.Key {
+		case HeaderHeldSince:
+			held = nonNull(x.Value)
+		case HeaderReleasedAt:
+			released = x.Value
+		case HeaderDeferredSince:
+			since = x.Value
+		case HeaderDeferredCount:
+			count = x.Value
+		case HeaderSource:
+			e.tier.source = x.Value
+		case HeaderLane:
+			lane = x.Value
+		}
+	}
+	li := &laneInfo{releasedAt: now}
+	var err error
+	if li.heldSince, err = parseHeaderTime(held); err != nil {
+		e.setUnreadable(&InvalidError{Field: "header " + HeaderHeldSince, Reason: err.Error()})
+		return false
+	}
+	if t, err := parseHeaderTime(released); err == nil {
+		li.releasedAt = t
+	}
+	if len(since) > 0 {
+		if e.tier.Since, err = parseHeaderTime(since); err != nil {
+			e.setUnreadable(&InvalidError{Field: "header " + HeaderDeferredSince, Reason: err.Error()})
+			return false
+		}
+		if e.tier.Count, err = strconv.Atoi(string(count)); err != nil || e.tier.Count < 1 {
+			e.setUnreadable(invalid("header "+HeaderDeferredCount, "%q is not a count of 1 or more", count))
+			return false
+		}
+	}
+	if s := string(lane); s != "" {
+		for i := range len(s) {
+			if s[i] == '/' {
+				li.budget, li.lane = s[:i], s[i+1:]
+			}
+		}
+	}
+	if h := homeOf(e.tier.source); h >= 0 {
+		e.home = h
+	}
+	e.lane = li
+	e.kind = kindDue
+	return true
+}
+
+// hold reports whether the intent in waits for a budget (e becomes a
+// kindHold entry for its lane's topic). An exempt intent a budget covers
+// is decided at once and charged to the budget if it is delivered.
+func (w *Worker) hold(e *entry, in *Intent, now time.Time) bool {
+	if w.o.Pacer == nil || e.lane != nil {
+		return false
+	}
+	set := w.o.Pacer.Budgets()
+	place, ok := set.Match(in.Channel, in.Route, in.Priority)
+	if !ok {
+		return false
+	}
+	b := &set.Budgets()[place.Budget]
+	if set.Exempt(in.Category) {
+		e.charge = b.Name
+		return false
+	}
+	e.kind = kindHold
+	e.held = &heldEntry{budget: b.Name, lane: b.Lanes[place.Lane].Name, since: now, campaign: in.CampaignID, sendBy: in.SendBy}
+	e.held.topic = pacing.Topic(w.o.LanePrefix, e.held.budget, e.held.lane)
+	return true
+}
+
+// heldEntry is where a kindHold entry waits.
+type heldEntry struct {
+	topic, budget, lane string
+	since               time.Time
+	campaign            string
+	sendBy              time.Time
+}
+
+// toDeliveries reports whether an outcome goes to the deliveries topic
+// (what a budget's token pays for).
+func toDeliveries(o capping.Outcome) bool {
+	switch o {
+	case capping.Allowed, capping.Duplicate, capping.FailOpen, capping.Exempt, capping.ShadowCapped:
+		return true
+	}
+	return false
+}
+
+// settlePacing counts the token of a released intent that was not
+// delivered (it is not given back: see pacing.Pacer.Unused), and charges an
+// exempt send a budget covers.
+func (w *Worker) settlePacing(e *entry) {
+	switch {
+	case e.lane != nil && e.lane.budget != "" && !toDeliveries(e.decision.Outcome):
+		w.o.Pacer.Unused(e.lane.budget, 1)
+	case e.charge != "" && toDeliveries(e.decision.Outcome):
+		w.o.Pacer.Charge(e.charge, 1)
+	}
+}
+
+// heldHeaders are a lane record's headers: the input's own (not capper-*),
+// when it was held and where, what the gate reads (campaign, send_by), a
+// deferral it carries from the delay tiers, and its input record.
+func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header {
+	h := make([]kafka.Header, 0, len(m.Headers)+7)
+	for _, x := range m.Headers {
+		if len(x.Key) < len(capperPrefix) || x.Key[:len(capperPrefix)] != capperPrefix {
+			h = append(h, kafka.Header{Key: x.Key, Value: nonNull(x.Value)})
+		}
+	}
+	he := e.held
+	h = append(h,
+		kafka.Header{Key: HeaderHeldSince, Value: hb.time(he.since)},
+		kafka.Header{Key: HeaderLane, Value: hb.name(he.budget + "/" + he.lane)},
+		kafka.Header{Key: HeaderCampaign, Value: hb.name(he.campaign)})
+	if !he.sendBy.IsZero() {
+		h = append(h, kafka.Header{Key: HeaderSendBy, Value: hb.time(he.sendBy)})
+	}
+	if f := e.tier.Deferral; f.Count > 0 {
+		h = append(h,
+			kafka.Header{Key: HeaderDeferredCount, Value: hb.bytes(func(b []byte) []byte { return strconv.AppendInt(b, int64(f.Count), 10) })},
+			kafka.Header{Key: HeaderDeferredSince, Value: hb.time(f.Since)})
+	}
+	if hb.policy != "" {
+		h = append(h, kafka.Header{Key: HeaderPolicy, Value: hb.name(hb.policy)})
+	}
+	return append(h, kafka.Header{Key: HeaderSource, Value: hb.source(m, e)})
+}
+
+// releasedHeaders are what a released intent's outcome says of its wait.
+func (hb *headerBuilder) releasedHeaders(add []kafka.Header, li *laneInfo) []kafka.Header {
+	add = append(add, kafka.Header{Key: HeaderReleasedAt, Value: hb.time(li.releasedAt)})
+	if li.budget != "" {
+		add = append(add, kafka.Header{Key: HeaderLane, Value: hb.name(li.budget + "/" + li.lane)})
+	}
+	return append(add, kafka.Header{Key: HeaderWaited, Value: hb.bytes(func(b []byte) []byte {
+		return strconv.AppendInt(b, max(0, li.releasedAt.Sub(li.heldSince).Milliseconds()), 10)
+	})})
+}
+
+// LaneFree reports whether a lane record may pass its budget's gate
+// without a token: it will not be delivered whatever the decision (its
+// campaign is stopped, or its send_by has passed), so a stop reaches what
+// waits behind it at once. Capping still decides it.
+func (w *Worker) LaneFree(m *kafka.Message, now time.Time) bool {
+	for _, x := range m.Headers {
+		switch x.Key {
+		case HeaderSendBy:
+			if t, err := parseHeaderTime(nonNull(x.Value)); err == nil && !now.Before(t) {
+				return true
+			}
+		case HeaderCampaign:
+			if w.o.Control != nil {
+				if s := w.o.Control.Load(); s != nil && s.Stopped(string(x.Value)) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

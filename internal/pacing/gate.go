@@ -1,0 +1,65 @@
+package pacing
+
+// The gate of a lane topic's partition: its reader hands a fetch's records
+// to the worker only as its budget releases them.
+
+import (
+	"context"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Gate releases lane records. Free reports a record that passes without
+// a token (it will not be delivered, whatever its decision: a stopped
+// campaign's, one past its send_by), so that what waits behind it is not
+// held up by it.
+type Gate struct {
+	Pacer  *Pacer
+	Prefix string // the lane topics' prefix
+	Free   func(m *kafka.Message, now time.Time) bool
+	// Header names the header the gate stamps each released record with
+	// (the time of its release).
+	Header string
+}
+
+// Pass waits until the records at the head of msgs (of one lane topic's
+// partition, in order) may go, stamps them and returns how many go now
+// (at least one).
+func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	now := g.Pacer.o.Now()
+	free := func(m *kafka.Message) bool { return g.Free != nil && g.Free(m, now) }
+	n := 0
+	for n < len(msgs) && free(&msgs[n]) {
+		n++
+	}
+	if n == 0 {
+		set := g.Pacer.Budgets()
+		place, ok := set.Of(g.Prefix, topic)
+		if !ok {
+			// A lane of a budget the policy no longer has: it drains
+			// unpaced.
+			n = len(msgs)
+		} else {
+			k := 1
+			for k < len(msgs) && !free(&msgs[k]) {
+				k++
+			}
+			b := set.Budgets()[place.Budget]
+			var err error
+			if n, err = g.Pacer.Acquire(ctx, b.Name, place.Lane, k); err != nil {
+				return 0, err
+			}
+			now = g.Pacer.o.Now()
+		}
+	}
+	stamp := []byte(now.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	for i := range msgs[:n] {
+		m := &msgs[i]
+		m.Headers = append(m.Headers[:len(m.Headers):len(m.Headers)], kafka.Header{Key: g.Header, Value: stamp})
+	}
+	return n, nil
+}

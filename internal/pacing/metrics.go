@@ -1,0 +1,48 @@
+package pacing
+
+// Pacing's metrics (docs/reference/metrics-and-alerts.md).
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+type metrics struct {
+	calls                    *prometheus.CounterVec
+	granted, unused, charged *prometheus.CounterVec
+	released, held           *prometheus.CounterVec
+	rate, burst              *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		calls: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_lease_calls_total",
+			Help: "Calls to Redis for a budget's tokens, by result: granted, waited (no token yet, or a higher lane's turn), error (Redis unreachable: held intents wait)."},
+			[]string{"budget", "result"}),
+		granted: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_tokens_granted_total",
+			Help: "Tokens of a budget this worker leased (one token is one release)."}, []string{"budget"}),
+		unused: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_tokens_unused_total",
+			Help: "Tokens of a budget that paid for no delivery: released intents then capped, deferred or cancelled, and leased tokens left unspent (dropped, never given back)."}, []string{"budget"}),
+		charged: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_exempt_sends_total",
+			Help: "Exempt sends a budget covers: never held, they take the budget's tokens ahead of every lane."}, []string{"budget"}),
+		released: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_released_total",
+			Help: "Held intents released for their decision, by budget and lane (each took a token)."}, []string{"budget", "lane"}),
+		held: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_held_total",
+			Help: "Intents written to a budget's lane to wait for their release (undecided), by budget and lane."}, []string{"budget", "lane"}),
+		rate: f.NewGaugeVec(prometheus.GaugeOpts{Name: "capper_pacing_budget_rate",
+			Help: "A budget's rate per second in the policy in force (all workers together)."}, []string{"budget"}),
+		burst: f.NewGaugeVec(prometheus.GaugeOpts{Name: "capper_pacing_budget_burst",
+			Help: "A budget's burst in the policy in force."}, []string{"budget"}),
+	}
+}
+
+// setBudgets shows the rates and bursts of s (and drops the budgets gone).
+func (m *metrics) setBudgets(s *Set) {
+	m.rate.Reset()
+	m.burst.Reset()
+	for _, b := range s.Budgets() {
+		m.rate.WithLabelValues(b.Name).Set(b.Rate)
+		m.burst.WithLabelValues(b.Name).Set(float64(b.Burst))
+	}
+}

@@ -1,0 +1,313 @@
+package pacing
+
+// The worker's side of the budgets: the tokens it leased and the lanes
+// waiting for them, one bucket per budget. Lanes of one worker are served
+// in precedence order; the lease's lane flag orders them across workers.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Leaser takes leases of a budget's tokens (*RedisLeaser).
+type Leaser interface {
+	Lease(ctx context.Context, r LeaseRequest) (Lease, error)
+}
+
+// Options configure New.
+type Options struct {
+	Leaser Leaser // required
+	// Now and Sleep are the clock (nil: time.Now and a timer).
+	Now   func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Logger; nil discards. Registerer receives the metrics (nil: none).
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	// LaneTTL is how long a lane that asked goes before lower lanes, on
+	// every worker (0: DefaultLaneTTL).
+	LaneTTL time.Duration
+}
+
+// Tuning. A lane's flag outlives its last ask by LaneTTL: long enough for a
+// waiting lane to ask again (waits are at most maxWait), short enough that
+// a lane with nothing left gives way at once. Tokens unspent after poolTTL
+// are dropped, so that tokens are spent when they were granted (what
+// bounds a second's releases to the rate and the burst).
+const (
+	DefaultLaneTTL = 100 * time.Millisecond
+	maxWait        = 80 * time.Millisecond
+	minWait        = time.Millisecond
+	poolTTL        = 100 * time.Millisecond
+	retryAfter     = 250 * time.Millisecond // after a failed lease (Redis unreachable)
+	// ahead is how far into the bucket's future a lease may be granted:
+	// room for several workers' next unit (a unit is 50 ms of the rate).
+	ahead = 250 * time.Millisecond
+)
+
+// Unit is the fewest tokens a lease grants of a budget (unless fewer were
+// asked): a twentieth of a second of its rate, at most its burst. A
+// budget's Redis calls are then about rate/Unit a second, shared by every
+// worker: 0.05 s of the rate per call, at most 0.01 calls per release
+// from a rate of 2,000/s with a burst of at least 100.
+func Unit(b *Budget) int {
+	u := int(math.Ceil(b.Rate / 20))
+	return max(1, min(u, b.Burst))
+}
+
+// Pacer hands a worker's held intents the tokens of their budgets.
+type Pacer struct {
+	o   Options
+	log *slog.Logger
+	m   *metrics
+	set atomic.Pointer[Set]
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+}
+
+// New returns a Pacer with no budgets (SetBudgets installs a policy's).
+func New(o Options) (*Pacer, error) {
+	if o.Leaser == nil {
+		return nil, errors.New("pacing: a Leaser is required")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Sleep == nil {
+		o.Sleep = sleep
+	}
+	if o.LaneTTL <= 0 {
+		o.LaneTTL = DefaultLaneTTL
+	}
+	p := &Pacer{o: o, log: o.Logger, buckets: map[string]*bucket{}}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.m = newMetrics(o.Registerer)
+	p.set.Store(&Set{})
+	return p, nil
+}
+
+// SetBudgets makes s the budgets in use (a policy version's). A bucket's
+// tokens and waiting lanes carry over; a budget that is gone releases what
+// waits for it unpaced.
+func (p *Pacer) SetBudgets(s *Set) {
+	if s == nil {
+		s = &Set{}
+	}
+	p.set.Store(s)
+	p.m.setBudgets(s)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range p.buckets {
+		b.mu.Lock()
+		b.broadcast()
+		b.mu.Unlock()
+	}
+}
+
+// Budgets returns the budgets in use.
+func (p *Pacer) Budgets() *Set { return p.set.Load() }
+
+func (p *Pacer) bucket(name string) *bucket {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := p.buckets[name]
+	if b == nil {
+		b = &bucket{name: name, changed: make(chan struct{})}
+		p.buckets[name] = b
+	}
+	return b
+}
+
+// bucket is one budget's tokens on this worker.
+type bucket struct {
+	name string
+
+	mu      sync.Mutex
+	pool    int       // tokens leased, not yet handed out
+	poolAt  time.Time // when the last of them was leased
+	waiting []int     // per lane: tokens asked for by callers waiting here
+	credit  int       // with the next lease: minus the exempt sends charged
+	leasing bool      // a caller is leasing (or waiting to lease again)
+	changed chan struct{}
+}
+
+// broadcast wakes every caller waiting on the bucket (mu held).
+func (b *bucket) broadcast() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// higher reports whether a lane above lane waits here (mu held).
+func (b *bucket) higher(lane int) bool {
+	for j := 0; j < lane && j < len(b.waiting); j++ {
+		if b.waiting[j] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// top is the highest lane waiting here, and what all lanes ask (mu held).
+func (b *bucket) top() (lane, ask int) {
+	lane = -1
+	for j, n := range b.waiting {
+		if n > 0 && lane < 0 {
+			lane = j
+		}
+		ask += n
+	}
+	return lane, ask
+}
+
+// Acquire waits until lane of budget may release, and returns how many of
+// the n records waiting at its head may go now (1 to n). A budget the
+// policy no longer has releases all n at once.
+func (p *Pacer) Acquire(ctx context.Context, budget string, lane, n int) (int, error) {
+	if n < 1 {
+		return 0, fmt.Errorf("pacing: acquire %d tokens of %s", n, budget)
+	}
+	b := p.bucket(budget)
+	b.mu.Lock()
+	for len(b.waiting) <= lane {
+		b.waiting = append(b.waiting, 0)
+	}
+	b.waiting[lane] += n
+	defer func() {
+		b.waiting[lane] -= n
+		b.mu.Unlock()
+	}()
+	for {
+		bud, ok := p.set.Load().Budget(budget)
+		if !ok {
+			return n, nil
+		}
+		now := p.o.Now()
+		if b.pool > 0 && now.Sub(b.poolAt) > poolTTL {
+			// Leased for callers that went away: spent later (or given
+			// back), they could take a later second above the rate.
+			p.m.unused.WithLabelValues(budget).Add(float64(b.pool))
+			b.pool = 0
+		}
+		if b.pool > 0 && !b.higher(lane) {
+			k := min(n, b.pool)
+			b.pool -= k
+			p.m.released.WithLabelValues(budget, bud.Lanes[min(lane, len(bud.Lanes)-1)].Name).Add(float64(k))
+			return k, nil
+		}
+		if b.leasing || b.higher(lane) {
+			if err := b.wait(ctx); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if err := p.lease(ctx, b, bud); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// wait releases mu until the bucket changes or ctx ends; mu is held again
+// on return.
+func (b *bucket) wait(ctx context.Context) error {
+	ch := b.changed
+	b.mu.Unlock()
+	defer b.mu.Lock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// lease takes one lease for the lanes waiting here (mu held, released
+// during the call), then, when nothing was granted, waits as long as the
+// budget said before another caller may ask.
+func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
+	lane, ask := b.top()
+	unit := Unit(bud)
+	// What the lanes wait for (a backlog asks for a fetch's worth, so a
+	// grant is a unit or more): more would be dropped unspent.
+	req := LeaseRequest{Budget: bud.Name, Rate: bud.Rate, Burst: bud.Burst, Unit: unit,
+		Ask: min(ask, bud.Burst), Credit: b.credit, Lane: lane, TTLms: p.o.LaneTTL.Milliseconds(),
+		AheadMs: ahead.Milliseconds()}
+	b.credit = 0
+	b.leasing = true
+	b.mu.Unlock()
+	l, err := p.o.Leaser.Lease(ctx, req)
+	var wait time.Duration
+	switch {
+	case err != nil:
+		p.m.calls.WithLabelValues(bud.Name, "error").Inc()
+		p.log.Warn("pacing: cannot lease tokens; held intents wait", "budget", bud.Name, "error", err)
+		wait = retryAfter
+	case l.Granted == 0:
+		p.m.calls.WithLabelValues(bud.Name, "waited").Inc()
+		wait = min(max(time.Duration(l.WaitMs)*time.Millisecond, minWait), maxWait)
+	default:
+		// Granted from the bucket's future: spent no earlier than that.
+		p.m.calls.WithLabelValues(bud.Name, "granted").Inc()
+		p.m.granted.WithLabelValues(bud.Name).Add(float64(l.Granted))
+		wait = time.Duration(l.ValidMs) * time.Millisecond
+	}
+	var serr error
+	if wait > 0 {
+		serr = p.o.Sleep(ctx, wait)
+	}
+	b.mu.Lock()
+	b.leasing = false
+	if err != nil {
+		b.credit += req.Credit // not returned: with the next call
+	} else {
+		b.pool += l.Granted
+		b.poolAt = p.o.Now()
+	}
+	b.broadcast()
+	return serr
+}
+
+// Unused counts n tokens of budget that released intents did not deliver
+// (capped, deferred, cancelled after their release). They are not given
+// back: a token given back would let a later second go above the rate.
+func (p *Pacer) Unused(budget string, n int) {
+	p.m.unused.WithLabelValues(budget).Add(float64(n))
+}
+
+// Charge counts n sends of budget that never wait (exempt intents): the
+// provider takes them from the same rate, so every lane waits for them.
+func (p *Pacer) Charge(budget string, n int) {
+	if n <= 0 {
+		return
+	}
+	b := p.bucket(budget)
+	b.mu.Lock()
+	b.credit -= n
+	b.mu.Unlock()
+	p.m.charged.WithLabelValues(budget).Add(float64(n))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Held counts n intents written to a lane to wait for their budget.
+func (p *Pacer) Held(budget, lane string, n int) {
+	p.m.held.WithLabelValues(budget, lane).Add(float64(n))
+}

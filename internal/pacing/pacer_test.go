@@ -1,0 +1,223 @@
+package pacing_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/pacing"
+	"github.com/capper-dev/capper/internal/testenv"
+)
+
+func budgetSet(t *testing.T, rate float64, burst int) *pacing.Set {
+	t.Helper()
+	s, err := pacing.NewSet([]pacing.Budget{{Name: "push", Rate: rate, Burst: burst, Channels: []string{"push"},
+		Lanes: []pacing.Lane{{Name: "urgent", MinPriority: capping.High}, {Name: "bulk"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newPacer(t *testing.T, r *testenv.Redis, set *pacing.Set, laneTTL time.Duration, reg prometheus.Registerer) *pacing.Pacer {
+	t.Helper()
+	p, err := pacing.New(pacing.Options{Leaser: &pacing.RedisLeaser{Client: r.Client(), Prefix: "t"}, LaneTTL: laneTTL, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetBudgets(set)
+	return p
+}
+
+// TestBudgetHoldsAcrossWorkers: three workers' pacers, three callers each,
+// take a budget's tokens as fast as they can for a while. What they got
+// together is at most the burst plus the rate times the time it took, and
+// at least most of it (the callers never stopped asking), at a cost of at
+// most one Redis call per Unit tokens (plus the calls that waited).
+func TestBudgetHoldsAcrossWorkers(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	const rate, burst = 1000, 100
+	set := budgetSet(t, rate, burst)
+	reg := prometheus.NewRegistry()
+	var mu sync.Mutex
+	got := 0
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range 3 {
+		var wreg prometheus.Registerer = prometheus.NewRegistry()
+		if w == 0 {
+			wreg = reg
+		}
+		p := newPacer(t, r, set, 0, wreg)
+		for range 3 {
+			wg.Go(func() {
+				for {
+					k, err := p.Acquire(ctx, "push", 1, 7)
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					got += k
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if most := burst + int(rate*elapsed.Seconds()); got > most {
+		t.Errorf("%d tokens in %s; the budget allows %d (burst %d, rate %d/s)", got, elapsed, most, burst, rate)
+	}
+	if got < rate/2 {
+		t.Errorf("%d tokens in %s: the callers were starved (rate %d/s)", got, elapsed, rate)
+	}
+	t.Logf("%d tokens in %s (rate %d/s, burst %d); worker 0's calls: %v granted, %v waited", got, elapsed, rate, burst,
+		testutil.ToFloat64(counter(t, reg, "granted")), testutil.ToFloat64(counter(t, reg, "waited")))
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, result string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+	for _, mf := range mfs {
+		if mf.GetName() != "capper_pacing_lease_calls_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					c.Add(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return c
+}
+
+// TestHigherLaneGoesFirstOnEveryWorker: while a worker's urgent lane keeps
+// asking, another worker's bulk lane gets nothing, though the bucket is
+// full; once the urgent lane stops asking, the bulk lane is served.
+func TestHigherLaneGoesFirstOnEveryWorker(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	set := budgetSet(t, 1000, 500)
+	const ttl = 2 * time.Second
+	a, b := newPacer(t, r, set, ttl, nil), newPacer(t, r, set, ttl, nil)
+	ctx := context.Background()
+	if k, err := a.Acquire(ctx, "push", 0, 1); err != nil || k != 1 {
+		t.Fatalf("urgent: %d tokens, %v", k, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+	defer cancel()
+	if k, err := b.Acquire(short, "push", 1, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("bulk on another worker got %d tokens (%v) while the urgent lane's turn lasted", k, err)
+	}
+	long, cancel2 := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel2()
+	if k, err := b.Acquire(long, "push", 1, 1); err != nil || k != 1 {
+		t.Fatalf("bulk after the urgent lane's turn: %d tokens, %v", k, err)
+	}
+}
+
+// TestChargeAndCredit: exempt sends charged to a budget take its tokens
+// (the lanes wait for them); tokens credited back are there again.
+func TestChargeAndCredit(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	l := &pacing.RedisLeaser{Client: r.Client(), Prefix: "t"}
+	ctx := context.Background()
+	req := pacing.LeaseRequest{Budget: "sms", Rate: 1, Burst: 50, Unit: 1, Lane: 0, TTLms: 1}
+	charge := req
+	charge.Credit = -50
+	if _, err := l.Lease(ctx, charge); err != nil {
+		t.Fatal(err)
+	}
+	ask := req
+	ask.Ask = 10
+	got, err := l.Lease(ctx, ask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Granted != 0 || got.WaitMs < 500 {
+		t.Fatalf("after 50 exempt sends on a full bucket of 50: %+v; want nothing granted and a wait of about a second", got)
+	}
+	credit := ask
+	credit.Credit = 20
+	if got, err = l.Lease(ctx, credit); err != nil {
+		t.Fatal(err)
+	}
+	if got.Granted != 10 {
+		t.Fatalf("after 20 tokens credited back: %+v; want the 10 asked for", got)
+	}
+}
+
+// TestLeaseWhileRedisIsDown: with Redis gone nothing is released (the
+// failed calls are counted); once it is back, the waiting lane is served.
+func TestLeaseWhileRedisIsDown(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	reg := prometheus.NewRegistry()
+	p := newPacer(t, r, budgetSet(t, 1000, 100), 0, reg)
+	r.Kill()
+	short, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	if k, err := p.Acquire(short, "push", 1, 5); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("with Redis down: %d tokens, %v", k, err)
+	}
+	if n := testutil.ToFloat64(counter(t, reg, "error")); n < 1 {
+		t.Fatalf("%v failed lease calls counted", n)
+	}
+	r.Restart()
+	long, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel2()
+	if k, err := p.Acquire(long, "push", 1, 5); err != nil || k < 1 {
+		t.Fatalf("after Redis came back: %d tokens, %v", k, err)
+	}
+}
+
+// TestMatch: the first budget that covers an intent is its budget, and its
+// lane the first whose min_priority the intent reaches; exempt categories
+// and uncovered intents are not held.
+func TestMatch(t *testing.T) {
+	s, err := pacing.NewSet([]pacing.Budget{
+		{Name: "push-fcm", Rate: 10, Burst: 1, Channels: []string{"push"}, Routes: []string{"fcm"},
+			Lanes: []pacing.Lane{{Name: "urgent", MinPriority: capping.High}, {Name: "bulk"}}},
+		{Name: "push", Rate: 10, Burst: 1, Channels: []string{"push"}, Lanes: []pacing.Lane{{Name: pacing.DefaultLane}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = s.WithExempt([]string{"transactional"})
+	for _, c := range []struct {
+		channel, route string
+		p              capping.Priority
+		want           pacing.Place
+		ok             bool
+	}{
+		{"push", "fcm", capping.High, pacing.Place{Budget: 0, Lane: 0}, true},
+		{"push", "fcm", 90, pacing.Place{Budget: 0, Lane: 0}, true},
+		{"push", "fcm", capping.Normal, pacing.Place{Budget: 0, Lane: 1}, true},
+		{"push", "apns", capping.High, pacing.Place{Budget: 1, Lane: 0}, true},
+		{"push", "", capping.Low, pacing.Place{Budget: 1, Lane: 0}, true},
+		{"email", "fcm", capping.High, pacing.Place{}, false},
+	} {
+		got, ok := s.Match(c.channel, c.route, c.p)
+		if got != c.want || ok != c.ok {
+			t.Errorf("Match(%s, %q, %s) = %+v %v, want %+v %v", c.channel, c.route, c.p, got, ok, c.want, c.ok)
+		}
+	}
+	if !s.Exempt("transactional") || s.Exempt("marketing") {
+		t.Error("Exempt: transactional is exempt, marketing is not")
+	}
+	if got := s.Topics("lanes"); len(got) != 3 || got[0] != "lanes.push-fcm.urgent" || got[2] != "lanes.push.marketing" {
+		t.Errorf("Topics: %v", got)
+	}
+}
