@@ -242,6 +242,12 @@ func (p *parts) actors(ctx context.Context, cfg *config.Config, log *slog.Logger
 		}
 		return err
 	})
+	if pc := p.cons.pacer; pc != nil {
+		g.addLoop(ctx, "pacing", func(ctx context.Context) error {
+			pc.followWaiting(ctx, cfg.Kafka.DelayGroup(), cfg.Kafka.LagInterval.D(), log)
+			return nil
+		})
+	}
 	g.addLoop(ctx, "clock-check", p.engine.RunClockCheck)
 	g.addLoop(ctx, "redis-warning", func(ctx context.Context) error {
 		return newRedisWarner(cfg.Redis.Addrs, log).run(ctx, p.engine.Ready)

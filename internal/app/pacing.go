@@ -47,7 +47,7 @@ func newPacer(cfg *config.Config, rdb redis.UniversalClient, admin *kafka.Client
 		return nil, err
 	}
 	pc := &pacer{Pacer: p, prefix: prefix, admin: admin}
-	pc.gate = &pacing.Gate{Pacer: p, Prefix: prefix, Header: dispatch.HeaderReleasedAt}
+	pc.gate = &pacing.Gate{Pacer: p, Prefix: prefix, Header: dispatch.HeaderReleasedAt, HeldHeader: dispatch.HeaderHeldSince}
 	return pc, nil
 }
 
@@ -115,4 +115,48 @@ func (p *pacer) apply(reader *dispatch.Consumer, version string, set *pacing.Set
 	}
 	p.SetBudgets(set)
 	return nil
+}
+
+// followWaiting refreshes how many intents wait in each lane (the delay
+// group's lag on the lane topics) every interval until ctx ends: the
+// metrics' drain estimates, and the worker's estimate of when a new
+// intent would be released (an intent past its send-by by then is
+// cancelled at once).
+func (p *pacer) followWaiting(ctx context.Context, group string, interval time.Duration, log *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	failures := 0
+	for {
+		if err := p.refreshWaiting(ctx, group); err != nil && ctx.Err() == nil {
+			if failures++; failures == 1 || failures%10 == 0 {
+				log.Warn("pacing: lanes' waiting intents not refreshed", "failures", failures, "error", err)
+			}
+		} else {
+			failures = 0
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *pacer) refreshWaiting(ctx context.Context, group string) error {
+	var errs []error
+	for _, b := range p.Budgets().Budgets() {
+		lanes := make([]int64, len(b.Lanes))
+		for i, l := range b.Lanes {
+			lags, err := dispatch.PartitionLags(ctx, p.admin, group, pacing.Topic(p.prefix, b.Name, l.Name))
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			for _, n := range lags {
+				lanes[i] += n
+			}
+		}
+		p.SetWaiting(b.Name, lanes)
+	}
+	return errors.Join(errs...)
 }

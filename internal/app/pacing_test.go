@@ -47,6 +47,7 @@ func (e *e2e) paceConfig(policyYAML string) *config.Config {
 	}
 	cfg := e.holdConfig(policyYAML)
 	cfg.Kafka.Topics.Lanes = tLanes
+	cfg.Kafka.LagInterval = config.Duration(200 * time.Millisecond) // the lanes' waiting, for send-by
 	if err := cfg.Validate(); err != nil {
 		e.t.Fatal(err)
 	}
@@ -90,8 +91,28 @@ func TestPacingReleasesAtTheBudgetsRate(t *testing.T) {
 		paceIntents(1100, 100, "news", "email", "marketing", "normal")...))
 	time.Sleep(1500 * time.Millisecond)
 	e.produce(paceIntents(2000, 100, "flash", "push", "marketing", "high"))
+	// Behind some 700 waiting intents (3.5 s at the rate), a send-by 1.5 s
+	// away cannot be met: cancelled at once, not when it comes due.
+	late := paceIntents(2200, 20, "late", "push", "marketing", "normal")
+	lateBy := time.Now().Add(1500 * time.Millisecond).UTC()
+	for i := range late {
+		late[i].Value = fmt.Appendf(late[i].Value[:len(late[i].Value)-1], `,"send_by":%q}`, lateBy.Format(time.RFC3339Nano))
+	}
+	e.produce(late)
 	o := e.waitDrained(60*time.Second, w1, w2)
 	e.verify(o, cfg, false)
+	for _, m := range o.suppressed {
+		if campaignOf(m) != "late" {
+			continue
+		}
+		if header(m, "capper-reason") != "expired" || header(m, dispatch.HeaderLane) != "" || !headerTime(t, m, "capper-decided-at").Before(lateBy) {
+			t.Errorf("late intent %s: %s %s in lane %q at %s; want cancelled (expired) before its send-by %s, never held", idOf(m),
+				header(m, "capper-decision"), header(m, "capper-reason"), header(m, dispatch.HeaderLane), header(m, "capper-decided-at"), lateBy.Format(time.RFC3339Nano))
+		}
+	}
+	if n := countCampaign(o.suppressed, "late", "cancelled"); n != len(late) {
+		t.Errorf("%d of the %d late intents cancelled", n, len(late))
+	}
 
 	var released []time.Time
 	last := map[string]time.Time{}

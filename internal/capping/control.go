@@ -50,8 +50,8 @@ func (c *Campaigns) stopped(campaign string) bool {
 	return c != nil && c.State.Stopped(campaign)
 }
 
-// controlVerdict answers a request that may not go now: past its send-by
-// (cancelled, expired), of a stopped campaign (cancelled,
+// controlVerdict answers a request that may not go now: past its send-by,
+// or past it by the time its budget could release it (cancelled, expired), of a stopped campaign (cancelled,
 // campaign-stopped), of a paused campaign or while every intent is paused
 // (deferred for Recheck, paused; exempt categories are not held by the
 // incident switch, their campaign's own state applies all the same), or
@@ -60,7 +60,7 @@ func (c *Campaigns) stopped(campaign string) bool {
 func controlVerdict(r *Request, exempt bool) controlAnswer {
 	e := r.campaign()
 	deadline, by := r.sendBy(e)
-	if !deadline.IsZero() && r.At.After(deadline) {
+	if !deadline.IsZero() && (r.At.After(deadline) || r.ReleaseAt.After(deadline)) {
 		return controlAnswer{Cancelled, ReasonExpired, by}
 	}
 	if e != nil && e.State == control.Stopped {

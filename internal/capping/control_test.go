@@ -165,3 +165,36 @@ func BenchmarkCheck(b *testing.B) {
 		b.Fatal("no intent went on")
 	}
 }
+
+// TestSendByAtRelease: an intent its budget would hold is cancelled now
+// (expired) when its lane could release it only after its send-by (its
+// own or its campaign's); released in time, it may go.
+func TestSendByAtRelease(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 18, 0, 0, 0, time.UTC)
+	due := &control.Entry{Record: control.Record{Campaign: "due", State: control.Active, Since: t0, SendBy: t0.Add(time.Hour)},
+		Pos: control.Position{Topic: "ctl", Offset: 9}}
+	cs := &Campaigns{State: control.NewSnapshot([]*control.Entry{due}, nil), MaxPause: time.Hour, Recheck: time.Minute}
+	now := t0.Add(30 * time.Minute)
+	for _, tc := range []struct {
+		name      string
+		campaign  string
+		sendBy    time.Time
+		releaseAt time.Time
+		expired   bool
+	}{
+		{"own send-by before the release", "other", t0.Add(40 * time.Minute), t0.Add(50 * time.Minute), true},
+		{"own send-by after the release", "other", t0.Add(40 * time.Minute), t0.Add(35 * time.Minute), false},
+		{"campaign's send-by before the release", "due", time.Time{}, t0.Add(2 * time.Hour), true},
+		{"campaign's send-by after the release", "due", time.Time{}, t0.Add(45 * time.Minute), false},
+		{"no send-by", "other", time.Time{}, t0.Add(100 * time.Hour), false},
+	} {
+		r := Request{Campaign: tc.campaign, SendBy: tc.sendBy, ReleaseAt: tc.releaseAt, Control: cs, At: now}
+		v := controlVerdict(&r, false)
+		switch {
+		case tc.expired && (v.outcome != Cancelled || v.reason != ReasonExpired):
+			t.Errorf("%s: verdict %s %s, want cancelled expired", tc.name, v.outcome, v.reason)
+		case !tc.expired && v.outcome != Allowed:
+			t.Errorf("%s: verdict %s %s, want none", tc.name, v.outcome, v.reason)
+		}
+	}
+}

@@ -46,6 +46,11 @@ type Request struct {
 	// SendBy is the intent's own send-by (zero: none): it is never
 	// delivered after it (control.go).
 	SendBy time.Time
+	// ReleaseAt, for an intent its budget would hold (send pacing), is
+	// the earliest its lane could release it: past its send-by by then,
+	// it is cancelled now (expired) rather than when it comes due. Zero:
+	// not paced, or released.
+	ReleaseAt time.Time
 	// Control is the campaign control state it is decided by (nil: every
 	// campaign active; its own send-by still holds).
 	Control *Campaigns

@@ -113,7 +113,8 @@ const (
 	// is stopped.
 	ReasonCampaignStopped
 	// ReasonExpired ("expired"), Cancelled: past its send-by (its own or
-	// its campaign's), or paused for longer than control.max_pause.
+	// its campaign's), or past it by the time its budget's lane could
+	// release it, or paused for longer than control.max_pause.
 	ReasonExpired
 )
 

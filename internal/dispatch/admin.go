@@ -183,36 +183,51 @@ func (l *LagReporter) Run(ctx context.Context) error {
 
 // Refresh reads the high watermarks and the committed offsets once.
 func (l *LagReporter) Refresh(ctx context.Context) error {
-	parts, err := kafkautil.Partitions(ctx, l.o.Client, l.o.Topic)
+	lags, err := PartitionLags(ctx, l.o.Client, l.o.Group, l.o.Topic)
 	if err != nil {
 		return err
+	}
+	l.set(-1, 0)
+	for p, n := range lags {
+		l.set(p, n)
+	}
+	return nil
+}
+
+// PartitionLags is a group's lag on each partition of topic: the high
+// watermark minus the group's committed offset (all that is kept, where
+// nothing is committed).
+func PartitionLags(ctx context.Context, c *kafka.Client, group, topic string) (map[int]int64, error) {
+	parts, err := kafkautil.Partitions(ctx, c, topic)
+	if err != nil {
+		return nil, err
 	}
 	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
 	for _, p := range parts {
 		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
 	}
-	offs, err := l.o.Client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{l.o.Topic: reqs}})
+	offs, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
 	if err != nil {
-		return fmt.Errorf("offsets of %s: %w", l.o.Topic, err)
+		return nil, fmt.Errorf("offsets of %s: %w", topic, err)
 	}
-	committed, err := l.o.Client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: l.o.Group, Topics: map[string][]int{l.o.Topic: parts}})
+	committed, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
 	if err != nil {
-		return fmt.Errorf("committed offsets of group %s: %w", l.o.Group, err)
+		return nil, fmt.Errorf("committed offsets of group %s: %w", group, err)
 	}
 	switch {
 	case errors.Is(committed.Error, kafka.GroupIdNotFound):
 		// No member has joined yet: nothing is committed.
 	case committed.Error != nil:
-		return fmt.Errorf("committed offsets of group %s: %w", l.o.Group, committed.Error)
+		return nil, fmt.Errorf("committed offsets of group %s: %w", group, committed.Error)
 	}
-	l.set(-1, 0)
 	done := map[int]int64{}
-	for _, p := range committed.Topics[l.o.Topic] {
+	for _, p := range committed.Topics[topic] {
 		if p.Error == nil {
 			done[p.Partition] = p.CommittedOffset
 		}
 	}
-	for _, po := range offs.Topics[l.o.Topic] {
+	lags := map[int]int64{}
+	for _, po := range offs.Topics[topic] {
 		if po.Error != nil {
 			continue
 		}
@@ -220,7 +235,7 @@ func (l *LagReporter) Refresh(ctx context.Context) error {
 		if !ok || start < 0 {
 			start = po.FirstOffset // nothing committed: all that is kept is behind
 		}
-		l.set(po.Partition, max(po.LastOffset-start, 0))
+		lags[po.Partition] = max(po.LastOffset-start, 0)
 	}
-	return nil
+	return lags, nil
 }

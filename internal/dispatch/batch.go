@@ -165,11 +165,13 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 			e.setUnreadable(err)
 			continue
 		}
-		if w.hold(e, &in, b.now) {
+		held, releaseAt := w.hold(e, &in, b.now)
+		if held {
 			continue
 		}
 		e.segment = snap.Lookup(in.UserID)
 		r := NewRequest(&in, e.segment)
+		r.ReleaseAt = releaseAt
 		r.Redelivered = !w.cacheable(m, e)
 		r.DeferredSince = e.tier.Since
 		r.SendBy = in.SendBy

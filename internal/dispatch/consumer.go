@@ -85,7 +85,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	case o.Input == "":
 		return nil, errors.New("kafka consumer: an input topic is required")
 	case len(o.Tiers)+len(o.Lanes) > 0 && o.DelayGroupID == "":
-		return nil, errors.New("kafka consumer: delay tiers and lanes need a group id of their own")
+		return nil, errors.New("kafka consumer: delay tiers need a group id of their own (lanes too)")
 	case len(o.Lanes) > 0 && (o.Gate == nil || o.LanePrefix == ""):
 		return nil, errors.New("kafka consumer: lanes need a gate and their prefix")
 	case o.Kafka.StartOffset != "earliest" && o.Kafka.StartOffset != "latest":

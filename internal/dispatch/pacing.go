@@ -20,6 +20,8 @@ import (
 // Pacer is what the worker needs of pacing (*pacing.Pacer).
 type Pacer interface {
 	Budgets() *pacing.Set
+	// Wait is how long an intent put in a budget's lane now would wait.
+	Wait(budget string, lane int) time.Duration
 	// Unused counts the tokens of released intents that were not
 	// delivered; Charge takes tokens for exempt sends a budget covers.
 	Unused(budget string, n int)
@@ -133,25 +135,45 @@ func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
 
 // hold reports whether the intent in waits for a budget (e becomes a
 // kindHold entry for its lane's topic). An exempt intent a budget covers
-// is decided at once and charged to the budget if it is delivered.
-func (w *Worker) hold(e *entry, in *Intent, now time.Time) bool {
+// is decided at once and charged to the budget if it is delivered; one
+// whose send-by (its own or its campaign's) comes before its lane could
+// release it is decided at once with that release time (releaseAt), and
+// capping cancels it (expired).
+func (w *Worker) hold(e *entry, in *Intent, now time.Time) (held bool, releaseAt time.Time) {
 	if w.o.Pacer == nil || e.lane != nil {
-		return false
+		return false, time.Time{}
 	}
 	set := w.o.Pacer.Budgets()
 	place, ok := set.Match(in.Channel, in.Route, in.Priority)
 	if !ok {
-		return false
+		return false, time.Time{}
 	}
 	b := &set.Budgets()[place.Budget]
 	if set.Exempt(in.Category) {
 		e.charge = b.Name
-		return false
+		return false, time.Time{}
+	}
+	if by := w.sendBy(in); !by.IsZero() {
+		if at := now.Add(w.o.Pacer.Wait(b.Name, place.Lane)); at.After(by) {
+			return false, at
+		}
 	}
 	e.kind = kindHold
 	e.held = &heldEntry{budget: b.Name, lane: b.Lanes[place.Lane].Name, since: now, campaign: in.CampaignID, sendBy: in.SendBy}
 	e.held.topic = pacing.Topic(w.o.LanePrefix, e.held.budget, e.held.lane)
-	return true
+	return true, time.Time{}
+}
+
+// sendBy is the earliest of an intent's send-by and its campaign's (zero:
+// none).
+func (w *Worker) sendBy(in *Intent) time.Time {
+	by := in.SendBy
+	if w.o.Control != nil {
+		if c := w.o.Control.Load().Campaign(in.CampaignID); c != nil && !c.SendBy.IsZero() && (by.IsZero() || c.SendBy.Before(by)) {
+			by = c.SendBy
+		}
+	}
+	return by
 }
 
 // heldEntry is where a kindHold entry waits.

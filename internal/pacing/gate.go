@@ -19,26 +19,39 @@ type Gate struct {
 	Prefix string // the lane topics' prefix
 	Free   func(m *kafka.Message, now time.Time) bool
 	// Header names the header the gate stamps each released record with
-	// (the time of its release).
-	Header string
+	// (the time of its release); HeldHeader the one that says when it was
+	// held (for capper_pacing_oldest_wait_seconds).
+	Header, HeldHeader string
 }
 
 // Pass waits until the records at the head of msgs (of one lane topic's
 // partition, in order) may go, stamps them and returns how many go now
 // (at least one).
-func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message) (int, error) {
+func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message) (n int, err error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
 	now := g.Pacer.o.Now()
 	free := func(m *kafka.Message) bool { return g.Free != nil && g.Free(m, now) }
-	n := 0
 	for n < len(msgs) && free(&msgs[n]) {
 		n++
 	}
 	if n == 0 {
 		set := g.Pacer.Budgets()
 		place, ok := set.Of(g.Prefix, topic)
+		var head headKey
+		if ok {
+			b := set.Budgets()[place.Budget]
+			head = headKey{b.Name, b.Lanes[place.Lane].Name, msgs[0].Partition}
+			g.Pacer.m.oldest.set(head, g.held(&msgs[0]))
+			defer func() {
+				if n < len(msgs) {
+					g.Pacer.m.oldest.set(head, g.held(&msgs[n]))
+				} else {
+					g.Pacer.m.oldest.set(head, time.Time{})
+				}
+			}()
+		}
 		if !ok {
 			// A lane of a budget the policy no longer has: it drains
 			// unpaced.
@@ -49,7 +62,6 @@ func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message) (in
 				k++
 			}
 			b := set.Budgets()[place.Budget]
-			var err error
 			if n, err = g.Pacer.Acquire(ctx, b.Name, place.Lane, k); err != nil {
 				return 0, err
 			}
@@ -62,4 +74,17 @@ func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message) (in
 		m.Headers = append(m.Headers[:len(m.Headers):len(m.Headers)], kafka.Header{Key: g.Header, Value: stamp})
 	}
 	return n, nil
+}
+
+// held is when m was held (zero: unreadable, or no HeldHeader).
+func (g *Gate) held(m *kafka.Message) time.Time {
+	for _, h := range m.Headers {
+		if h.Key == g.HeldHeader && g.HeldHeader != "" {
+			t, err := time.Parse("2006-01-02T15:04:05.000Z07:00", string(h.Value))
+			if err == nil {
+				return t
+			}
+		}
+	}
+	return time.Time{}
 }

@@ -3,6 +3,8 @@ package pacing
 // Pacing's metrics (docs/reference/metrics-and-alerts.md).
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -12,11 +14,13 @@ type metrics struct {
 	granted, unused, charged *prometheus.CounterVec
 	released, held           *prometheus.CounterVec
 	rate, burst              *prometheus.GaugeVec
+	waiting, drain           *prometheus.GaugeVec
+	oldest                   *oldest
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, now func() time.Time) *metrics {
 	f := promauto.With(reg)
-	return &metrics{
+	m := &metrics{oldest: newOldest(now),
 		calls: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_lease_calls_total",
 			Help: "Calls to Redis for a budget's tokens, by result: granted, waited (no token yet, or a higher lane's turn), error (Redis unreachable: held intents wait)."},
 			[]string{"budget", "result"}),
@@ -30,19 +34,33 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Held intents released for their decision, by budget and lane (each took a token)."}, []string{"budget", "lane"}),
 		held: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_held_total",
 			Help: "Intents written to a budget's lane to wait for their release (undecided), by budget and lane."}, []string{"budget", "lane"}),
+		waiting: f.NewGaugeVec(prometheus.GaugeOpts{Name: "capper_pacing_waiting",
+			Help: "Intents waiting in a budget's lane (the delay group's lag on its topic, from the brokers every kafka.lag_interval)."}, []string{"budget", "lane"}),
+		drain: f.NewGaugeVec(prometheus.GaugeOpts{Name: "capper_pacing_drain_seconds",
+			Help: "Expected time until a budget's lane is empty: the intents waiting in it and the lanes above it, at the budget's rate."}, []string{"budget", "lane"}),
 		rate: f.NewGaugeVec(prometheus.GaugeOpts{Name: "capper_pacing_budget_rate",
 			Help: "A budget's rate per second in the policy in force (all workers together)."}, []string{"budget"}),
 		burst: f.NewGaugeVec(prometheus.GaugeOpts{Name: "capper_pacing_budget_burst",
 			Help: "A budget's burst in the policy in force."}, []string{"budget"}),
 	}
+	if reg != nil {
+		reg.MustRegister(m.oldest)
+	}
+	return m
 }
 
 // setBudgets shows the rates and bursts of s (and drops the budgets gone).
 func (m *metrics) setBudgets(s *Set) {
 	m.rate.Reset()
 	m.burst.Reset()
+	m.waiting.Reset()
+	m.drain.Reset()
 	for _, b := range s.Budgets() {
 		m.rate.WithLabelValues(b.Name).Set(b.Rate)
 		m.burst.WithLabelValues(b.Name).Set(float64(b.Burst))
+		for _, l := range b.Lanes {
+			m.waiting.WithLabelValues(b.Name, l.Name)
+			m.drain.WithLabelValues(b.Name, l.Name)
+		}
 	}
 }

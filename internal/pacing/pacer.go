@@ -71,6 +71,7 @@ type Pacer struct {
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
+	waiting map[string][]int64 // per budget, per lane: intents waiting (SetWaiting)
 }
 
 // New returns a Pacer with no budgets (SetBudgets installs a policy's).
@@ -91,7 +92,7 @@ func New(o Options) (*Pacer, error) {
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
-	p.m = newMetrics(o.Registerer)
+	p.m = newMetrics(o.Registerer, o.Now)
 	p.set.Store(&Set{})
 	return p, nil
 }
@@ -310,4 +311,47 @@ func sleep(ctx context.Context, d time.Duration) error {
 // Held counts n intents written to a lane to wait for their budget.
 func (p *Pacer) Held(budget, lane string, n int) {
 	p.m.held.WithLabelValues(budget, lane).Add(float64(n))
+}
+
+// SetWaiting records how many intents wait in each lane of budget (the
+// delay group's lag on its lane topics), for the drain estimates.
+func (p *Pacer) SetWaiting(budget string, lanes []int64) {
+	b, ok := p.set.Load().Budget(budget)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	if p.waiting == nil {
+		p.waiting = map[string][]int64{}
+	}
+	p.waiting[budget] = lanes
+	p.mu.Unlock()
+	var ahead int64
+	for i, l := range b.Lanes {
+		if i >= len(lanes) {
+			break
+		}
+		ahead += lanes[i]
+		p.m.waiting.WithLabelValues(budget, l.Name).Set(float64(lanes[i]))
+		p.m.drain.WithLabelValues(budget, l.Name).Set(float64(ahead) / b.Rate)
+	}
+}
+
+// Wait is how long an intent put in lane of budget now would wait: the
+// intents waiting in its lane and the lanes above, at the budget's rate (as
+// of the last SetWaiting).
+func (p *Pacer) Wait(budget string, lane int) time.Duration {
+	b, ok := p.set.Load().Budget(budget)
+	if !ok {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ahead int64
+	for i, n := range p.waiting[budget] {
+		if i <= lane {
+			ahead += n
+		}
+	}
+	return time.Duration(float64(ahead) / b.Rate * float64(time.Second))
 }
