@@ -2,7 +2,9 @@ package app_test
 
 import (
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -235,4 +237,38 @@ func TestPacingThroughFaults(t *testing.T) {
 		t.Errorf("%d releases within one second; the budget allows %d (rate %d, burst %d)", most, limit, paceRate, paceBurst)
 	}
 	t.Logf("%d delivered (%d promo), %d blast cancelled; most releases in one second: %d", len(o.deliveries), promo, cancelled, most)
+}
+
+// TestPacingPolicySwap: a budget added by a new policy version paces the
+// intents that come after the swap, with no restart: before it, pushes are
+// decided at once; after it, they wait in the budget's lanes.
+func TestPacingPolicySwap(t *testing.T) {
+	e := newE2E(t, "single")
+	e.publish(1000, 3)
+	const without = `
+default_policy:
+  limits:
+    - {name: per-minute, window: 1m, max: 5}
+`
+	cfg := e.paceConfig(without)
+	cfg.Policy.PollInterval = config.Duration(200 * time.Millisecond)
+	w := e.start("w", cfg)
+	e.produce(paceIntents(0, 100, "before", "push", "marketing", "normal"))
+	e.waitDrained(30*time.Second, w)
+	if err := os.WriteFile(strings.TrimPrefix(cfg.Policy.Source, "file://"), []byte(pacePolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() bool { return metric(t, w, "capper_pacing_budget_rate", "budget", "push-fcm") == paceRate })
+	e.produce(paceIntents(100, 100, "after", "push", "marketing", "normal"))
+	o := e.waitDrained(30*time.Second, w)
+	e.verify(o, cfg, false)
+	for _, m := range o.deliveries {
+		lane := header(m, dispatch.HeaderLane)
+		switch c := campaignOf(m); {
+		case c == "before" && lane != "":
+			t.Errorf("%s, decided before the budget existed, waited in %s", idOf(m), lane)
+		case c == "after" && lane != "push-fcm/bulk":
+			t.Errorf("%s, after the swap, waited in lane %q; want push-fcm/bulk", idOf(m), lane)
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/pacing"
 )
 
@@ -247,9 +248,11 @@ func (hb *headerBuilder) releasedHeaders(add []kafka.Header, li *laneInfo) []kaf
 }
 
 // LaneFree reports whether a lane record may pass its budget's gate
-// without a token: it will not be delivered whatever the decision (its
-// campaign is stopped, or its send_by has passed), so a stop reaches what
-// waits behind it at once. Capping still decides it.
+// without a token: it will not be delivered now whatever the decision (its
+// campaign is stopped or paused, every intent is paused, or its send_by
+// has passed), so a stop or a pause reaches what waits behind it at once.
+// Capping still decides it (a paused one waits in the delay tiers, and is
+// held again when it comes due).
 func (w *Worker) LaneFree(m *kafka.Message, now time.Time) bool {
 	for _, x := range m.Headers {
 		switch x.Key {
@@ -258,10 +261,15 @@ func (w *Worker) LaneFree(m *kafka.Message, now time.Time) bool {
 				return true
 			}
 		case HeaderCampaign:
-			if w.o.Control != nil {
-				if s := w.o.Control.Load(); s != nil && s.Stopped(string(x.Value)) {
-					return true
-				}
+			if w.o.Control == nil {
+				continue
+			}
+			s := w.o.Control.Load()
+			if a := s.All(); a != nil && a.State == control.Paused {
+				return true // exempt intents, which the switch does not hold, are never held here
+			}
+			if c := s.Campaign(string(x.Value)); c != nil && c.State != control.Active {
+				return true
 			}
 		}
 	}
