@@ -40,7 +40,8 @@ type commands struct {
 	Migrate     migrateCmd        `cmd:"" help:"Convert the first version's Redis keys (sorted sets) into records; the workers must be stopped."`
 	Replay      replayCmd         `cmd:"" help:"Decide past intents with a candidate policy (and a baseline) in memory: what would it have done? No Redis, no writes."`
 	Campaign    campaignCmd       `cmd:"" help:"Stop, pause and resume campaigns (and every intent at once), and list their states: the workers apply it to every intent they hold, within seconds."`
-	Topics      topicsCmd         `cmd:"" help:"Check the Kafka topics the config names (partitions, compaction), and create the missing ones."`
+	Topics      topicsCmd         `cmd:"" help:"Check the Kafka topics the config names and the lane topics of its policy's budgets (partitions, compaction), and create the missing ones."`
+	Budgets     budgetsCmd        `cmd:"" help:"List the send-pacing budgets of the policy in force, with the intents waiting in their lanes and when they drain."`
 	Version     cli.VersionCmd    `cmd:"" help:"Print the version, VCS revision and Go version."`
 	Completion  cli.CompletionCmd `cmd:"" help:"Print a shell completion script (bash, zsh or fish)."`
 	Docs        cli.DocsCmd       `cmd:"" hidden:"" help:"Print reference pages generated from the code."`

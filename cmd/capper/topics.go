@@ -1,6 +1,7 @@
 package main
 
-// capper topics check|create: the Kafka topics a worker config names.
+// capper topics check|create: the Kafka topics a worker config names, and
+// the lane topics of its policy's budgets.
 
 import (
 	"fmt"
@@ -11,12 +12,19 @@ import (
 )
 
 type topicsCmd struct {
-	Check  topicsCheckCmd  `cmd:"" help:"Check every topic the config names: one line per topic (ok, warn, missing, or wrong with the fix); exit 1 naming each missing or wrong one."`
-	Create topicsCreateCmd `cmd:"" help:"Create the topics the config names that are missing, with the partitions and settings capper needs; existing topics are never altered (a wrong one is reported, exit 1)."`
+	Check  topicsCheckCmd  `cmd:"" help:"Check every topic the config names, and the lane topics of the policy's budgets: one line per topic (ok, warn, missing, or wrong with the fix); exit 1 naming each missing or wrong one."`
+	Create topicsCreateCmd `cmd:"" help:"Create the topics the config names, and the lane topics of the policy's budgets, that are missing, with the partitions and settings capper needs; existing topics are never altered (a wrong one is reported, exit 1)."`
+}
+
+// policyFlag is a command's --policy: the policy whose budgets it covers,
+// instead of the one in force.
+type policyFlag struct {
+	Policy string `type:"existingfile" placeholder:"FILE" help:"Policy document (or worker config) whose budgets to use instead of the policy in force (policy.source of --config), e.g. one about to be published." completion:"<file>"`
 }
 
 type topicsCheckCmd struct {
-	Config string `required:"" type:"existingfile" help:"Config file (its Kafka settings, and the topics it names)." completion:"<file>"`
+	Config string `required:"" type:"existingfile" help:"Config file (its Kafka settings, the topics it names, and the policy in force: policy.source)." completion:"<file>"`
+	policyFlag
 	Output string `short:"o" enum:"table,json" default:"table" help:"Output format: table or json."`
 }
 
@@ -25,7 +33,7 @@ func (c *topicsCheckCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	r, err := app.CheckTopics(e.ctx, cfg, app.TopicsOptions{ConfigPath: c.Config}, log)
+	r, err := app.CheckTopics(e.ctx, cfg, app.TopicsOptions{ConfigPath: c.Config, PolicyFile: c.Policy}, log)
 	if err != nil {
 		return err
 	}
@@ -36,7 +44,8 @@ func (c *topicsCheckCmd) Run(e *env) error {
 }
 
 type topicsCreateCmd struct {
-	Config            string `required:"" type:"existingfile" help:"Config file (its Kafka settings, and the topics it names)." completion:"<file>"`
+	Config string `required:"" type:"existingfile" help:"Config file (its Kafka settings, the topics it names, and the policy in force: policy.source)." completion:"<file>"`
+	policyFlag
 	Partitions        int    `default:"12" help:"Partitions of the input topic when it is created (as many as the most workers you expect); every other topic but the control topic (1) gets as many as the input has."`
 	ReplicationFactor int    `name:"replication-factor" default:"-1" help:"Replication factor of the topics created; -1: the brokers' default.replication.factor."`
 	DryRun            bool   `name:"dry-run" help:"Print what would be created; create nothing."`
@@ -54,7 +63,7 @@ func (c *topicsCreateCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	r, err := app.CreateTopics(e.ctx, cfg, app.TopicsOptions{ConfigPath: c.Config, Partitions: c.Partitions,
+	r, err := app.CreateTopics(e.ctx, cfg, app.TopicsOptions{ConfigPath: c.Config, PolicyFile: c.Policy, Partitions: c.Partitions,
 		ReplicationFactor: c.ReplicationFactor, DryRun: c.DryRun}, log)
 	if len(r.Findings) > 0 {
 		if werr := writeTopicsReport(e, r, c.Output); werr != nil {

@@ -1,6 +1,7 @@
 package app
 
-// capper topics check|create, and the check of the topics' partitions and
+// capper topics check|create (the config's topics and the lane topics of
+// its policy's budgets), and the check of the topics' partitions and
 // settings at the worker's start (internal/topics owns what each needs).
 
 import (
@@ -10,8 +11,11 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/topics"
 )
 
@@ -19,45 +23,85 @@ import (
 type TopicsOptions struct {
 	// ConfigPath is the config's file, named in the fixes.
 	ConfigPath string
+	// PolicyFile is a policy document (or worker config) whose budgets'
+	// lane topics are covered instead of those of the policy in force
+	// (e.g. one about to be published); named in the fixes.
+	PolicyFile string
 	// Create's (see topics.CreateOptions).
 	Partitions        int
 	ReplicationFactor int
 	DryRun            bool
 }
 
-// CheckTopics reports every topic cfg names: ok, missing or wrong (and the
-// fix). Wrong and missing topics are in the report, not the error (see
-// topics.Report.Err).
+// CheckTopics reports every topic cfg names, and the lane topics of the
+// policy's budgets: ok, missing or wrong (and the fix). Wrong and missing
+// topics are in the report, not the error (see topics.Report.Err).
 func CheckTopics(ctx context.Context, cfg *config.Config, o TopicsOptions, log *slog.Logger) (topics.Report, error) {
+	set, err := topicsBudgets(ctx, cfg, o.PolicyFile, log)
+	if err != nil {
+		return topics.Report{}, err
+	}
 	admin, err := topicsAdmin(cfg, log)
 	if err != nil {
 		return topics.Report{}, err
 	}
-	return topics.Check(ctx, admin, topics.CheckOptions{Kafka: &cfg.Kafka, Fix: "capper topics create --config " + o.ConfigPath})
+	return topics.Check(ctx, admin, topics.CheckOptions{Kafka: &cfg.Kafka, Budgets: set,
+		Fix: topicsCommand("create", o.ConfigPath, o.PolicyFile)})
 }
 
-// CreateTopics creates every topic cfg names that the brokers lack (with
-// DryRun, only asks the brokers to validate the creations), and reports
-// every topic.
+// CreateTopics creates every topic cfg names, and the lane topics of the
+// policy's budgets, that the brokers lack (with DryRun, none), and
+// reports every topic.
 func CreateTopics(ctx context.Context, cfg *config.Config, o TopicsOptions, log *slog.Logger) (topics.Report, error) {
+	set, err := topicsBudgets(ctx, cfg, o.PolicyFile, log)
+	if err != nil {
+		return topics.Report{}, err
+	}
 	admin, err := topicsAdmin(cfg, log)
 	if err != nil {
 		return topics.Report{}, err
 	}
-	return topics.Create(ctx, admin, topics.CreateOptions{Kafka: &cfg.Kafka, Partitions: o.Partitions,
-		ReplicationFactor: o.ReplicationFactor, DryRun: o.DryRun, Fix: "capper topics check --config " + o.ConfigPath})
+	return topics.Create(ctx, admin, topics.CreateOptions{Kafka: &cfg.Kafka, Budgets: set, Partitions: o.Partitions,
+		ReplicationFactor: o.ReplicationFactor, DryRun: o.DryRun, Fix: topicsCommand("check", o.ConfigPath, o.PolicyFile)})
 }
 
-func topicsAdmin(cfg *config.Config, log *slog.Logger) (topics.Admin, error) {
+// topicsCommand is `capper topics VERB` for config (and policy, when
+// given), named in a fix.
+func topicsCommand(verb, config, policy string) string {
+	s := "capper topics " + verb + " --config " + config
+	if policy != "" {
+		s += " --policy " + policy
+	}
+	return s
+}
+
+// topicsBudgets are the budgets whose lane topics the topics commands
+// cover: policy's (a file), else the policy in force's. Without
+// kafka.topics.lanes, a policy in force that cannot be read is only
+// warned about (the config's topics are checked all the same: a config
+// without pacing needs no policy for them); with it, it is an error. A
+// policy with budgets needs kafka.topics.lanes.
+func topicsBudgets(ctx context.Context, cfg *config.Config, policy string, log *slog.Logger) (*pacing.Set, error) {
+	p, err := readBudgets(ctx, cfg, policy, log)
+	switch {
+	case err != nil && policy == "" && cfg.Kafka.Topics.Lanes == "":
+		log.Warn("the policy in force was not read: the lane topics of its budgets (if any) are not covered", "error", err)
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	if err := p.needLanes(cfg); err != nil {
+		return nil, err
+	}
+	return p.budgets, nil
+}
+
+func topicsAdmin(cfg *config.Config, log *slog.Logger) (*kafka.Client, error) {
 	kopts, err := kafkaOptions(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	c, err := dispatch.NewAdminClient(kopts)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return dispatch.NewAdminClient(kopts)
 }
 
 // checkTopicSettings refuses to start on a topic that exists but is wrong

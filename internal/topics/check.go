@@ -1,7 +1,7 @@
 package topics
 
-// Check: what the brokers have of each topic the config names, and what is
-// wrong with it, each problem with its fix.
+// Check: what the brokers have of each topic the config (and its policy's
+// budgets) names, and what is wrong with it, each problem with its fix.
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/pacing"
 )
 
 // State is a topic's verdict.
@@ -42,7 +43,7 @@ type Finding struct {
 	Note       string // what it is, or what Create did
 }
 
-// Report is every topic of a config, in the config's order.
+// Report is every topic of a config, in the config's order (Named's).
 type Report struct {
 	Findings []Finding
 }
@@ -50,16 +51,23 @@ type Report struct {
 // CheckOptions configures Check.
 type CheckOptions struct {
 	Kafka *config.Kafka
+	// Budgets are the policy's: their lane topics are checked too (nil:
+	// none). Budgets need Kafka.Topics.Lanes (ErrNoLanes).
+	Budgets *pacing.Set
 	// Fix is the command that creates what is missing, named in the
 	// findings (e.g. "capper topics create --config capper.yaml").
 	Fix string
 }
 
-// Check asks the brokers for every topic the config names and says what
-// is missing or wrong with each; it changes nothing. An error is one
-// asking the brokers, not a wrong topic (see Report.Err).
+// Check asks the brokers for every topic the config and the budgets name
+// and says what is missing or wrong with each; it changes nothing. An
+// error is one asking the brokers (or ErrNoLanes), not a wrong topic (see
+// Report.Err).
 func Check(ctx context.Context, c Admin, o CheckOptions) (Report, error) {
-	named := Named(o.Kafka)
+	if err := lanesNamed(o.Kafka, o.Budgets); err != nil {
+		return Report{}, err
+	}
+	named := Named(o.Kafka, o.Budgets)
 	have, err := describe(ctx, c, named)
 	if err != nil {
 		return Report{}, err
@@ -70,6 +78,14 @@ func Check(ctx context.Context, c Admin, o CheckOptions) (Report, error) {
 		r.Findings = append(r.Findings, verdict(t, have[t.Name], input, o))
 	}
 	return r, nil
+}
+
+// lanesNamed refuses budgets without kafka.topics.lanes.
+func lanesNamed(k *config.Kafka, budgets *pacing.Set) error {
+	if budgets.Len() > 0 && k.Topics.Lanes == "" {
+		return ErrNoLanes
+	}
+	return nil
 }
 
 // broker is what the brokers have of a topic.
@@ -183,11 +199,21 @@ func verdict(t Topic, b broker, input int, o CheckOptions) Finding {
 		}
 		f.Note = fmt.Sprintf("%d %s", b.partitions, plural(b.partitions, "partition"))
 	}
-	if t.Kind == Tier {
-		if input > 0 && b.partitions < input {
-			f.Problems = append(f.Problems, fmt.Sprintf("%d %s, the input %s has %d: delay tiers must be co-partitioned with the input (at least as many partitions); give it %d: kafka-topics.sh --bootstrap-server %s --alter --topic %s --partitions %d (or recreate it)",
-				b.partitions, plural(b.partitions, "partition"), o.Kafka.Topics.Input, input, input, brokers, t.Name, input))
+	if (t.Kind == Tier || t.Kind == Lane) && input > 0 && b.partitions < input {
+		what := "delay tiers"
+		if t.Kind == Lane {
+			what = "lane topics"
 		}
+		f.Problems = append(f.Problems, fmt.Sprintf("%d %s, the input %s has %d: %s must be co-partitioned with the input (at least as many partitions); give it %d: kafka-topics.sh --bootstrap-server %s --alter --topic %s --partitions %d (or recreate it)",
+			b.partitions, plural(b.partitions, "partition"), o.Kafka.Topics.Input, input, what, input, brokers, t.Name, input))
+	}
+	if t.Kind == Lane && b.configsErr == nil {
+		if ret, ok := durationMs(b.configs["retention.ms"]); ok && ret >= 0 && ret < LaneRetention {
+			f.Warnings = append(f.Warnings, fmt.Sprintf("retention.ms is %d (%s): held intents waiting longer (a budget below its traffic, workers stopped) are lost; set it to %s (7 days) or more: %s",
+				ret.Milliseconds(), ret, ms(LaneRetention), setConfig("retention.ms="+ms(LaneRetention))))
+		}
+	}
+	if t.Kind == Tier {
 		if ret, ok := durationMs(b.configs["retention.ms"]); ok && ret >= 0 && b.configsErr == nil {
 			want := ms(max(MinTierRetention, t.Delay+TierRetentionMargin))
 			switch {

@@ -1,8 +1,8 @@
 package topics
 
-// Create: the topics the config names that the brokers lack, created with
-// the partitions and configs capper needs; existing topics are never
-// altered, a wrong one is reported.
+// Create: the topics the config (and its policy's budgets) names that the
+// brokers lack, created with the partitions and configs capper needs;
+// existing topics are never altered, a wrong one is reported.
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/pacing"
 )
 
 // DefaultPartitions is the input's partitions when Create creates it.
@@ -22,6 +23,9 @@ const DefaultPartitions = 12
 // CreateOptions configures Create.
 type CreateOptions struct {
 	Kafka *config.Kafka
+	// Budgets are the policy's: their missing lane topics are created too
+	// (nil: none). Budgets need Kafka.Topics.Lanes (ErrNoLanes).
+	Budgets *pacing.Set
 	// Partitions is the input's when it is created (0: DefaultPartitions);
 	// every other topic but the control topic gets as many as the input has.
 	Partitions int
@@ -37,19 +41,23 @@ type CreateOptions struct {
 	Fix string
 }
 
-// Create creates every topic of the config that the brokers lack, and
-// reports each: created (or would create, with DryRun), or what it is
-// (ok, warn, wrong, as Check says; never altered). A topic another client
-// creates meanwhile is reported as not created (already exists). An error is one asking
-// the brokers or one they gave for a creation (the topics named).
+// Create creates every topic of the config and the budgets that the
+// brokers lack, and reports each: created (or would create, with DryRun),
+// or what it is (ok, warn, wrong, as Check says; never altered). A topic
+// another client creates meanwhile is reported as not created (already
+// exists). An error is one asking the brokers or one they gave for a
+// creation (the topics named), or ErrNoLanes.
 func Create(ctx context.Context, c Admin, o CreateOptions) (Report, error) {
-	named := Named(o.Kafka)
+	if err := lanesNamed(o.Kafka, o.Budgets); err != nil {
+		return Report{}, err
+	}
+	named := Named(o.Kafka, o.Budgets)
 	have, err := describe(ctx, c, named)
 	if err != nil {
 		return Report{}, err
 	}
 	// The input's partitions, or those it is created with: an existing
-	// tier is checked against them.
+	// tier or lane is checked against them.
 	input := have[o.Kafka.Topics.Input].partitions
 	if input == 0 {
 		input = o.Partitions
@@ -59,7 +67,7 @@ func Create(ctx context.Context, c Admin, o CreateOptions) (Report, error) {
 	}
 	var r Report
 	for _, t := range named {
-		r.Findings = append(r.Findings, verdict(t, have[t.Name], input, CheckOptions{Kafka: o.Kafka, Fix: o.Fix}))
+		r.Findings = append(r.Findings, verdict(t, have[t.Name], input, CheckOptions{Kafka: o.Kafka, Budgets: o.Budgets, Fix: o.Fix}))
 	}
 	rf := o.ReplicationFactor
 	if rf == 0 {

@@ -1,19 +1,24 @@
 // Package topics owns what capper needs of its Kafka topics: every topic a
-// worker config names, with the partitions and settings it needs (Named,
-// Topic.Needs), what the brokers have and how it differs (Check), and
+// worker config names, and the lane topics of its policy's budgets, with
+// the partitions and settings each needs (Named, Topic.Configs,
+// Topic.Partitions), what the brokers have and how it differs (Check), and
 // creating what is missing (Create). `capper topics check|create` and the
 // worker's start (which refuses a wrong topic) use it.
 //
 // What a topic needs:
 //   - every topic: to exist, and no compaction except the control topic's
-//     (the input, the tiers and the outputs are keyed by user: compaction
-//     keeps only a user's latest record);
+//     (the input, the tiers, the lanes and the outputs are keyed by user:
+//     compaction keeps only a user's latest record);
 //   - a delay tier: at least as many partitions as the input (it is
 //     co-partitioned with the input: a deferred intent waits in the tier
 //     partition with its user's input partition's index, see
 //     dispatch/copartition.go; with fewer, several input partitions share
 //     one and the reader of the input is not the reader of the tier), and
 //     a retention above its delay;
+//   - a lane of a budget of the policy (<kafka.topics.lanes>.<budget>.<lane>,
+//     send pacing): at least as many partitions as the input (co-partitioned
+//     like a tier), and a retention of 7 days or more (held intents may wait
+//     long: created with 7 days; below is warned about);
 //   - the control topic: cleanup.policy=compact only (a state is kept for as
 //     long as it is the latest of its key; with delete too, a stop older
 //     than retention.ms disappears), and a min.compaction.lag.ms that leaves
@@ -23,6 +28,7 @@ package topics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -30,6 +36,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/pacing"
 )
 
 // Kind is what a topic is to capper.
@@ -45,6 +52,8 @@ const (
 	Tier
 	// Control is the campaign control topic.
 	Control
+	// Lane is a lane topic of a budget of the policy (send pacing).
+	Lane
 )
 
 // The settings capper creates topics with and checks.
@@ -61,21 +70,34 @@ const (
 	// MinTierRetention is the least retention a tier is created with
 	// (Kafka's default, 7 days).
 	MinTierRetention = 7 * 24 * time.Hour
+	// LaneRetention is a lane's retention when created, and the least
+	// check does not warn about: held intents may wait long (a budget
+	// below its traffic, workers stopped).
+	LaneRetention = 7 * 24 * time.Hour
 )
 
-// Topic is one topic the config names.
+// Topic is one topic the config (or its policy's budgets) names.
 type Topic struct {
-	Key   string // the config key that names it, e.g. kafka.delay_tiers[1].topic
+	// Key is the config key that names it, e.g. kafka.delay_tiers[1].topic;
+	// a lane's is its budget and lane: budget "push-fcm" lane "urgent".
+	Key   string
 	Name  string
 	Kind  Kind
 	Delay time.Duration // a tier's delay
 }
 
+// ErrNoLanes is wrapped by Check and Create for budgets without
+// kafka.topics.lanes: their lane topics have no names.
+var ErrNoLanes = errors.New("the policy has budgets (send pacing), but kafka.topics.lanes is not set: set it (the prefix of the lane topics, e.g. capper-lanes), or remove the budgets")
+
 // Named lists every topic k names, in the order of the config: the input,
 // deliveries, suppressed, dead letters, delivery statuses, the delay tiers,
-// the control topic. A name given twice is listed once (config validation
+// the control topic; then the lane topics of budgets (the policy's; nil:
+// none), budget by budget, each lane in order. Without
+// kafka.topics.lanes, budgets have no lane topic (Check and Create refuse
+// that: ErrNoLanes). A name given twice is listed once (config validation
 // refuses most of those).
-func Named(k *config.Kafka) []Topic {
+func Named(k *config.Kafka, budgets *pacing.Set) []Topic {
 	t := k.Topics
 	all := []Topic{
 		{Key: "kafka.topics.input", Name: t.Input, Kind: Input},
@@ -88,6 +110,13 @@ func Named(k *config.Kafka) []Topic {
 		all = append(all, Topic{Key: fmt.Sprintf("kafka.delay_tiers[%d].topic", i), Name: d.Topic, Kind: Tier, Delay: d.Delay.D()})
 	}
 	all = append(all, Topic{Key: "kafka.topics.control", Name: t.Control, Kind: Control})
+	if t.Lanes != "" {
+		for _, b := range budgets.Budgets() {
+			for _, l := range b.Lanes {
+				all = append(all, Topic{Key: fmt.Sprintf("budget %q lane %q", b.Name, l.Name), Name: pacing.Topic(t.Lanes, b.Name, l.Name), Kind: Lane})
+			}
+		}
+	}
 	seen := map[string]bool{}
 	out := all[:0]
 	for _, tp := range all {
@@ -108,6 +137,8 @@ func (t Topic) Configs() map[string]string {
 		return map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": ms(ControlCompactionLag)}
 	case Tier:
 		return map[string]string{"retention.ms": ms(max(MinTierRetention, t.Delay+TierRetentionMargin))}
+	case Lane:
+		return map[string]string{"retention.ms": ms(LaneRetention)}
 	}
 	return nil
 }

@@ -5,13 +5,16 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/testenv"
 	"github.com/capper-dev/capper/internal/topics"
 )
@@ -279,5 +282,116 @@ func TestTestenvControlTopic(t *testing.T) {
 	got := testenv.TopicConfigs(testenv.ControlTopic)
 	if !maps.Equal(got, want) {
 		t.Fatalf("testenv creates %s with %v, capper topics create with %v", testenv.ControlTopic, got, want)
+	}
+}
+
+// pacedBudgets are two budgets: push (lanes urgent and bulk) and email
+// (the one default lane).
+func pacedBudgets(t *testing.T) *pacing.Set {
+	t.Helper()
+	set, err := pacing.NewSet([]pacing.Budget{
+		{Name: "push", Rate: 100, Burst: 10, Channels: []string{"push"}, Lanes: []pacing.Lane{{Name: "urgent", MinPriority: capping.High}, {Name: "bulk"}}},
+		{Name: "email", Rate: 5, Burst: 1, Lanes: []pacing.Lane{{Name: pacing.DefaultLane}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// TestTopicsLanes: the lane topics of the budgets are listed after the
+// config's, named <lanes>.<budget>.<lane> and keyed by budget and lane;
+// check names a missing lane, a lane with fewer partitions than the input
+// (wrong) and a retention below 7 days (warn); create makes the missing
+// ones with the input's partitions and a 7-day retention; budgets without
+// kafka.topics.lanes are refused (ErrNoLanes).
+func TestTopicsLanes(t *testing.T) {
+	k := testenv.StartKafka(t, 1, nil)
+	correct(t, k)
+	create(t, k, "capper-lanes.push.urgent", 3, nil)
+	create(t, k, "capper-lanes.email.marketing", 6, map[string]string{"retention.ms": "86400000"})
+	kc := kafkaConfig(k.Addrs)
+	kc.Topics.Lanes = "capper-lanes"
+	set := pacedBudgets(t)
+
+	named := topics.Named(kc, set)
+	var lanes []string
+	for _, tp := range named[len(named)-3:] {
+		if tp.Kind != topics.Lane {
+			t.Fatalf("%s: kind %v, want Lane", tp.Name, tp.Kind)
+		}
+		lanes = append(lanes, tp.Name+" "+tp.Key)
+	}
+	if want := []string{`capper-lanes.push.urgent budget "push" lane "urgent"`, `capper-lanes.push.bulk budget "push" lane "bulk"`,
+		`capper-lanes.email.marketing budget "email" lane "marketing"`}; !slices.Equal(lanes, want) {
+		t.Fatalf("lanes %q, want %q", lanes, want)
+	}
+	if n := len(topics.Named(kc, nil)); n != len(named)-3 {
+		t.Fatalf("without budgets: %d topics, want %d", n, len(named)-3)
+	}
+
+	ctx := context.Background()
+	r, err := topics.Check(ctx, client(k), topics.CheckOptions{Kafka: kc, Budgets: set, Fix: "capper topics create --config capper.yaml --policy policy.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	_ = r.WriteText(&out)
+	for name, want := range map[string]topics.State{"capper-lanes.push.urgent": topics.Wrong, "capper-lanes.push.bulk": topics.Missing,
+		"capper-lanes.email.marketing": topics.Warn, "send-intents": topics.OK} {
+		if got := state(r, name); got != want {
+			t.Errorf("%s: %s, want %s\n%s", name, got, want, out.String())
+		}
+	}
+	for _, want := range []string{
+		"3 partitions, the input send-intents has 6: lane topics must be co-partitioned with the input",
+		"--alter --topic capper-lanes.push.urgent --partitions 6",
+		"missing  capper-lanes.push.bulk        budget \"push\" lane \"bulk\"        create it: capper topics create --config capper.yaml --policy policy.yaml",
+		"retention.ms is 86400000 (24h0m0s): held intents waiting longer",
+		"--entity-name capper-lanes.email.marketing --add-config retention.ms=604800000",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check's output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), `2 topics missing or wrong: capper-lanes.push.urgent (budget "push" lane "urgent") wrong; capper-lanes.push.bulk (budget "push" lane "bulk") missing`) {
+		t.Fatalf("Err: %v", err)
+	}
+
+	c, err := topics.Create(ctx, client(k), topics.CreateOptions{Kafka: kc, Budgets: set, ReplicationFactor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := state(c, "capper-lanes.push.bulk"); got != topics.Created {
+		t.Fatalf("create: push.bulk %s", got)
+	}
+	if n := len(k.Cluster.PartitionInfos("capper-lanes.push.bulk")); n != 6 {
+		t.Fatalf("push.bulk created with %d partitions, want the input's 6", n)
+	}
+	dc, err := client(k).DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{
+		{ResourceType: kafka.ResourceTypeTopic, ResourceName: "capper-lanes.push.bulk", ConfigNames: []string{"retention.ms", "cleanup.policy"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range dc.Resources[0].ConfigEntries {
+		got[e.ConfigName] = e.ConfigValue
+	}
+	if got["retention.ms"] != "604800000" || strings.Contains(got["cleanup.policy"], "compact") {
+		t.Fatalf("push.bulk created with %v", got)
+	}
+	if want := (topics.Topic{Kind: topics.Lane}).Configs(); !maps.Equal(want, map[string]string{"retention.ms": "604800000"}) {
+		t.Fatalf("a lane's configs: %v", want)
+	}
+
+	kc.Topics.Lanes = ""
+	if _, err := topics.Check(ctx, client(k), topics.CheckOptions{Kafka: kc, Budgets: set}); !errors.Is(err, topics.ErrNoLanes) || !strings.Contains(err.Error(), "kafka.topics.lanes is not set") {
+		t.Fatalf("budgets without kafka.topics.lanes, check: %v", err)
+	}
+	if _, err := topics.Create(ctx, client(k), topics.CreateOptions{Kafka: kc, Budgets: set}); !errors.Is(err, topics.ErrNoLanes) {
+		t.Fatalf("budgets without kafka.topics.lanes, create: %v", err)
+	}
+	if _, err := topics.Check(ctx, client(k), topics.CheckOptions{Kafka: kc}); err != nil {
+		t.Fatalf("no budgets, no lanes: %v", err)
 	}
 }
