@@ -68,8 +68,11 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 		if err := pc.checkLanes(ctx, set); err != nil {
 			return nil, configError{err}
 		}
+		if copts.Lanes, err = pc.toRead(ctx, set); err != nil {
+			return nil, err
+		}
 		pc.SetBudgets(set)
-		copts.Lanes, copts.LanePrefix, copts.Gate = set.Topics(pc.prefix), pc.prefix, pc.gate.Pass
+		copts.LanePrefix, copts.Gate = pc.prefix, pc.gate.Pass
 	}
 	writers, err := newWriters(kopts, cfg.Kafka.Topics, cfg.Kafka.DelayTiers)
 	if err != nil {

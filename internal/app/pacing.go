@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,12 +111,36 @@ func (p *pacer) close() {
 
 // apply makes a checked version's budgets the ones in use: the delay
 // group reads their lanes, and the worker holds intents for them.
-func (p *pacer) apply(reader *dispatch.Consumer, version string, set *pacing.Set) error {
-	if err := reader.SetLanes(set.Topics(p.prefix)); err != nil {
+func (p *pacer) apply(ctx context.Context, reader *dispatch.Consumer, version string, set *pacing.Set) error {
+	lanes, err := p.toRead(ctx, set)
+	if err != nil {
+		return fmt.Errorf("policy %s: %w", version, err)
+	}
+	if err := reader.SetLanes(lanes); err != nil {
 		return fmt.Errorf("policy %s: %w", version, err)
 	}
 	p.SetBudgets(set)
 	return nil
+}
+
+// toRead are the lane topics the delay group reads: set's, and every other
+// topic with the lanes' prefix on the brokers (a budget a later policy
+// dropped, or renamed: what waits there drains, unpaced).
+func (p *pacer) toRead(ctx context.Context, set *pacing.Set) ([]string, error) {
+	lanes := set.Topics(p.prefix)
+	md, err := p.admin.Metadata(ctx, &kafka.MetadataRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list the lane topics: %w", err)
+	}
+	var other []string
+	for _, t := range md.Topics {
+		if t.Error == nil && strings.HasPrefix(t.Name, p.prefix+".") && !slices.Contains(lanes, t.Name) {
+			other = append(other, t.Name)
+		}
+	}
+	all := append(lanes, other...)
+	slices.Sort(all) // the same topics in another order are no reason to join again
+	return all, nil
 }
 
 // followWaiting refreshes how many intents wait in each lane (the delay

@@ -241,7 +241,8 @@ func TestPacingThroughFaults(t *testing.T) {
 
 // TestPacingPolicySwap: a budget added by a new policy version paces the
 // intents that come after the swap, with no restart: before it, pushes are
-// decided at once; after it, they wait in the budget's lanes.
+// decided at once; after it, they wait in the budget's lanes. A version
+// that drops the budget releases what waits for it, unpaced.
 func TestPacingPolicySwap(t *testing.T) {
 	e := newE2E(t, "single")
 	e.publish(1000, 3)
@@ -260,8 +261,30 @@ default_policy:
 	}
 	waitFor(t, 30*time.Second, func() bool { return metric(t, w, "capper_pacing_budget_rate", "budget", "push-fcm") == paceRate })
 	e.produce(paceIntents(100, 100, "after", "push", "marketing", "normal"))
+	e.waitDrained(30*time.Second, w)
+	// The budget dropped while 600 intents wait for it (3 s at its rate):
+	// they drain unpaced.
+	e.produce(paceIntents(200, 600, "dropped", "push", "marketing", "normal"))
+	waitFor(t, 30*time.Second, func() bool { return metric(t, w, "capper_pacing_held_total") >= 700 })
+	if err := os.WriteFile(strings.TrimPrefix(cfg.Policy.Source, "file://"), []byte(without), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	o := e.waitDrained(30*time.Second, w)
 	e.verify(o, cfg, false)
+	var released []time.Time
+	seen := map[string]bool{}
+	for _, m := range o.deliveries {
+		// A redelivery (at least once) is counted once.
+		if src := header(m, "capper-source"); campaignOf(m) == "dropped" && !seen[src] {
+			seen[src] = true
+			released = append(released, headerTime(t, m, dispatch.HeaderReleasedAt))
+		}
+	}
+	slices.SortFunc(released, func(a, b time.Time) int { return a.Compare(b) })
+	if len(released) != 600 || released[len(released)-1].Sub(released[0]) > 2500*time.Millisecond {
+		t.Errorf("%d of the 600 intents held for the dropped budget delivered, released from %s to %s: want all, faster than the budget's 3 s",
+			len(released), released[0].Format(time.RFC3339Nano), released[len(released)-1].Format(time.RFC3339Nano))
+	}
 	for _, m := range o.deliveries {
 		lane := header(m, dispatch.HeaderLane)
 		switch c := campaignOf(m); {

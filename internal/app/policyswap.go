@@ -79,6 +79,6 @@ func (s *policySwap) installPacing(c *consumer) {
 		if err := into(ctx, l); err != nil {
 			return err
 		}
-		return c.pacer.apply(c.reader, l.Version, set)
+		return c.pacer.apply(ctx, c.reader, l.Version, set)
 	}
 }

@@ -62,10 +62,9 @@ func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message) (n 
 				k++
 			}
 			b := set.Budgets()[place.Budget]
-			if n, err = g.Pacer.Acquire(ctx, b.Name, place.Lane, k); err != nil {
+			if n, now, err = g.Pacer.Release(ctx, b.Name, place.Lane, k); err != nil {
 				return 0, err
 			}
-			now = g.Pacer.o.Now()
 		}
 	}
 	stamp := []byte(now.UTC().Format("2006-01-02T15:04:05.000Z07:00"))

@@ -38,14 +38,15 @@ type Options struct {
 
 // Tuning. A lane's flag outlives its last ask by LaneTTL: long enough for a
 // waiting lane to ask again (waits are at most maxWait), short enough that
-// a lane with nothing left gives way at once. Tokens unspent after poolTTL
-// are dropped, so that tokens are spent when they were granted (what
-// bounds a second's releases to the rate and the burst).
+// a lane with nothing left gives way at once. Tokens unspent poolTTL after
+// they became valid are dropped: a release is then at most 10 ms after
+// its token's time, which bounds any second's releases to 1.01 times the
+// rate, plus the burst.
 const (
 	DefaultLaneTTL = 100 * time.Millisecond
 	maxWait        = 80 * time.Millisecond
 	minWait        = time.Millisecond
-	poolTTL        = 100 * time.Millisecond
+	poolTTL        = 10 * time.Millisecond
 	retryAfter     = 250 * time.Millisecond // after a failed lease (Redis unreachable)
 	// ahead is how far into the bucket's future a lease may be granted:
 	// room for several workers' next unit (a unit is 50 ms of the rate).
@@ -174,8 +175,15 @@ func (b *bucket) top() (lane, ask int) {
 // the n records waiting at its head may go now (1 to n). A budget the
 // policy no longer has releases all n at once.
 func (p *Pacer) Acquire(ctx context.Context, budget string, lane, n int) (int, error) {
+	k, _, err := p.Release(ctx, budget, lane, n)
+	return k, err
+}
+
+// Release is Acquire, and says when the tokens were taken: the release's
+// time (within poolTTL of when the tokens became valid).
+func (p *Pacer) Release(ctx context.Context, budget string, lane, n int) (k int, at time.Time, err error) {
 	if n < 1 {
-		return 0, fmt.Errorf("pacing: acquire %d tokens of %s", n, budget)
+		return 0, time.Time{}, fmt.Errorf("pacing: acquire %d tokens of %s", n, budget)
 	}
 	b := p.bucket(budget)
 	b.mu.Lock()
@@ -190,7 +198,7 @@ func (p *Pacer) Acquire(ctx context.Context, budget string, lane, n int) (int, e
 	for {
 		bud, ok := p.set.Load().Budget(budget)
 		if !ok {
-			return n, nil
+			return n, p.o.Now(), nil
 		}
 		now := p.o.Now()
 		if b.pool > 0 && now.Sub(b.poolAt) > poolTTL {
@@ -203,16 +211,16 @@ func (p *Pacer) Acquire(ctx context.Context, budget string, lane, n int) (int, e
 			k := min(n, b.pool)
 			b.pool -= k
 			p.m.released.WithLabelValues(budget, bud.Lanes[min(lane, len(bud.Lanes)-1)].Name).Add(float64(k))
-			return k, nil
+			return k, now, nil
 		}
 		if b.leasing || b.higher(lane) {
 			if err := b.wait(ctx); err != nil {
-				return 0, err
+				return 0, time.Time{}, err
 			}
 			continue
 		}
 		if err := p.lease(ctx, b, bud); err != nil {
-			return 0, err
+			return 0, time.Time{}, err
 		}
 	}
 }
@@ -270,8 +278,13 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 	if err != nil {
 		b.credit += req.Credit // not returned: with the next call
 	} else {
+		now := p.o.Now()
+		if b.pool > 0 && now.Sub(b.poolAt) > poolTTL {
+			p.m.unused.WithLabelValues(bud.Name).Add(float64(b.pool))
+			b.pool = 0
+		}
 		b.pool += l.Granted
-		b.poolAt = p.o.Now()
+		b.poolAt = now
 	}
 	b.broadcast()
 	return serr
