@@ -17,6 +17,7 @@ import (
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/policy"
 )
 
@@ -46,7 +47,11 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 	if err := checkTopics(ctx, admin, &cfg.Kafka); err != nil {
 		return nil, err
 	}
-	if err := checkTopicSettings(ctx, admin, &cfg.Kafka, log); err != nil {
+	var lanes *pacing.Set // the lanes' topics are checked with the others
+	if cfg.Kafka.Topics.Lanes != "" {
+		lanes = budgets(pol)
+	}
+	if err := checkTopicSettings(ctx, admin, &cfg.Kafka, lanes, log); err != nil {
 		return nil, err
 	}
 	lags, err := newLagReporters(admin, cfg, reg, log)

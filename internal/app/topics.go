@@ -108,8 +108,8 @@ func topicsAdmin(cfg *config.Config, log *slog.Logger) (*kafka.Client, error) {
 // (a delay tier with fewer partitions than the input, a control topic that
 // is not compacted, ...: topics.Check), naming each and its fix; a warning
 // is logged. The missing topics were refused before (checkTopics).
-func checkTopicSettings(ctx context.Context, admin topics.Admin, k *config.Kafka, log *slog.Logger) error {
-	r, err := topics.Check(ctx, admin, topics.CheckOptions{Kafka: k, Fix: "capper topics create --config FILE"})
+func checkTopicSettings(ctx context.Context, admin topics.Admin, k *config.Kafka, lanes *pacing.Set, log *slog.Logger) error {
+	r, err := topics.Check(ctx, admin, topics.CheckOptions{Kafka: k, Budgets: lanes, Fix: "capper topics create --config FILE --policy FILE"})
 	if err != nil {
 		return fmt.Errorf("kafka topics: %w", err)
 	}
