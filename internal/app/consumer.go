@@ -62,22 +62,11 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 	for i, t := range cfg.Kafka.DelayTiers {
 		tiers[i] = t.Topic
 	}
-	pc, err := newPacer(cfg, rdb, admin, reg, log, now)
-	if err != nil {
-		return nil, err
-	}
 	copts := dispatch.ConsumerOptions{Kafka: kopts, Input: cfg.Kafka.Topics.Input,
 		Status: cfg.Kafka.Topics.DeliveryStatus, Tiers: tiers, DelayGroupID: cfg.Kafka.DelayGroup(), Now: now, Sleep: sleep}
-	if pc != nil {
-		set := budgets(pol)
-		if err := pc.checkLanes(ctx, set); err != nil {
-			return nil, configError{err}
-		}
-		if copts.Lanes, err = pc.toRead(ctx, set); err != nil {
-			return nil, err
-		}
-		pc.SetBudgets(set)
-		copts.LanePrefix, copts.Gate = pc.prefix, pc.gate.Pass
+	pc, err := startPacer(ctx, cfg, pol, rdb, admin, &copts, reg, log, now)
+	if err != nil {
+		return nil, err
 	}
 	writers, err := newWriters(kopts, cfg.Kafka.Topics, cfg.Kafka.DelayTiers)
 	if err != nil {

@@ -53,6 +53,27 @@ func newPacer(cfg *config.Config, rdb redis.UniversalClient, admin *kafka.Client
 	return pc, nil
 }
 
+// startPacer is the worker's pacing (nil without kafka.topics.lanes) with
+// the budgets of the first policy version, and the delay group's lanes and
+// gate in copts.
+func startPacer(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb redis.UniversalClient, admin *kafka.Client,
+	copts *dispatch.ConsumerOptions, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*pacer, error) {
+	pc, err := newPacer(cfg, rdb, admin, reg, log, now)
+	if pc == nil || err != nil {
+		return nil, err
+	}
+	set := budgets(pol)
+	if err := pc.checkLanes(ctx, set); err != nil {
+		return nil, configError{err}
+	}
+	if copts.Lanes, err = pc.toRead(ctx, set); err != nil {
+		return nil, err
+	}
+	pc.SetBudgets(set)
+	copts.LanePrefix, copts.Gate = pc.prefix, pc.gate.Pass
+	return pc, nil
+}
+
 // budgets is the set of a policy version, with its exempt categories.
 func budgets(l *policy.Loaded) *pacing.Set {
 	return l.Budgets.WithExempt(l.Rules.ExemptCategories)

@@ -207,6 +207,17 @@ func (w *Worker) settlePacing(e *entry) {
 	}
 }
 
+// holdRecord adds a kindHold entry's lane record to o: the input's key and
+// value, in the partition of its user's input partition.
+func (w *Worker) holdRecord(o *outputs, hb *headerBuilder, m *kafka.Message, e *entry) {
+	if o.held == nil {
+		o.held = map[string][]kafka.Message{}
+	}
+	w.o.Pacer.Held(e.held.budget, e.held.lane, 1)
+	o.held[e.held.topic] = append(o.held[e.held.topic], kafka.Message{Key: nonNull(m.Key), Value: nonNull(m.Value),
+		Headers: hb.heldHeaders(m, e), Partition: e.home})
+}
+
 // heldHeaders are a lane record's headers: the input's own (not capper-*),
 // when it was held and where, what the gate reads (campaign, send_by), a
 // deferral it carries from the delay tiers, and its input record.

@@ -76,12 +76,7 @@ func (w *Worker) route(b *batch) outputs {
 	for i := range b.msgs {
 		m, e := &b.msgs[i], &b.entries[i]
 		if e.kind == kindHold {
-			if o.held == nil {
-				o.held = map[string][]kafka.Message{}
-			}
-			w.o.Pacer.Held(e.held.budget, e.held.lane, 1)
-			o.held[e.held.topic] = append(o.held[e.held.topic], kafka.Message{Key: nonNull(m.Key), Value: nonNull(m.Value),
-				Headers: hb.heldHeaders(m, e), Partition: e.home})
+			w.holdRecord(&o, hb, m, e)
 			continue
 		}
 		if dst[i] == none {

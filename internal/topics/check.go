@@ -207,14 +207,32 @@ func verdict(t Topic, b broker, input int, o CheckOptions) Finding {
 		f.Problems = append(f.Problems, fmt.Sprintf("%d %s, the input %s has %d: %s must be co-partitioned with the input (at least as many partitions); give it %d: kafka-topics.sh --bootstrap-server %s --alter --topic %s --partitions %d (or recreate it)",
 			b.partitions, plural(b.partitions, "partition"), o.Kafka.Topics.Input, input, what, input, brokers, t.Name, input))
 	}
-	if t.Kind == Lane && b.configsErr == nil {
+	retention(&f, t, b, setConfig)
+	switch {
+	case len(f.Problems) > 0:
+		f.State = Wrong
+	case len(f.Warnings) > 0:
+		f.State = Warn
+	default:
+		f.State = OK
+	}
+	return f
+}
+
+// retention checks the retention of a lane (a warning below LaneRetention)
+// and of a delay tier (above its delay, with TierRetentionMargin).
+func retention(f *Finding, t Topic, b broker, setConfig func(kv string) string) {
+	if b.configsErr != nil {
+		return
+	}
+	if t.Kind == Lane {
 		if ret, ok := durationMs(b.configs["retention.ms"]); ok && ret >= 0 && ret < LaneRetention {
 			f.Warnings = append(f.Warnings, fmt.Sprintf("retention.ms is %d (%s): held intents waiting longer (a budget below its traffic, workers stopped) are lost; set it to %s (7 days) or more: %s",
 				ret.Milliseconds(), ret, ms(LaneRetention), setConfig("retention.ms="+ms(LaneRetention))))
 		}
 	}
 	if t.Kind == Tier {
-		if ret, ok := durationMs(b.configs["retention.ms"]); ok && ret >= 0 && b.configsErr == nil {
+		if ret, ok := durationMs(b.configs["retention.ms"]); ok && ret >= 0 {
 			want := ms(max(MinTierRetention, t.Delay+TierRetentionMargin))
 			switch {
 			case ret <= t.Delay:
@@ -226,15 +244,6 @@ func verdict(t Topic, b broker, input int, o CheckOptions) Finding {
 			}
 		}
 	}
-	switch {
-	case len(f.Problems) > 0:
-		f.State = Wrong
-	case len(f.Warnings) > 0:
-		f.State = Warn
-	default:
-		f.State = OK
-	}
-	return f
 }
 
 // durationMs reads a config value in milliseconds (-1 stays -1 ms).
