@@ -126,6 +126,8 @@ func schemaDiff(root map[string]any, typ reflect.Type, node map[string]any, path
 		wantType("boolean")
 	case typ.Kind() == reflect.Int, typ.Kind() == reflect.Int64:
 		wantType("integer")
+	case typ.Kind() == reflect.Float64:
+		wantType("number")
 	default:
 		problems = append(problems, fmt.Sprintf("%s: Go type %s not handled by this test", path, typ))
 	}
@@ -281,7 +283,7 @@ func renderConfig(t *testing.T, chart string, data []byte, sets ...string) (stri
 
 var (
 	lineRE  = regexp.MustCompile(`^line (\d+): `)
-	ownerRE = regexp.MustCompile(` \((segment|limit) "[^"]*"\)`)
+	ownerRE = regexp.MustCompile(` \((segment|limit|budget|lane) "[^"]*"\)`)
 )
 
 // capperKey returns the key config.Parse's first error is about, as a path
@@ -550,6 +552,16 @@ func TestChartConfigAgreesWithCapper(t *testing.T) {
 		{config: `kafka: {session_timeout: 3001ms}`},
 		{config: `kafka: {heartbeat_interval: 1m}`},
 		{config: `kafka: {max_intent_bytes: 0}`},
+		// send pacing: the lanes' prefix
+		{config: `kafka: {topics: {lanes: send-intents-lanes}}`},
+		{config: `kafka: {topics: {lanes: "a b"}}`},
+		{config: `kafka: {topics: {lanes: "` + long("a", 151) + `"}}`},
+		{config: `kafka: {topics: {lanes: send-intents}}`},
+		{config: `kafka: {topics: {lanes: send}, delay_tiers: [{delay: 1m, topic: send.delay}]}`},
+		{config: `kafka: {topics: {lanes: x}, delay_group_id: capper}`},
+		{config: `kafka: {delay_tiers: [{delay: 1m, topic: t}], delay_group_id: capper}`},
+		{config: `kafka: {topics: {lanes: x}, delay_group_id: capper-lanes}`},
+		{config: `kafka: {delay_group_id: capper}`},
 		// redis
 		{config: `redis: {mode: replica}`},
 		{config: `redis: {addrs: []}`},
@@ -669,6 +681,34 @@ func TestChartConfigAgreesWithCapper(t *testing.T) {
 		{config: limit(`{name: d, window: 1d, max: 1, channel: sms, where: {channels: [sms]}}`)},
 		{config: limit(`{name: d, window: 1d, max: 1, channel: sms, where: {tags: [promo]}}`)},
 		{config: `capping: {categories: [marketing, news], default_policy: {limits: [{name: d, window: 1d, max: 1, where: {categories: [news]}}]}}`},
+		// send pacing: budgets under capping
+		{config: `capping: {budgets: []}`},
+		{config: `capping: {budgets: [{name: push-fcm, rate: 0.5, burst: 3, channels: [push], routes: [fcm, apns.v2], lanes: [{name: urgent, min_priority: high}, {name: mid, min_priority: "40"}, {name: bulk}]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, channels: [push]}, {name: b, rate: 5, channels: [sms]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5}, {name: b, rate: 5, channels: [sms]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, channels: [push, sms]}, {name: b, rate: 5, channels: [sms]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, channels: [push, sms]}, {name: b, rate: 5}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, routes: [fcm]}, {name: b, rate: 5, routes: [fcm]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, routes: [fcm]}, {name: b, rate: 5}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, channels: [push]}, {name: b, rate: 5, channels: [push], routes: [fcm, apns]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, routes: [fcm]}, {name: b, rate: 5, routes: [fcm, apns]}]}`},
+		{config: `capping: {budgets: [{name: a}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 0}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 10000001}]}`},
+		{config: `capping: {budgets: [{rate: 5}]}`},
+		{config: `capping: {budgets: [{name: Push, rate: 5}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, burst: -1}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, channels: [fax]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, channels: [push, push]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, routes: [FCM]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, channels: [sms]}, {name: a, rate: 5, channels: [push]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, lanes: [{name: u, min_priority: high}, {name: u}]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, lanes: [{name: u}, {name: b}]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, lanes: [{name: u, min_priority: high}, {name: b, min_priority: low}]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, lanes: [{name: u, min_priority: normal}, {name: m, min_priority: "60"}, {name: b}]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, lanes: [{name: u, min_priority: "0"}, {name: b}]}]}`},
+		{config: `capping: {budgets: [{name: a, rate: 5, lanes: [{name: u, min_priority: urgent}, {name: b}]}]}`},
+		{config: "capping:\n  budgets:\n    - name: a\n      rate: 5\n      lanes:\n        - name: u\n          min_priorty: high\n        - name: b"},
 		// segments
 		{config: `segments: {source: ""}`},
 		{config: `segments: {source: "", required: false}`},

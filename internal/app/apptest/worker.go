@@ -4,6 +4,7 @@
 package apptest
 
 import (
+	"bytes"
 	"context"
 	"maps"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/demo"
 	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/testenv"
 )
 
@@ -38,14 +41,15 @@ type Metrics struct {
 
 // WorkerMetrics runs a real worker (app.Run on configs/capper.yaml with
 // every optional part on: a delay tier, refunds, campaign control, a plan
-// store) against redis-server, kfake and a directory snapshot until it is
-// up, gathers its registry, stops it, and returns what it registered.
+// store, send pacing with a budget of two lanes) against redis-server,
+// kfake and a directory snapshot until it is up, gathers its registry,
+// stops it, and returns what it registered.
 func WorkerMetrics(t testing.TB) Metrics {
 	t.Helper()
 	ctx := context.Background()
 	cfg := workerConfig(t)
 	rds := testenv.StartRedis(t, testenv.RedisOptions{})
-	kafka := testenv.StartKafka(t, 2, topicsOf(cfg))
+	kafka := testenv.StartKafka(t, 2, topicsOf(t, cfg))
 	dir := t.TempDir()
 	store, err := objstore.Open(ctx, dir, objstore.Options{})
 	if err != nil {
@@ -105,16 +109,36 @@ func WorkerMetrics(t testing.TB) Metrics {
 	// process collectors: otherwise every check of the callers would fail
 	// for the wrong reason.
 	for _, must := range []string{"capper_intents_total", "capper_redis_errors_total", "capper_snapshot_age_seconds",
-		"capper_refunds_total", "capper_plans_active", "go_goroutines"} {
+		"capper_refunds_total", "capper_plans_active", "capper_pacing_oldest_wait_seconds", "go_goroutines"} {
 		if !m.Families[must] {
 			t.Fatalf("the worker registered no %s: the recorder missed the components' metrics (%v)", must, slices.Sorted(maps.Keys(m.Families)))
 		}
 	}
+	// A budget's series appear once its policy is in force.
+	if m.Types["capper_pacing_budget_rate"] == "" {
+		t.Fatalf("the worker shows no budget (capper_pacing_budget_rate): the policy's budgets are not in force")
+	}
 	return m
 }
 
+// laneTopics is the prefix of the lane topics (kafka.topics.lanes).
+const laneTopics = "send-intents-lanes"
+
+// budgets replaces the example policy's empty budgets: one budget of two
+// lanes, so that every pacing metric is registered and a budget's series
+// are shown.
+const budgets = `budgets:
+  - name: push-fcm
+    rate: 100
+    channels: [push]
+    lanes:
+      - {name: urgent, min_priority: high}
+      - {name: bulk}
+`
+
 // workerConfig is configs/capper.yaml with every optional part on, the
-// policy configs/policy.yaml (in a file), and what kfake needs.
+// policy configs/policy.yaml with a budget (in a file), and what kfake
+// needs.
 func workerConfig(t testing.TB) *config.Config {
 	t.Helper()
 	cfg, err := config.Parse(configs.Example(), nil)
@@ -124,31 +148,50 @@ func workerConfig(t testing.TB) *config.Config {
 	cfg.Kafka.DelayTiers = []config.DelayTier{{Delay: config.Duration(time.Minute), Topic: "send-intents-delay-1m"}}
 	cfg.Kafka.Topics.DeliveryStatus = "delivery-status"
 	cfg.Kafka.Topics.Control = testenv.ControlTopic
+	cfg.Kafka.Topics.Lanes = laneTopics
 	cfg.Kafka.SessionTimeout = config.Duration(6 * time.Second) // kfake's minimum
 	cfg.Kafka.RebalanceTimeout = config.Duration(6 * time.Second)
 	cfg.Plans.Source = t.TempDir() // an empty plan store: the plans' metrics registered
 	cfg.HTTP.Address = "127.0.0.1:0"
+	pol, ok := bytes.CutSuffix(configs.ExamplePolicy(), []byte("\nbudgets: []\n"))
+	if !ok {
+		t.Fatal("configs/policy.yaml no longer ends with `budgets: []`: give WorkerMetrics' policy its budget another way")
+	}
 	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policyFile, configs.ExamplePolicy(), 0o644); err != nil {
+	if err := os.WriteFile(policyFile, append(pol, "\n"+budgets...), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Policy.Source = "file://" + policyFile
 	return cfg
 }
 
-// topicsOf are the topics cfg names.
-func topicsOf(cfg *config.Config) []string {
+// topicsOf are the topics cfg names, and the lane topics of its policy's
+// budgets (kafka.topics.lanes is their prefix, not a topic).
+func topicsOf(t testing.TB, cfg *config.Config) []string {
+	t.Helper()
 	var topics []string
 	v := reflect.ValueOf(cfg.Kafka.Topics)
 	for i := range v.NumField() {
-		if s, ok := v.Field(i).Interface().(string); ok && s != "" {
+		if s, ok := v.Field(i).Interface().(string); ok && s != "" && v.Type().Field(i).Name != "Lanes" {
 			topics = append(topics, s)
 		}
 	}
 	for _, d := range cfg.Kafka.DelayTiers {
 		topics = append(topics, d.Topic)
 	}
-	return topics
+	data, err := os.ReadFile(strings.TrimPrefix(cfg.Policy.Source, "file://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := policy.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, ps := doc.Pacing()
+	if len(ps) > 0 || set.Len() == 0 {
+		t.Fatalf("the policy's budgets: %v (%d budgets)", ps, set.Len())
+	}
+	return append(topics, set.Topics(cfg.Kafka.Topics.Lanes)...)
 }
 
 // recorder is a prometheus.Registerer that notes the names of every

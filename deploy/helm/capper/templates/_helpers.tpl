@@ -368,6 +368,27 @@ capping.Rules.Problems) */ -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* Send pacing: the lane topics' prefix takes no other topic; the
+delay group is the tiers' and the lanes'. */ -}}
+{{- with $c.kafka.topics.lanes -}}
+{{- $lanes := . -}}
+{{- $others := dict -}}
+{{- range $key := list "input" "deliveries" "suppressed" "dead_letter" "delivery_status" "control" -}}
+{{- with get $c.kafka.topics $key -}}{{- $_ := set $others . (printf "kafka.topics.%s" $key) -}}{{- end -}}
+{{- end -}}
+{{- range $i, $t := $tiers -}}
+{{- with $t.topic -}}{{- $_ := set $others . (printf "kafka.delay_tiers[%d].topic" $i) -}}{{- end -}}
+{{- end -}}
+{{- range $name, $key := $others -}}
+{{- if hasPrefix (printf "%s." $lanes) $name -}}
+{{- fail (printf "config.kafka.topics.lanes: %q would take %s (%q) for a lane" $lanes $key $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $delayGroup := dig "delay_group_id" "" $c.kafka -}}
+{{- if and (or $tiers $c.kafka.topics.lanes) $delayGroup (eq $delayGroup $c.kafka.group_id) -}}
+{{- fail (printf "config.kafka.delay_group_id: %q is also kafka.group_id: the tiers and lanes need a group of their own" $delayGroup) -}}
+{{- end -}}
 {{- with $c.control -}}{{- with .max_pause -}}
 {{- $ms := include "capper.durationMillis" (list "control.max_pause" .) | atoi -}}
 {{- if or (lt $ms 60000) (gt $ms 604800000) -}}
@@ -407,6 +428,7 @@ capping.Rules.Problems) */ -}}
 {{- with $capping.default_policy -}}
 {{- include "capper.validateLimits" (dict "key" "capping.default_policy.limits" "owner" "default policy" "limits" (.limits | default list) "channels" $channels "categories" $categories) -}}
 {{- end -}}
+{{- include "capper.validateBudgets" (dict "budgets" ($capping.budgets | default list) "channels" $channels) -}}
 
 {{- /* segments */ -}}
 {{- $seg := $c.segments -}}
@@ -519,6 +541,72 @@ none, as in capper. */ -}}
 {{- range $j, $tag := $where.tags | default list -}}
 {{- if gt (len $tag) 64 -}}
 {{- fail (printf "config.%s.where.tags[%d]: %q must be 1 to 64 bytes of printable characters %s" $key $j $tag $what) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The budgets of a policy under capping (send pacing; package policy's
+budgets.go), what the schema cannot see of each key alone: names listed
+twice, channels of the policy, the lanes' min_priority, a budget after one
+that covers every intent it covers. Call with (dict "budgets" LIST
+"channels" LIST). */}}
+{{- define "capper.validateBudgets" -}}
+{{- $names := dict -}}
+{{- $priorities := dict "low" 25 "normal" 50 "high" 75 -}}
+{{- range $i, $b := .budgets -}}
+{{- $key := printf "capping.budgets[%d]" $i -}}
+{{- $name := toString $b.name -}}
+{{- if hasKey $names $name -}}
+{{- fail (printf "config.%s.name: budget %q is listed twice" $key $name) -}}
+{{- end -}}
+{{- $_ := set $names $name true -}}
+{{- range $j, $ch := $b.channels | default list -}}
+{{- if not (has $ch $.channels) -}}
+{{- fail (printf "config.%s.channels[%d]: %q is not one of the channels (%s)" $key $j $ch (join ", " $.channels)) -}}
+{{- end -}}
+{{- end -}}
+{{- $lanes := $b.lanes | default list -}}
+{{- $laneNames := dict -}}
+{{- $prev := 0 -}}
+{{- range $j, $l := $lanes -}}
+{{- $lane := printf "%s.lanes[%d]" $key $j -}}
+{{- $laneName := toString $l.name -}}
+{{- if hasKey $laneNames $laneName -}}
+{{- fail (printf "config.%s.name: lane %q is listed twice" $lane $laneName) -}}
+{{- end -}}
+{{- $_ := set $laneNames $laneName true -}}
+{{- $min := toString (dig "min_priority" "" $l) -}}
+{{- if eq $j (sub (len $lanes) 1) -}}
+{{- if $min -}}
+{{- fail (printf "config.%s.min_priority: the last lane takes every priority the lanes before leave: leave min_priority out" $lane) -}}
+{{- end -}}
+{{- else if not $min -}}
+{{- fail (printf "config.%s.min_priority: is required on every lane but the last: the lowest priority the lane takes (low, normal, high or 1-100)" $lane) -}}
+{{- else -}}
+{{- $p := get $priorities $min | default (atoi $min) | int -}}
+{{- if and $prev (ge $p $prev) -}}
+{{- fail (printf "config.%s.min_priority: %s must be below the lane before's: lanes go from the highest priority down" $lane $min) -}}
+{{- end -}}
+{{- $prev = $p -}}
+{{- end -}}
+{{- end -}}
+{{- /* Shadowed: an earlier budget covers its channels (every channel of
+the policy when it lists none) and its routes (any route when it lists
+none). */ -}}
+{{- $chans := $b.channels | default $.channels -}}
+{{- $routes := $b.routes | default list -}}
+{{- range $j, $e := slice $.budgets 0 $i -}}
+{{- $covers := true -}}
+{{- with $e.channels -}}
+{{- range $ch := $chans -}}{{- if not (has $ch $e.channels) -}}{{- $covers = false -}}{{- end -}}{{- end -}}
+{{- end -}}
+{{- with $e.routes -}}
+{{- if not $routes -}}{{- $covers = false -}}{{- end -}}
+{{- range $r := $routes -}}{{- if not (has $r $e.routes) -}}{{- $covers = false -}}{{- end -}}{{- end -}}
+{{- end -}}
+{{- if $covers -}}
+{{- fail (printf "config.%s: can never pace an intent: budget %q (budgets[%d]) comes first and covers every intent it covers" $key (toString $e.name) $j) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
