@@ -1,7 +1,8 @@
 package app
 
 // capper replay: what a policy would have done on past traffic. The
-// policies are read like `capper policy check` reads them, the snapshot
+// policies are read like `capper policy check` reads them (with their
+// budgets, which pace the replay as they pace the worker), the snapshot
 // like the worker loads it; internal/replay does the rest, in memory.
 
 import (
@@ -48,6 +49,8 @@ type ReplayOptions struct {
 	Progress io.Writer
 	// Observe sees every record and its decisions (tests).
 	Observe func(rec *replay.Record, ds []replay.Outcome)
+	// Released sees every paced intent when its budget releases it (tests).
+	Released func(side string, r *replay.Release)
 }
 
 // DefaultIdempotencyWindow is the worker config's default.
@@ -71,7 +74,7 @@ func Replay(ctx context.Context, o ReplayOptions, log *slog.Logger) (*replay.Rep
 	if err != nil {
 		return nil, err
 	}
-	ro := replay.Options{Candidate: *cand, IdempotencyWindow: o.IdempotencyWindow, Observe: o.Observe}
+	ro := replay.Options{Candidate: *cand, IdempotencyWindow: o.IdempotencyWindow, Observe: o.Observe, Released: o.Released}
 	if o.Baseline != "" {
 		if ro.Baseline, err = replayPolicy("--baseline", o.Baseline); err != nil {
 			return nil, err
@@ -128,7 +131,7 @@ func replayPolicy(flag, path string) (*replay.Policy, error) {
 	return &replay.Policy{Name: path, Rules: rules, Decoder: dispatch.DecoderOptions{
 		Channels: d.Channels, Categories: d.Categories, DefaultCategory: d.DefaultCategory,
 		MaxBytes: config.Default().Kafka.MaxIntentBytes,
-	}}, nil
+	}, Budgets: d.PacingSet().WithExempt(rules.ExemptCategories)}, nil
 }
 
 // splitSnapshot reads STORE@version; an @ that is not followed by a

@@ -2,6 +2,9 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/capper-dev/capper/configs"
 	"github.com/capper-dev/capper/internal/app"
+	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/demo"
 	"github.com/capper-dev/capper/internal/replay"
 )
@@ -262,4 +266,176 @@ func TestReplayKafka(t *testing.T) {
 		t.Fatalf("the stream did not exercise every outcome: %v", counts)
 	}
 	t.Logf("live %v; replay of %s agrees on all %d intents", counts, src, len(live))
+}
+
+// TestReplayBudgets: the example policy with two budgets (push through
+// fcm at 10 a second, burst 3, urgent and bulk lanes; sms at 5 a second)
+// against the example policy as it is, on two minutes of generated
+// traffic. The baseline paces nothing; the candidate releases each
+// budget's intents at most rate + burst in any second, an urgent intent
+// never after a bulk one that it waited beside, each lane in arrival
+// order, and decides each at its release; none is delivered after its
+// send-by; exempt intents never wait; every intent ends counted once.
+func TestReplayBudgets(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(base, configs.ExamplePolicy(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cand := filepath.Join(dir, "paced.yaml")
+	budgets := `budgets:
+  - name: push-fcm
+    rate: 10
+    burst: 3
+    channels: [push]
+    routes: [fcm]
+    lanes:
+      - {name: urgent, min_priority: high}
+      - {name: bulk}
+  - {name: sms, rate: 5, channels: [sms]}
+`
+	doc := strings.Replace(string(configs.ExamplePolicy()), "budgets: []\n", budgets, 1)
+	if doc == string(configs.ExamplePolicy()) {
+		t.Fatal("the example policy has no `budgets: []` line to replace")
+	}
+	if err := os.WriteFile(cand, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	start := time.Date(2026, 11, 18, 13, 17, 0, 0, time.UTC)
+	sendBy := map[string]time.Time{}
+	var lines []string
+	at := start
+	for i := range 4000 {
+		at = at.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
+		id := fmt.Sprintf("i%d", i)
+		ch := []string{"push", "push", "push", "sms", "email"}[rng.IntN(5)]
+		extra := ""
+		if ch == "push" {
+			extra += fmt.Sprintf(`,"route":%q`, []string{"fcm", "fcm", "apns"}[rng.IntN(3)])
+		}
+		extra += fmt.Sprintf(`,"priority":%q`, []string{"low", "normal", "normal", "high"}[rng.IntN(4)])
+		if rng.IntN(20) == 0 {
+			extra += `,"category":"transactional"`
+		}
+		if rng.IntN(8) == 0 {
+			by := at.Add(time.Duration(1+rng.IntN(60)) * time.Second)
+			sendBy[id] = by
+			extra += fmt.Sprintf(`,"send_by":%q`, by.Format(time.RFC3339Nano))
+		}
+		lines = append(lines, fmt.Sprintf(`{"id":%q,"user_id":%d,"campaign_id":"c%d","channel":%q,"created_at":%q%s}`,
+			id, 1+rng.IntN(3000), rng.IntN(4), ch, at.Format(time.RFC3339Nano), extra))
+	}
+	intents := filepath.Join(dir, "intents.jsonl")
+	if err := os.WriteFile(intents, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	type release struct {
+		*replay.Release
+		n int // order of release
+	}
+	var rels []release
+	held := map[string]string{} // intent -> budget/lane it waited in
+	exempt := 0
+	rep, err := app.Replay(context.Background(), app.ReplayOptions{Policy: cand, Baseline: base, From: intents,
+		Observe: func(rec *replay.Record, ds []replay.Outcome) {
+			var v struct{ ID, Category string }
+			_ = json.Unmarshal(rec.Value, &v)
+			if ds[0].Held || ds[0].Lane != "" {
+				t.Errorf("%s: the baseline has no budgets: %+v", v.ID, ds[0])
+			}
+			switch o := ds[1]; {
+			case v.Category == "transactional" && (o.Held || o.Decision.Outcome == capping.Deferred):
+				t.Errorf("%s: an exempt intent waited: %+v", v.ID, o)
+			case v.Category == "transactional":
+				exempt++
+			case o.Held:
+				held[v.ID] = o.Lane
+			case o.Lane != "" && (o.Decision.Outcome != capping.Cancelled || o.Decision.Reason != capping.ReasonExpired):
+				t.Errorf("%s: paced but not held: %+v", v.ID, o)
+			}
+		},
+		Released: func(side string, r *replay.Release) {
+			if side != "candidate" {
+				t.Errorf("side %s released %s", side, r.IntentID)
+			}
+			c := *r
+			rels = append(rels, release{&c, len(rels)})
+		}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, c := rep.Sides[0], rep.Sides[1]
+	if len(b.Budgets) != 0 || len(c.Budgets) != 2 || exempt == 0 {
+		t.Fatalf("budgets: baseline %d, candidate %d; %d exempt intents", len(b.Budgets), len(c.Budgets), exempt)
+	}
+	for _, s := range rep.Sides {
+		if s.Allowed+s.Capped+s.Duplicate+s.Exempt+s.Invalid+s.Cancelled+s.Waiting != s.Intents || s.Intents != 4000 {
+			t.Errorf("%s: the outcomes do not add up to the intents: %+v", s.Side, s)
+		}
+	}
+	if len(rels) != len(held) {
+		t.Errorf("%d intents held, %d released", len(held), len(rels))
+	}
+	rates := map[string]float64{"push-fcm": 10, "sms": 5}
+	bursts := map[string]int{"push-fcm": 3, "sms": 1}
+	last := map[string]time.Time{} // per lane: the last release's held-since
+	var tokens = map[string][]time.Time{}
+	for _, r := range rels {
+		lane := r.Budget + "/" + r.Lane
+		if held[r.IntentID] != lane {
+			t.Errorf("%s released from %s, held in %q", r.IntentID, lane, held[r.IntentID])
+		}
+		if !r.Decision.At.Equal(r.ReleasedAt) || r.ReleasedAt.Before(r.HeldSince) {
+			t.Errorf("%s: held %s, released %s, decided %s", r.IntentID, r.HeldSince, r.ReleasedAt, r.Decision.At)
+		}
+		if r.HeldSince.Before(last[lane]) {
+			t.Errorf("%s: lane %s released it (held %s) after one held at %s", r.IntentID, lane, r.HeldSince, last[lane])
+		}
+		last[lane] = r.HeldSince
+		if by, ok := sendBy[r.IntentID]; ok && r.ReleasedAt.After(by) && r.Decision.Outcome != capping.Cancelled {
+			t.Errorf("%s: send-by %s, released %s as %s", r.IntentID, by, r.ReleasedAt, r.Decision.Outcome)
+		}
+		if r.Token {
+			tokens[r.Budget] = append(tokens[r.Budget], r.ReleasedAt)
+		}
+		if r.Lane != "bulk" {
+			continue
+		}
+		// No urgent intent waited while this bulk one was released.
+		for _, u := range rels[r.n+1:] {
+			if u.Budget == r.Budget && u.Lane == "urgent" && u.HeldSince.Before(r.ReleasedAt) {
+				t.Fatalf("bulk %s released at %s before urgent %s, waiting since %s", r.IntentID, r.ReleasedAt, u.IntentID, u.HeldSince)
+			}
+		}
+	}
+	for budget, ts := range tokens {
+		for i, a := range ts {
+			n := 0
+			for _, x := range ts[i:] {
+				if x.Sub(a) < time.Second {
+					n++
+				}
+			}
+			if max := int(rates[budget]) + bursts[budget]; n > max {
+				t.Fatalf("budget %s: %d releases in the second from %s (rate + burst %d)", budget, n, a, max)
+			}
+		}
+	}
+	for _, bs := range c.Budgets {
+		if bs.Paced == 0 || bs.LongestWaitMs == 0 || bs.DrainEnd.Before(rep.Last) || bs.ExpiredAtArrival == 0 {
+			t.Errorf("budget %+v", bs)
+		}
+	}
+	var out strings.Builder
+	if err := rep.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"budget push-fcm", "budget sms", "lane urgent: longest wait", "drain end", "cancelled"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table has no %q", want)
+		}
+	}
+	t.Logf("\n%s", out.String())
 }

@@ -4,6 +4,8 @@ package replay
 // (on_cap: defer, quiet hours) and decides each again at its due time, as
 // the worker does when the intent comes out of its delay tier (the worker a
 // tier's granularity later at most), before the records decided after it.
+// One a budget paces waits in its lane again when it comes due (pacing.go),
+// as the worker holds it again.
 
 import (
 	"container/heap"
@@ -14,13 +16,18 @@ import (
 	"github.com/capper-dev/capper/internal/capping"
 )
 
-// waiting is one deferred intent of a side.
+// waiting is one deferred intent of a side (or one held in a budget's
+// lane).
 type waiting struct {
-	req capping.Request // its strings its own (a source reuses its buffers)
-	seq int64           // order of deferral: equal due times keep it
+	req   capping.Request // its strings its own (a source reuses its buffers)
+	route string          // its route field (which budget paces it)
+	seq   int64           // order of deferral: equal due times keep it
 	// what its first decision said of plans (Outcome.Own, HeldFor)
 	own     bool
 	heldFor string
+	// decided: it was decided before (a paced intent is not decided when
+	// it arrives; a deferred one is, once)
+	decided bool
 }
 
 // waitQueue is a side's deferred intents, the earliest due first.
@@ -42,18 +49,25 @@ func (q *waitQueue) Pop() any {
 	return w
 }
 
-// hold queues a record's r, deferred as o says, to be decided again at
-// its NotBefore.
-func (s *side) hold(r *capping.Request, o *Outcome) {
-	d := &o.Decision
-	w := waiting{req: *r, own: o.Own, heldFor: strings.Clone(o.HeldFor)}
+// hold queues a record's r (of route), deferred as o says, to be decided
+// again at its NotBefore.
+func (s *side) hold(r *capping.Request, route string, o *Outcome) {
+	w := ownRequest(r, route, o.Own, o.HeldFor)
+	w.decided = true
+	s.requeue(w, &o.Decision)
+}
+
+// ownRequest is r (of route) with its strings its own, to wait.
+func ownRequest(r *capping.Request, route string, own bool, heldFor string) waiting {
+	w := waiting{req: *r, route: strings.Clone(route), own: own, heldFor: strings.Clone(heldFor)}
 	w.req.IntentID, w.req.Channel, w.req.Category = strings.Clone(r.IntentID), strings.Clone(r.Channel), strings.Clone(r.Category)
 	w.req.Campaign, w.req.Segment = strings.Clone(r.Campaign), strings.Clone(r.Segment)
 	w.req.Tags = slices.Clone(r.Tags)
 	for i, t := range w.req.Tags {
 		w.req.Tags[i] = strings.Clone(t)
 	}
-	s.requeue(w, d)
+	w.req.Planned = nil
+	return w
 }
 
 // requeue queues w, deferred (again) by d: its deferral advances as the
@@ -66,22 +80,53 @@ func (s *side) requeue(w waiting, d *capping.Decision) {
 	heap.Push(&s.waiting, w)
 }
 
-// release decides again, in due order, every deferred intent due at or
-// before t; users counts what they end up as.
-func (s *side) release(t time.Time, users *userCounts, i int) {
-	for len(s.waiting) > 0 && !s.waiting[0].req.At.After(t) {
-		w := heap.Pop(&s.waiting).(waiting)
-		d := s.decide(&w.req)
-		if d.Err != nil { // it was valid when first decided
-			d = capping.Decision{Outcome: capping.Invalid}
+// due decides again a deferred intent w that comes due (at w.req.At), or
+// holds it in its budget's lane, as the worker does.
+func (s *side) due(w waiting) {
+	at := w.req.At
+	w.req.ReleaseAt = time.Time{}
+	sim, lane, charge := s.place(&w.req, w.route)
+	if sim != nil {
+		t, late := sim.late(lane, at, w.req.SendBy)
+		if !late {
+			sim.hold(w, lane, at)
+			return
 		}
-		if d.Outcome == capping.Deferred { // its strings are already its own
-			s.stats.Hops++
-			s.requeue(w, &d)
-			continue
-		}
-		o := Outcome{Segment: w.req.Segment, Decision: d, User: w.req.UserID, Priority: w.req.Priority, Own: w.own, HeldFor: w.heldFor}
-		s.stats.count(w.req.Channel, w.req.Campaign, &o)
-		users.add(w.req.UserID, i, d.Outcome == capping.Allowed)
+		w.req.ReleaseAt = t
 	}
+	d := s.decide(&w.req)
+	switch {
+	case sim != nil:
+		sim.expired(&w.req, &d)
+	case charge != nil:
+		charge.charge(at, &d)
+	}
+	s.settle(w, d)
 }
+
+// settle counts what a deferred or paced intent w was decided as (d), or
+// queues it again when d defers it.
+func (s *side) settle(w waiting, d capping.Decision) {
+	if d.Err != nil { // it was valid when it arrived
+		d = capping.Decision{Outcome: capping.Invalid}
+	}
+	if !w.decided { // a paced intent's first decision
+		w.heldFor = strings.Clone(d.HeldFor)
+	}
+	if d.Outcome == capping.Deferred { // its strings are already its own
+		if w.decided {
+			s.stats.Hops++
+		} else {
+			s.stats.Deferred++
+		}
+		w.decided = true
+		s.requeue(w, &d)
+		return
+	}
+	o := Outcome{Segment: w.req.Segment, Decision: d, User: w.req.UserID, Priority: w.req.Priority, Own: w.own, HeldFor: w.heldFor}
+	s.stats.count(w.req.Channel, w.req.Campaign, &o)
+	s.users.add(w.req.UserID, s.idx, d.Outcome == capping.Allowed)
+}
+
+// popWaiting takes the deferred intent due first.
+func (s *side) popWaiting() waiting { return heap.Pop(&s.waiting).(waiting) }

@@ -27,11 +27,19 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return nil
 }
 
-// row is one line of the table and the CSV: a section, a key, a value per side.
+// row is one line of the table and the CSV: a section, a key, a value per
+// side. A row of text (a budget's rate, wait, drain end) has its table
+// cells in text and its CSV fields in csv (under csvKey when it is set),
+// and no change column.
 type row struct {
 	section, key string
 	vals         []int64
+	text, csv    []string
+	csvKey       string
 }
+
+// nrow is a row of numbers.
+func nrow(section, key string, vals []int64) row { return row{section: section, key: key, vals: vals} }
 
 func (r *Report) rows() []row {
 	var rows []row
@@ -52,13 +60,14 @@ func (r *Report) rows() []row {
 		{"duplicate", func(s *Stats) int64 { return s.Duplicate }},
 		{"exempt", func(s *Stats) int64 { return s.Exempt }},
 		{"invalid", func(s *Stats) int64 { return s.Invalid }},
+		{"cancelled", func(s *Stats) int64 { return s.Cancelled }},
 		{"deferred", func(s *Stats) int64 { return s.Deferred }},
 		{"deferred again", func(s *Stats) int64 { return s.Hops }},
 		{"defer expired", func(s *Stats) int64 { return s.DeferExpired }},
 		{"waiting at end", func(s *Stats) int64 { return s.Waiting }},
 		{"users", func(s *Stats) int64 { return s.Users }},
 	} {
-		rows = append(rows, row{"total", t.k, get(t.f)})
+		rows = append(rows, nrow("total", t.k, get(t.f)))
 	}
 	for _, by := range []struct {
 		section string
@@ -81,21 +90,22 @@ func (r *Report) rows() []row {
 			return cmp.Or(cmp.Compare(last[b], last[a]), strings.Compare(a, b))
 		})
 		for _, k := range sorted {
-			rows = append(rows, row{by.section, k, get(func(s *Stats) int64 { return by.m(s)[k] })})
+			rows = append(rows, nrow(by.section, k, get(func(s *Stats) int64 { return by.m(s)[k] })))
 		}
 	}
 	for i, l := range bucketLabels {
-		rows = append(rows, row{"users by allowed sends", l, get(func(s *Stats) int64 { return s.PerUser[i].Users })})
+		rows = append(rows, nrow("users by allowed sends", l, get(func(s *Stats) int64 { return s.PerUser[i].Users })))
 	}
 	rows = append(rows, r.planRows(get)...)
+	rows = append(rows, r.budgetRows()...)
 	if c := r.Change; c != nil {
 		vs := r.versus()
 		rows = append(rows,
-			row{vs, "users with fewer sends", []int64{0, c.Fewer}},
-			row{vs, "users with more sends", []int64{0, c.More}},
-			row{vs, "users with the same", []int64{0, c.Same}},
-			row{vs, "sends lost", []int64{0, c.SendsLost}},
-			row{vs, "sends gained", []int64{0, c.SendsWon}})
+			nrow(vs, "users with fewer sends", []int64{0, c.Fewer}),
+			nrow(vs, "users with more sends", []int64{0, c.More}),
+			nrow(vs, "users with the same", []int64{0, c.Same}),
+			nrow(vs, "sends lost", []int64{0, c.SendsLost}),
+			nrow(vs, "sends gained", []int64{0, c.SendsWon}))
 	}
 	return rows
 }
@@ -143,7 +153,7 @@ func (r *Report) planRows(get func(func(*Stats) int64) []int64) []row {
 		{"held for a plan per priority", func(p PriorityStats) int64 { return p.Held }},
 	} {
 		for _, prio := range prios {
-			rows = append(rows, row{by.section, prio, get(func(s *Stats) int64 { return by.f(of(s, prio)) })})
+			rows = append(rows, nrow(by.section, prio, get(func(s *Stats) int64 { return by.f(of(s, prio)) })))
 		}
 	}
 	for _, t := range []struct {
@@ -156,14 +166,122 @@ func (r *Report) planRows(get func(func(*Stats) int64) []int64) []row {
 		{"  for a booking then used", func(p *PlanStats) int64 { return p.BookingUsed }},
 		{"  for a booking not used", func(p *PlanStats) int64 { return p.BookingUnused }},
 	} {
-		rows = append(rows, row{"plans", t.k, get(func(s *Stats) int64 { return t.f(s.Plans) })})
+		rows = append(rows, nrow("plans", t.k, get(func(s *Stats) int64 { return t.f(s.Plans) })))
 	}
 	return rows
 }
 
-// deferRows are the total rows about deferral, shown in the table only
-// when a side deferred.
-var deferRows = map[string]bool{"deferred": true, "deferred again": true, "defer expired": true, "waiting at end": true}
+// budgetRows are a section per budget (of any side, the last side's
+// first): its rate and burst, what it paced, the longest wait, when its
+// lanes drained, what expired for it and the exempt sends charged, then
+// the same per lane when it has several. A side whose policy has no such
+// budget shows "-" (an empty CSV field).
+func (r *Report) budgetRows() []row {
+	var names []string
+	for i := len(r.Sides) - 1; i >= 0; i-- {
+		for _, b := range r.Sides[i].Budgets {
+			if !slices.Contains(names, b.Budget) {
+				names = append(names, b.Budget)
+			}
+		}
+	}
+	var rows []row
+	for _, name := range names {
+		bs := make([]*BudgetStats, len(r.Sides))
+		lanes := 0
+		for i, s := range r.Sides {
+			for _, b := range s.Budgets {
+				if b.Budget == name {
+					bs[i] = b
+					lanes = max(lanes, len(b.Lanes))
+				}
+			}
+		}
+		section := "budget " + name
+		add := func(key, csvKey string, f func(*BudgetStats) (table, csv string)) {
+			x := row{section: section, key: key, csvKey: csvKey}
+			for _, b := range bs {
+				t, c := "-", ""
+				if b != nil {
+					t, c = f(b)
+				}
+				x.text, x.csv = append(x.text, t), append(x.csv, c)
+			}
+			rows = append(rows, x)
+		}
+		num := func(n int64) (string, string) { v := strconv.FormatInt(n, 10); return v, v }
+		add("rate per second", "", func(b *BudgetStats) (string, string) {
+			v := strconv.FormatFloat(b.Rate, 'f', -1, 64)
+			return v, v
+		})
+		add("burst", "", func(b *BudgetStats) (string, string) { return num(int64(b.Burst)) })
+		add("paced", "", func(b *BudgetStats) (string, string) { return num(b.Paced) })
+		add("longest wait", "longest wait ms", func(b *BudgetStats) (string, string) { return waitCells(b.LongestWaitMs) })
+		add("drain end", "", func(b *BudgetStats) (string, string) { return r.timeCells(b.DrainEnd) })
+		add("expired at arrival", "", func(b *BudgetStats) (string, string) { return num(b.ExpiredAtArrival) })
+		add("expired waiting", "", func(b *BudgetStats) (string, string) { return num(b.ExpiredWaiting) })
+		add("exempt charged", "", func(b *BudgetStats) (string, string) { return num(b.ExemptCharged) })
+		if lanes < 2 {
+			continue
+		}
+		var laneNames []string
+		for _, b := range bs {
+			for _, l := range b.lanesOrNone() {
+				if !slices.Contains(laneNames, l.Lane) {
+					laneNames = append(laneNames, l.Lane)
+				}
+			}
+		}
+		for _, ln := range laneNames {
+			lane := func(f func(*LaneStats) (string, string)) func(*BudgetStats) (string, string) {
+				return func(b *BudgetStats) (string, string) {
+					for i := range b.Lanes {
+						if b.Lanes[i].Lane == ln {
+							return f(&b.Lanes[i])
+						}
+					}
+					return "-", ""
+				}
+			}
+			add("lane "+ln+": paced", "", lane(func(l *LaneStats) (string, string) { return num(l.Paced) }))
+			add("lane "+ln+": longest wait", "lane "+ln+": longest wait ms", lane(func(l *LaneStats) (string, string) { return waitCells(l.LongestWaitMs) }))
+			add("lane "+ln+": drain end", "", lane(func(l *LaneStats) (string, string) { return r.timeCells(l.DrainEnd) }))
+		}
+	}
+	return rows
+}
+
+// lanesOrNone are b's lanes (none for a side without the budget).
+func (b *BudgetStats) lanesOrNone() []LaneStats {
+	if b == nil {
+		return nil
+	}
+	return b.Lanes
+}
+
+// waitCells are a wait in ms: 2.5s in the table, 2500 in the CSV.
+func waitCells(ms int64) (string, string) {
+	return (time.Duration(ms) * time.Millisecond).String(), strconv.FormatInt(ms, 10)
+}
+
+// timeCells are a drain end: the time of day in UTC in the table (with its
+// date when it is not the day of the last record), RFC 3339 in the CSV; "-"
+// and empty when nothing left a lane.
+func (r *Report) timeCells(t time.Time) (string, string) {
+	if t.IsZero() {
+		return "-", ""
+	}
+	t = t.UTC()
+	table := t.Format("15:04:05.999")
+	if y, m, d := t.Date(); r.Last.IsZero() || y != r.Last.UTC().Year() || m != r.Last.UTC().Month() || d != r.Last.UTC().Day() {
+		table = t.Format("01-02 ") + table
+	}
+	return table, t.Format(time.RFC3339Nano)
+}
+
+// deferRows are the total rows about deferral and cancellation, shown in
+// the table only when a side has some.
+var deferRows = map[string]bool{"cancelled": true, "deferred": true, "deferred again": true, "defer expired": true, "waiting at end": true}
 
 // MaxTableRows bounds each "capped per" section of the table (JSON and CSV
 // have every row).
@@ -193,10 +311,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(r.Sides) == 2 {
 		cols = append(cols, "change")
 	}
+	colW := 11 // wider for a long cell (a drain end on another day)
+	for _, x := range rows {
+		for _, c := range x.text {
+			colW = max(colW, len(c)+1)
+		}
+	}
 	line := func(key string, cells []string) {
 		fmt.Fprintf(w, "%-*s", keyW, key)
 		for _, c := range cells {
-			fmt.Fprintf(w, "%11s", c)
+			fmt.Fprintf(w, "%*s", colW, c)
 		}
 		fmt.Fprintln(w)
 	}
@@ -226,6 +350,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if len(x.vals) == 2 {
 			cells = append(cells, signed(x.vals[1]-x.vals[0]))
 		}
+		cells = append(cells, x.text...)
 		line("  "+clip(x.key, keyW-2), cells)
 	}
 	if c := r.Change; c != nil {
@@ -268,7 +393,8 @@ func (r *Report) WriteCSV(w io.Writer) error {
 	}
 	_ = cw.Write(head)
 	for _, x := range r.rows() {
-		rec := []string{x.section, x.key}
+		rec := []string{x.section, cmp.Or(x.csvKey, x.key)}
+		rec = append(rec, x.csv...)
 		for i, v := range x.vals {
 			if len(r.Sides) == 2 && x.section == r.versus() && i == 0 {
 				rec = append(rec, "")

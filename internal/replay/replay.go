@@ -3,7 +3,9 @@
 // resolved like the worker does, decided at their original times by a
 // candidate policy and optionally a baseline one, each in process memory
 // (capping.Memory), with no Redis and no writes anywhere; and the report of
-// what each policy would have done, side by side.
+// what each policy would have done, side by side. A policy's budgets pace
+// its intents on the replay's clock (pacing.go): a paced intent is decided
+// when its budget would have released it.
 package replay
 
 import (
@@ -16,6 +18,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/segments"
 )
 
@@ -24,6 +27,9 @@ type Policy struct {
 	Name    string // what the report calls it: the file, usually
 	Rules   capping.Rules
 	Decoder dispatch.DecoderOptions // the policy's channels and categories
+	// Budgets are the policy's send budgets, with its exempt categories
+	// (pacing.Set.WithExempt); nil paces nothing.
+	Budgets *pacing.Set
 }
 
 // Plans are the campaign plans of a replay with plans (*plans.Set).
@@ -60,8 +66,12 @@ type Options struct {
 	IdempotencyWindow time.Duration
 	// Observe, when set, sees every record with what each side first
 	// decided (baseline first when there is one; a deferred intent's later
-	// decisions are counted in the report only).
+	// decisions are counted in the report only; an intent a budget holds
+	// is Outcome.Held, and its decision goes to Released).
 	Observe func(rec *Record, ds []Outcome)
+	// Released, when set, sees every paced intent when its budget releases
+	// it, with its decision (side: the Stats' Side).
+	Released func(side string, r *Release)
 	// Progress, when set, is called now and then with the records read.
 	Progress func(records int64)
 }
@@ -79,6 +89,12 @@ type Outcome struct {
 	// deferred, decided again later).
 	Own     bool
 	HeldFor string
+	// Lane is "<budget>/<lane>" for an intent a budget paces (not exempt).
+	// Held: it waits there and Decision is unset (it is decided when its
+	// budget releases it: Options.Released); not held, its lane would have
+	// released it after its send-by, and Decision cancels it (expired).
+	Lane string
+	Held bool
 }
 
 // Record is one past intent as a source reads it.
@@ -120,6 +136,14 @@ type side struct {
 	// owns classifies intents as planned sends (both sides of a replay
 	// with plans); nil otherwise.
 	owns Plans
+	// budgets: the policy's (nil: none), each simulated (pacing.go), in
+	// the set's order; released is Options.Released.
+	set      *pacing.Set
+	budgets  []*budgetSim
+	released func(side string, r *Release)
+	// users and idx: the replay's per-user counts and this side's index.
+	users *userCounts
+	idx   int
 }
 
 // Run replays src through the policies and returns the report. Records
@@ -137,6 +161,9 @@ func Run(ctx context.Context, src Source, o Options) (*Report, error) {
 	r := &pass{o: &o, sides: sides, lookup: o.Lookup, rep: &Report{Source: src.Name(), Snapshot: o.Snapshot},
 		users: newUserCounts(len(sides)), outs: make([]Outcome, len(sides)),
 		intents: make([]dispatch.Intent, len(sides)), errs: make([]error, len(sides))}
+	for i, s := range sides {
+		s.users, s.idx = r.users, i
+	}
 	if r.lookup == nil {
 		r.lookup = func(uint64) string { return segments.None }
 	}
@@ -193,7 +220,9 @@ func newSides(o *Options) ([]*side, error) {
 		if err != nil {
 			return nil, fmt.Errorf("replay: %s policy %s: %w", names[i], p.Name, err)
 		}
-		s := &side{name: names[i], mem: mem, dec: dec, shared: -1, stats: newStats(names[i], p.Name), owns: o.Plans}
+		s := &side{name: names[i], mem: mem, dec: dec, shared: -1, stats: newStats(names[i], p.Name), owns: o.Plans,
+			released: o.Released}
+		s.pace(p.Budgets)
 		if o.Plans != nil {
 			s.stats.plans = newPlanCounts()
 		}
@@ -238,12 +267,12 @@ func (r *pass) record(rec *Record) {
 			seg, segUser, looked = r.lookup(r.intents[i].UserID), r.intents[i].UserID, true
 		}
 		if r.errs[i] == nil {
-			s.release(decisionTime(rec, &r.intents[i]), r.users, i)
+			s.advance(decisionTime(rec, &r.intents[i]))
 		}
 		r.outs[i] = s.decideOne(&r.intents[i], r.errs[i], rec, seg)
 		s.stats.add(r.intents[i].Channel, r.intents[i].CampaignID, &r.outs[i])
 		if r.outs[i].Invalid == nil {
-			r.users.add(r.intents[i].UserID, i, r.outs[i].Decision.Outcome == capping.Allowed)
+			r.users.add(r.intents[i].UserID, i, !r.outs[i].Held && r.outs[i].Decision.Outcome == capping.Allowed)
 		}
 	}
 	if r.outs[len(r.outs)-1].Invalid != nil || (len(r.outs) > 1 && r.outs[0].Invalid != nil) {
@@ -257,9 +286,11 @@ func (r *pass) record(rec *Record) {
 	}
 }
 
-// finish completes each side's stats and the report.
+// finish drains each side's lanes (every paced intent is decided), then
+// completes each side's stats and the report.
 func (r *pass) finish() *Report {
 	for i, s := range r.sides {
+		s.drain()
 		s.stats.Waiting = int64(len(s.waiting))
 		s.stats.Users = int64(r.users.len())
 		s.stats.PerUser = r.users.distribution(i)
@@ -301,13 +332,27 @@ func decisionTime(rec *Record, in *dispatch.Intent) time.Time {
 }
 
 // decideOne decides a decoded intent of a user in segment seg; the side
-// holds it when its policy defers it.
+// holds it in its lane when a budget paces it, and for its due time when
+// its policy defers it.
 func (s *side) decideOne(in *dispatch.Intent, err error, rec *Record, seg string) Outcome {
 	if err != nil {
 		return Outcome{Decision: capping.Decision{Outcome: capping.Invalid}, Invalid: err}
 	}
 	r := dispatch.NewRequest(in, seg)
 	r.At = decisionTime(rec, in)
+	r.SendBy = in.SendBy
+	own := s.owns != nil && s.owns.Owns(r.UserID, r.Campaign)
+	sim, lane, charge := s.place(&r, in.Route)
+	var laneName string
+	if sim != nil {
+		laneName = sim.b.Name + "/" + sim.b.Lanes[lane].Name
+		if at, late := sim.late(lane, r.At, r.SendBy); late {
+			r.ReleaseAt = at // cancelled now (expired), not when it comes due
+		} else {
+			sim.hold(ownRequest(&r, in.Route, own, ""), lane, r.At)
+			return Outcome{Segment: seg, User: r.UserID, Priority: r.Priority, Own: own, Lane: laneName, Held: true}
+		}
+	}
 	d := s.decide(&r)
 	if d.Err != nil {
 		// The decoder accepts what the engine does; an intent the engine
@@ -315,12 +360,15 @@ func (s *side) decideOne(in *dispatch.Intent, err error, rec *Record, seg string
 		// that does not decode.
 		return Outcome{Segment: seg, Decision: capping.Decision{Outcome: capping.Invalid}, Invalid: d.Err}
 	}
-	o := Outcome{Segment: seg, Decision: d, User: r.UserID, Priority: r.Priority, HeldFor: d.HeldFor}
-	if s.owns != nil {
-		o.Own = s.owns.Owns(r.UserID, r.Campaign)
+	o := Outcome{Segment: seg, Decision: d, User: r.UserID, Priority: r.Priority, HeldFor: d.HeldFor, Own: own, Lane: laneName}
+	switch {
+	case sim != nil:
+		sim.expired(&r, &d)
+	case charge != nil:
+		charge.charge(r.At, &d)
 	}
 	if d.Outcome == capping.Deferred {
-		s.hold(&r, &o)
+		s.hold(&r, in.Route, &o)
 	}
 	return o
 }

@@ -40,6 +40,9 @@ type Stats struct {
 	Duplicate int64  `json:"duplicate"`
 	Exempt    int64  `json:"exempt"`
 	Invalid   int64  `json:"invalid"`
+	// Cancelled: past the intent's send_by when it was decided, or when
+	// its budget would have released it (never delivered).
+	Cancelled int64 `json:"cancelled"`
 	// Deferred intents waited (on_cap: defer, quiet hours) and were decided
 	// again when due, then counted above as what they ended as; Hops are
 	// the times one was deferred again; DeferExpired ended capped because
@@ -62,9 +65,56 @@ type Stats struct {
 	// and what the bookings did.
 	ByPriority []PriorityStats `json:"by_priority,omitempty"`
 	Plans      *PlanStats      `json:"plans,omitempty"`
+	// Budgets: what each budget of the side's policy paced, in the
+	// policy's order (none: the policy has no budgets).
+	Budgets []*BudgetStats `json:"budgets,omitempty"`
 
 	counts [4]map[string]*int64 // the capped-per maps while counting
 	plans  *planCounts          // a replay with plans
+}
+
+// BudgetStats are what one budget paced on a side. Its intents (not
+// exempt) waited in its lanes and were decided when it released them:
+// Paced counts them (a deferred one again each time it came due and
+// waited); LongestWaitMs is the longest any waited, and DrainEnd when the
+// last left its lane (the lanes are drained after the last record). Expired
+// at arrival were cancelled at once, their lane releasing them after their
+// send-by; expired waiting reached the head of their lane past it and left
+// without a token (cancelled; counted in Paced). Exempt sends it covers
+// are charged to it (ExemptCharged) and never wait.
+type BudgetStats struct {
+	Budget           string      `json:"budget"`
+	Rate             float64     `json:"rate"`
+	Burst            int         `json:"burst"`
+	Paced            int64       `json:"paced"`
+	LongestWaitMs    int64       `json:"longest_wait_ms"`
+	DrainEnd         time.Time   `json:"drain_end,omitzero"`
+	ExpiredAtArrival int64       `json:"expired_at_arrival"`
+	ExpiredWaiting   int64       `json:"expired_waiting"`
+	ExemptCharged    int64       `json:"exempt_charged"`
+	Lanes            []LaneStats `json:"lanes"`
+}
+
+// LaneStats are one lane of a budget: the intents that waited in it, the
+// longest wait and when the last left it.
+type LaneStats struct {
+	Lane          string    `json:"lane"`
+	Paced         int64     `json:"paced"`
+	LongestWaitMs int64     `json:"longest_wait_ms"`
+	DrainEnd      time.Time `json:"drain_end,omitzero"`
+}
+
+// left counts an intent that left lane at at after waiting wait.
+func (b *BudgetStats) left(lane int, wait time.Duration, at time.Time) {
+	ms := wait.Milliseconds()
+	l := &b.Lanes[lane]
+	b.LongestWaitMs, l.LongestWaitMs = max(b.LongestWaitMs, ms), max(l.LongestWaitMs, ms)
+	if at.After(b.DrainEnd) {
+		b.DrainEnd = at
+	}
+	if at.After(l.DrainEnd) {
+		l.DrainEnd = at
+	}
 }
 
 // PriorityStats are the intents of one priority, as they ended.
@@ -214,9 +264,12 @@ func (s *Stats) finish() {
 	}
 }
 
-// add counts a record's first decision.
+// add counts a record's first decision (none yet for one a budget holds).
 func (s *Stats) add(channel, campaign string, o *Outcome) {
 	s.Intents++
+	if o.Held {
+		return
+	}
 	if o.Decision.Outcome == capping.Deferred {
 		s.Deferred++
 		return
@@ -236,6 +289,8 @@ func (s *Stats) count(channel, campaign string, o *Outcome) {
 	case capping.Invalid:
 		s.Invalid++
 		return
+	case capping.Cancelled:
+		s.Cancelled++
 	case capping.Capped:
 		s.Capped++
 		if o.Decision.Reason == capping.ReasonDeferExpired {
