@@ -201,147 +201,47 @@ const (
 	markEnd
 )
 
+// pacingDriver runs one run's timeline.
+type pacingDriver struct {
+	b         *testing.B
+	sc        pacingScale
+	s         *stack
+	r         *pacingRun
+	ws        []*pacingWorker
+	txnTimes  []time.Time // each transactional push's timestamp
+	profile   string      // CAPPER_BENCH_PACING_PROFILE
+	profiles  sync.WaitGroup
+	engineCfg *config.Config
+}
+
 func runPacing(b *testing.B, sc pacingScale, paced bool) *pacingRun {
 	b.Helper()
-	ctx := context.Background()
-	r := &pacingRun{paced: paced}
-	s, engineCfg := pacingStack(b, sc, paced)
-	profile := os.Getenv("CAPPER_BENCH_PACING_PROFILE")
-	s.cfg.HTTP.Pprof = profile != ""
-	txnTimes := make([]time.Time, int(sc.txnRate*(sc.txnUntil.Seconds()+600))+16)
-
-	var ws []*pacingWorker
-	for i := range sc.workers {
-		w := &pacingWorker{path: filepath.Join(b.TempDir(), fmt.Sprintf("worker-%d.yaml", i)),
-			addr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b)), cpu: map[int]float64{}}
-		s.path, s.cfg.HTTP.Address = w.path, w.addr
-		s.writeConfig(b)
-		w.p = s.start(b)
-		ws = append(ws, w)
-	}
-	mark := func(k int) {
-		for _, w := range ws {
-			if !w.killed {
-				w.last = scrapeWorker(b, w.addr)
-				w.cpu[k] = w.last["process_cpu_seconds_total"]
-			}
-		}
-	}
-	// The group settles; what the workers burn doing nothing.
-	time.Sleep(time.Second)
-	mark(markT0)
-	idleFrom, idle0 := time.Now(), 0.0
-	for _, w := range ws {
-		idle0 += w.cpu[markT0]
-	}
-	time.Sleep(3 * time.Second)
-	mark(markT0)
-	for _, w := range ws {
-		r.cpuIdle += w.cpu[markT0]
-	}
-	r.cpuIdle = (r.cpuIdle - idle0) / time.Since(idleFrom).Seconds()
-
+	d := &pacingDriver{b: b, sc: sc, r: &pacingRun{paced: paced}, profile: os.Getenv("CAPPER_BENCH_PACING_PROFILE"),
+		txnTimes: make([]time.Time, int(sc.txnRate*(sc.txnUntil.Seconds()+600))+16)}
+	d.s, d.engineCfg = pacingStack(b, sc, paced)
+	d.s.cfg.HTTP.Pprof = d.profile != ""
+	d.startWorkers()
+	d.idle()
+	r := d.r
 	r.t0 = time.Now()
-	blastDone := make(chan error, 1)
-	go func() {
-		start := time.Now()
-		err := produceIntents(ctx, s.kafka.Addrs, sc.blast, sc.workers, func(i int) (string, string) {
-			u := 1000 + i
-			return strconv.Itoa(u), fmt.Sprintf(`{"id":"%s-%d","user_id":%d,"campaign_id":%q,"channel":"push","category":"marketing","priority":50}`, paceBlast, i, u, paceBlast)
-		})
-		r.blastIn = time.Since(start)
-		blastDone <- err
-	}()
-	txnCtx, stopTxn := context.WithCancel(ctx)
+	blastDone := d.produceBlast()
+	txnCtx, stopTxn := context.WithCancel(context.Background())
 	var txnSent atomic.Int64
 	txnDone := make(chan error, 1)
-	go func() {
-		txnDone <- produceTransactional(txnCtx, s.kafka.Addrs, sc, txnTimes, &txnSent)
-	}()
-
-	// CAPPER_BENCH_PACING_PROFILE=dir: CPU profiles of one worker while
-	// the blast is released (and, paced, while the stop cancels it).
-	var profiles sync.WaitGroup
-	profiled := ws[len(ws)-1].addr // never killed
-	profileAt := func(name string, from, secs time.Duration) {
-		if profile == "" {
-			return
-		}
-		profiles.Go(func() {
-			time.Sleep(time.Until(r.t0.Add(from)))
-			file := filepath.Join(profile, map[bool]string{true: "paced", false: "unpaced"}[paced]+"-"+name+".pprof")
-			if err := saveProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", profiled, int(secs.Seconds())), file); err != nil {
-				b.Error(err)
-			}
-		})
-	}
-	profileAt("release", 2*time.Second, 6*time.Second)
-	profileAt("stop", sc.stopAt, 3*time.Second)
-
-	type event struct {
-		at time.Duration
-		do func()
-	}
-	events := []event{
-		{sc.campaignAt, func() {
-			mark(markCampaign)
-			if err := produceIntents(ctx, s.kafka.Addrs, sc.campaign, 1, func(i int) (string, string) {
-				u := 1000 + sc.blast + i
-				return strconv.Itoa(u), fmt.Sprintf(`{"id":"%s-%d","user_id":%d,"campaign_id":%q,"channel":"push","category":"marketing","priority":75}`, paceUrgent, i, u, paceUrgent)
-			}); err != nil {
-				b.Fatal(err)
-			}
-		}},
-		{sc.killAt, func() {
-			mark(markKill)
-			victim := ws[0]
-			r.killed = time.Now()
-			if err := victim.p.cmd.Process.Kill(); err != nil {
-				b.Fatal(err)
-			}
-			_ = victim.p.wait(b, 10*time.Second)
-			victim.killed = true
-		}},
-		{sc.stopAt, func() {
-			mark(markStop)
-			if _, err := app.SetCampaign(ctx, s.cfg, app.CampaignChange{Campaign: paceBlast, State: control.Stopped,
-				Reason: "benchmark", By: "bench"}, slog.New(slog.DiscardHandler)); err != nil {
-				b.Fatal(err)
-			}
-			r.stopAck = time.Now()
-		}},
-	}
-	if sc.restartAfter >= 0 {
-		events = append(events, event{sc.killAt + sc.restartAfter, func() {
-			victim := ws[0]
-			again := &pacingWorker{path: victim.path, addr: victim.addr, cpu: map[int]float64{}}
-			s.path, s.cfg.HTTP.Address = again.path, again.addr
-			again.p = s.start(b)
-			r.restarted = time.Now()
-			// Its CPU from its start, counted in the phase it started in.
-			again.cpu[markKill] = 0
-			if r.restarted.After(r.stopAck) && !r.stopAck.IsZero() {
-				again.cpu = map[int]float64{markStop: 0}
-			}
-			ws = append(ws, again)
-		}})
-	}
-	slices.SortStableFunc(events, func(x, y event) int { return cmp.Compare(x.at, y.at) })
-	for _, e := range events {
-		time.Sleep(time.Until(r.t0.Add(e.at)))
-		e.do()
-	}
-
+	go func() { txnDone <- produceTransactional(txnCtx, d.s.kafka.Addrs, sc, d.txnTimes, &txnSent) }()
+	d.profileAt("release", 2*time.Second, 6*time.Second)
+	d.profileAt("stop", sc.stopAt, 3*time.Second)
+	d.timeline()
 	if err := <-blastDone; err != nil {
 		b.Fatal(err)
 	}
 	time.Sleep(time.Until(r.t0.Add(sc.txnUntil)))
-	lanes := []string{}
+	var lanes []string
 	if paced {
 		lanes = []string{pacing.Topic(paceLanes, paceBudget, "high"), pacing.Topic(paceLanes, paceBudget, "normal")}
 	}
 	// Transactional pushes go on while anything waits.
-	waitPacingDrained(b, s, sc, lanes, -1, ws)
+	waitPacingDrained(b, d.s, sc, lanes, -1, d.ws)
 	stopTxn()
 	r.txnStopped = time.Now()
 	if err := <-txnDone; err != nil {
@@ -349,39 +249,175 @@ func runPacing(b *testing.B, sc pacingScale, paced bool) *pacingRun {
 	}
 	txn := int(txnSent.Load())
 	r.intents = sc.blast + sc.campaign + txn
-	waitPacingDrained(b, s, sc, lanes, r.intents, ws)
+	waitPacingDrained(b, d.s, sc, lanes, r.intents, d.ws)
 	r.drained = time.Now()
-	mark(markEnd)
-	profiles.Wait()
+	d.mark(markEnd)
+	d.profiles.Wait()
+	d.finish()
+	r.out = readPacingOutputs(b, d.s.kafka.Addrs, sc, d.txnTimes[:txn])
+	if paced {
+		r.redis = checkCancelledUncounted(b, d.engineCfg, sc, &r.out)
+	}
+	return r
+}
 
+func (d *pacingDriver) startWorkers() {
+	for i := range d.sc.workers {
+		w := &pacingWorker{path: filepath.Join(d.b.TempDir(), fmt.Sprintf("worker-%d.yaml", i)),
+			addr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(d.b)), cpu: map[int]float64{}}
+		d.s.path, d.s.cfg.HTTP.Address = w.path, w.addr
+		d.s.writeConfig(d.b)
+		w.p = d.s.start(d.b)
+		d.ws = append(d.ws, w)
+	}
+}
+
+// mark scrapes every live worker: its counters, and its CPU at mark k.
+func (d *pacingDriver) mark(k int) {
+	for _, w := range d.ws {
+		if !w.killed {
+			w.last = scrapeWorker(d.b, w.addr)
+			w.cpu[k] = w.last["process_cpu_seconds_total"]
+		}
+	}
+}
+
+// idle lets the group settle and measures what the workers burn doing
+// nothing.
+func (d *pacingDriver) idle() {
+	time.Sleep(time.Second)
+	d.mark(markT0)
+	from, before := time.Now(), 0.0
+	for _, w := range d.ws {
+		before += w.cpu[markT0]
+	}
+	time.Sleep(3 * time.Second)
+	d.mark(markT0)
+	after := 0.0
+	for _, w := range d.ws {
+		after += w.cpu[markT0]
+	}
+	d.r.cpuIdle = (after - before) / time.Since(from).Seconds()
+}
+
+func (d *pacingDriver) produceBlast() chan error {
+	done := make(chan error, 1)
+	go func() {
+		start := time.Now()
+		err := produceIntents(context.Background(), d.s.kafka.Addrs, d.sc.blast, d.sc.workers, func(i int) (string, string) {
+			u := 1000 + i
+			return strconv.Itoa(u), fmt.Sprintf(`{"id":"%s-%d","user_id":%d,"campaign_id":%q,"channel":"push","category":"marketing","priority":50}`, paceBlast, i, u, paceBlast)
+		})
+		d.r.blastIn = time.Since(start)
+		done <- err
+	}()
+	return done
+}
+
+// profileAt saves, with CAPPER_BENCH_PACING_PROFILE=dir, a CPU profile of
+// one worker that is never killed, secs long from t0+from.
+func (d *pacingDriver) profileAt(name string, from, secs time.Duration) {
+	if d.profile == "" {
+		return
+	}
+	addr := d.ws[len(d.ws)-1].addr
+	d.profiles.Go(func() {
+		time.Sleep(time.Until(d.r.t0.Add(from)))
+		file := filepath.Join(d.profile, map[bool]string{true: "paced", false: "unpaced"}[d.r.paced]+"-"+name+".pprof")
+		if err := saveProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(secs.Seconds())), file); err != nil {
+			d.b.Error(err)
+		}
+	})
+}
+
+// timeline: the campaign, the kill, the stop and the restart, each at its
+// time from t0.
+func (d *pacingDriver) timeline() {
+	type event struct {
+		at time.Duration
+		do func()
+	}
+	events := []event{{d.sc.campaignAt, d.campaign}, {d.sc.killAt, d.kill}, {d.sc.stopAt, d.stop}}
+	if d.sc.restartAfter >= 0 {
+		events = append(events, event{d.sc.killAt + d.sc.restartAfter, d.restart})
+	}
+	slices.SortStableFunc(events, func(x, y event) int { return cmp.Compare(x.at, y.at) })
+	for _, e := range events {
+		time.Sleep(time.Until(d.r.t0.Add(e.at)))
+		e.do()
+	}
+}
+
+func (d *pacingDriver) campaign() {
+	d.mark(markCampaign)
+	if err := produceIntents(context.Background(), d.s.kafka.Addrs, d.sc.campaign, 1, func(i int) (string, string) {
+		u := 1000 + d.sc.blast + i
+		return strconv.Itoa(u), fmt.Sprintf(`{"id":"%s-%d","user_id":%d,"campaign_id":%q,"channel":"push","category":"marketing","priority":75}`, paceUrgent, i, u, paceUrgent)
+	}); err != nil {
+		d.b.Fatal(err)
+	}
+}
+
+func (d *pacingDriver) kill() {
+	d.mark(markKill)
+	victim := d.ws[0]
+	d.r.killed = time.Now()
+	if err := victim.p.cmd.Process.Kill(); err != nil {
+		d.b.Fatal(err)
+	}
+	_ = victim.p.wait(d.b, 10*time.Second)
+	victim.killed = true
+}
+
+func (d *pacingDriver) stop() {
+	d.mark(markStop)
+	if _, err := app.SetCampaign(context.Background(), d.s.cfg, app.CampaignChange{Campaign: paceBlast, State: control.Stopped,
+		Reason: "benchmark", By: "bench"}, slog.New(slog.DiscardHandler)); err != nil {
+		d.b.Fatal(err)
+	}
+	d.r.stopAck = time.Now()
+}
+
+// restart starts the killed worker again; its CPU counts from its start,
+// in the phase it started in.
+func (d *pacingDriver) restart() {
+	victim := d.ws[0]
+	again := &pacingWorker{path: victim.path, addr: victim.addr, cpu: map[int]float64{markKill: 0}}
+	d.s.path, d.s.cfg.HTTP.Address = again.path, again.addr
+	again.p = d.s.start(d.b)
+	d.r.restarted = time.Now()
+	if !d.r.stopAck.IsZero() {
+		again.cpu = map[int]float64{markStop: 0}
+	}
+	d.ws = append(d.ws, again)
+}
+
+// finish sums the workers' counters and CPU by phase, and stops them.
+func (d *pacingDriver) finish() {
+	r := d.r
 	r.metrics = map[string]float64{}
-	for _, w := range ws {
+	for _, w := range d.ws {
 		for k, v := range w.last {
 			r.metrics[k] += v
 		}
 		marks := slices.Sorted(maps.Keys(w.cpu))
 		for i := 1; i < len(marks); i++ {
-			d := w.cpu[marks[i]] - w.cpu[marks[i-1]]
-			r.cpuPhase[marks[i]-1] += d
-			r.cpu += d
+			c := w.cpu[marks[i]] - w.cpu[marks[i-1]]
+			r.cpuPhase[marks[i]-1] += c
+			r.cpu += c
 		}
 	}
-	for _, w := range ws {
+	for _, w := range d.ws {
 		if w.killed {
 			continue
 		}
 		if err := w.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			b.Fatal(err)
+			d.b.Fatal(err)
 		}
-		if err := w.p.wait(b, 30*time.Second); err != nil {
-			b.Fatalf("capper run: %v\n%s", err, w.p.logs)
+		if err := w.p.wait(d.b, 30*time.Second); err != nil {
+			d.b.Fatalf("capper run: %v\n%s", err, w.p.logs)
 		}
 	}
-	r.out = readPacingOutputs(b, s.kafka.Addrs, sc, txnTimes[:txn])
-	if paced {
-		r.redis = checkCancelledUncounted(b, engineCfg, sc, &r.out)
-	}
-	return r
 }
 
 // pacingStack is the servers of one run: a broker with the topics (the
@@ -955,34 +991,73 @@ func providerLatency(o *pacingOutputs, rate float64) []time.Duration {
 	return out
 }
 
+// pacingReport prints the figures of a paced run p and an unpaced run u.
+type pacingReport struct {
+	sc   pacingScale
+	p, u *pacingRun
+	w    strings.Builder
+}
+
+func (rp *pacingReport) line(format string, args ...any) { fmt.Fprintf(&rp.w, format+"\n", args...) }
+
+// rel is a time of the paced run from its t0.
+func (rp *pacingReport) rel(t time.Time) string {
+	return fmt.Sprintf("t=%.1fs", t.Sub(rp.p.t0).Seconds())
+}
+
+func paceRatio(v, goal float64) string { return fmt.Sprintf("%.3fx", v/goal) }
+
+func paceAt(ms int64) time.Time { return time.UnixMilli(ms) }
+
 func reportPacing(b *testing.B, sc pacingScale, p, u *pacingRun) {
 	b.Helper()
-	var w strings.Builder
-	line := func(format string, args ...any) { fmt.Fprintf(&w, format+"\n", args...) }
-	ratio := func(v, goal float64) string { return fmt.Sprintf("%.3fx", v/goal) }
-	rel := func(t time.Time) string { return fmt.Sprintf("t=%.1fs", t.Sub(p.t0).Seconds()) }
-	msAt := func(ms int64) time.Time { return time.UnixMilli(ms) }
-	o := &p.out
+	rp := &pacingReport{sc: sc, p: p, u: u}
+	rp.header()
+	most, mean := rp.rate()
+	rp.latency()
+	overtakes := rp.lanes()
+	stopViolations := rp.stop()
+	perRelease, cpuDelta := rp.cost()
+	if os.Getenv("CAPPER_BENCH_PACING_SECONDS") == "1" {
+		secondsTable(rp.line, p)
+	}
+	rp.line("   duplicates delivered: paced %d, unpaced %d; dead letters %d / %d", p.out.duplicates, u.out.duplicates, p.out.deadLetters, u.out.deadLetters)
+	// Printed, not logged: a benchmark's log is cut to its first lines.
+	fmt.Print(rp.w.String())
 
-	line("send pacing: %d workers, %d partitions, %s; budget %v/s burst %d (lanes high >= 75, normal)",
+	b.ReportMetric(most, "x-of-rate-goal")
+	b.ReportMetric(mean, "x-of-mean-rate-goal")
+	b.ReportMetric(quantile(p.out.txnLatency, .99).Seconds(), "txn-p99-s")
+	b.ReportMetric(float64(overtakes), "overtake-violations")
+	b.ReportMetric(float64(stopViolations), "stop-violations")
+	b.ReportMetric(perRelease, "lease-calls/intent")
+	b.ReportMetric(cpuDelta, "cpu-us/intent-over-unpaced")
+}
+
+func (rp *pacingReport) header() {
+	sc, p := rp.sc, rp.p
+	rp.line("send pacing: %d workers, %d partitions, %s; budget %v/s burst %d (lanes high >= 75, normal)",
 		sc.workers, sc.partitions, map[bool]string{true: "one redis-server", false: fmt.Sprintf("a %d-master Redis Cluster", sc.masters)}[sc.masters == 1], sc.rate, sc.burst)
 	restart := "not restarted"
 	if !p.restarted.IsZero() {
-		restart = fmt.Sprintf("restarted, ready at %s", rel(p.restarted))
+		restart = fmt.Sprintf("restarted, ready at %s", rp.rel(p.restarted))
 	}
-	line("workload: blast %d (p50) at t=0 (written in %.1fs), campaign %d (p75) at t=%s, transactional %v/s (exempt) until %s: %d; worker killed (SIGKILL) at %s, %s; blast stopped (ack) at %s; drained at %s",
-		sc.blast, p.blastIn.Seconds(), sc.campaign, sc.campaignAt, sc.txnRate, rel(p.txnStopped), len(o.txnIn), rel(p.killed), restart, rel(p.stopAck), rel(p.drained))
+	rp.line("workload: blast %d (p50) at t=0 (written in %.1fs), campaign %d (p75) at t=%s, transactional %v/s (exempt) until %s: %d; worker killed (SIGKILL) at %s, %s; blast stopped (ack) at %s; drained at %s",
+		sc.blast, p.blastIn.Seconds(), sc.campaign, sc.campaignAt, sc.txnRate, rp.rel(p.txnStopped), len(p.out.txnIn), rp.rel(p.killed), restart, rp.rel(p.stopAck), rp.rel(p.drained))
+}
 
-	// 1. The rate.
+// rate prints figures 1 and 2 and returns their ratios to their goals.
+func (rp *pacingReport) rate() (most, mean float64) {
+	sc, o := rp.sc, &rp.p.out
 	limit := goalMostPerSecond*sc.rate + float64(sc.burst)
-	most := mostInOneSecond(sortedInts(o.laneRel))
-	mostAll := mostInOneSecond(sortedInts(o.laneRel, o.exemptDec))
-	line("1. most released in any 1 s (capper-released-at of %d lane deliveries): %d = %.3f x rate; goal <= %.0f (1.01 x rate + burst): %s",
-		len(o.laneRel), most, float64(most)/sc.rate, limit, ratio(float64(most), limit))
-	line("   with the %d exempt sends (capper-decided-at) added: %d = %.3f x rate: %s of the same goal",
-		len(o.exemptDec), mostAll, float64(mostAll)/sc.rate, ratio(float64(mostAll), limit))
+	n := mostInOneSecond(sortedInts(o.laneRel))
+	all := mostInOneSecond(sortedInts(o.laneRel, o.exemptDec))
+	rp.line("1. most released in any 1 s (capper-released-at of %d lane deliveries): %d = %.3f x rate; goal <= %.0f (1.01 x rate + burst): %s",
+		len(o.laneRel), n, float64(n)/sc.rate, limit, paceRatio(float64(n), limit))
+	rp.line("   with the %d exempt sends (capper-decided-at) added: %d = %.3f x rate: %s of the same goal",
+		len(o.exemptDec), all, float64(all)/sc.rate, paceRatio(float64(all), limit))
 
-	// 2. Mean rate while anything waits.
+	// While anything waits: from the first release to the last.
 	laneSorted := sortedInts(o.laneRel)
 	var first int64
 	if len(laneSorted) > 0 {
@@ -995,31 +1070,33 @@ func reportPacing(b *testing.B, sc pacingScale, p, u *pacingRun) {
 			exemptIn++
 		}
 	}
-	mean := float64(len(o.laneRel)) / span
+	rate := float64(len(o.laneRel)) / span
+	withExempt := float64(len(o.laneRel)+exemptIn) / span
 	gap, gapAt := int64(0), first
 	for i := 1; i < len(laneSorted); i++ {
 		if d := laneSorted[i] - laneSorted[i-1]; d > gap {
 			gap, gapAt = d, laneSorted[i-1]
 		}
 	}
-	line("2. mean release rate from the first release (%s) to the last (%s; after it only the stopped blast's cancellations, lanes empty at %s): %.0f/s = %.3f x rate; goal >= %.2f: %s",
-		rel(msAt(first)), rel(msAt(o.lastTokenRel)), rel(msAt(o.lastLaneRec)), mean, mean/sc.rate, goalMeanRate, ratio(mean/sc.rate, goalMeanRate))
-	line("   with the exempt sends of that span (they take the budget's tokens first): %.0f/s = %.3f x rate: %s; longest pause between two releases %.2fs, from %s",
-		float64(len(o.laneRel)+exemptIn)/span, float64(len(o.laneRel)+exemptIn)/span/sc.rate, ratio(float64(len(o.laneRel)+exemptIn)/span/sc.rate, goalMeanRate),
-		float64(gap)/1000, rel(msAt(gapAt)))
+	rp.line("2. mean release rate from the first release (%s) to the last (%s; after it only the stopped blast's cancellations, lanes empty at %s): %.0f/s = %.3f x rate; goal >= %.2f: %s",
+		rp.rel(paceAt(first)), rp.rel(paceAt(o.lastTokenRel)), rp.rel(paceAt(o.lastLaneRec)), rate, rate/sc.rate, goalMeanRate, paceRatio(rate/sc.rate, goalMeanRate))
+	rp.line("   with the exempt sends of that span (they take the budget's tokens first): %.0f/s = %.3f x rate: %s; longest pause between two releases %.2fs, from %s",
+		withExempt, withExempt/sc.rate, paceRatio(withExempt/sc.rate, goalMeanRate), float64(gap)/1000, rp.rel(paceAt(gapAt)))
+	return float64(n) / limit, rate / sc.rate / goalMeanRate
+}
 
-	// 3. Transactional latency.
-	for _, r := range []*pacingRun{p, u} {
-		name := map[bool]string{true: "paced  ", false: "unpaced"}[r.paced]
+// latency prints figure 3, for both runs.
+func (rp *pacingReport) latency() {
+	name := map[bool]string{true: "paced  ", false: "unpaced"}
+	for _, r := range []*pacingRun{rp.p, rp.u} {
 		lat := r.out.txnLatency
-		prov := providerLatency(&r.out, sc.rate)
-		line("3. transactional, %s: input to delivery record p50 %s, p99 %s, max %s; with the provider taking deliveries in order at %v/s: p50 %s, p99 %s, max %s (goal p99 <= 1s: %s delivered, %s provider)",
-			name, quantile(lat, .5).Round(time.Millisecond), quantile(lat, .99).Round(time.Millisecond), quantile(lat, 1).Round(time.Millisecond), sc.rate,
+		prov := providerLatency(&r.out, rp.sc.rate)
+		rp.line("3. transactional, %s: input to delivery record p50 %s, p99 %s, max %s; with the provider taking deliveries in order at %v/s: p50 %s, p99 %s, max %s (goal p99 <= 1s: %s delivered, %s provider)",
+			name[r.paced], quantile(lat, .5).Round(time.Millisecond), quantile(lat, .99).Round(time.Millisecond), quantile(lat, 1).Round(time.Millisecond), rp.sc.rate,
 			quantile(prov, .5).Round(time.Millisecond), quantile(prov, .99).Round(time.Millisecond), quantile(prov, 1).Round(time.Millisecond),
-			ratio(quantile(lat, .99).Seconds(), goalTxnP99.Seconds()), ratio(quantile(prov, .99).Seconds(), goalTxnP99.Seconds()))
+			paceRatio(quantile(lat, .99).Seconds(), goalTxnP99.Seconds()), paceRatio(quantile(prov, .99).Seconds(), goalTxnP99.Seconds()))
 	}
-	killed := p.killed.UnixMilli()
-	for _, r := range []*pacingRun{p, u} {
+	for _, r := range []*pacingRun{rp.p, rp.u} {
 		var kept []time.Duration
 		until := r.killed.Add(10 * time.Second)
 		if r.restarted.After(r.killed) {
@@ -1030,11 +1107,14 @@ func reportPacing(b *testing.B, sc pacingScale, p, u *pacingRun) {
 				kept = append(kept, r.out.txnLatency[i])
 			}
 		}
-		line("   %s, leaving out the pushes written from 1 s before the kill to 10 s after it (or the restart): p50 %s, p99 %s (%d of %d)",
-			map[bool]string{true: "paced  ", false: "unpaced"}[r.paced], quantile(kept, .5).Round(time.Millisecond), quantile(kept, .99).Round(time.Millisecond), len(kept), len(r.out.txnLatency))
+		rp.line("   %s, leaving out the pushes written from 1 s before the kill to 10 s after it (or the restart): p50 %s, p99 %s (%d of %d)",
+			name[r.paced], quantile(kept, .5).Round(time.Millisecond), quantile(kept, .99).Round(time.Millisecond), len(kept), len(r.out.txnLatency))
 	}
+}
 
-	// 4. Lane precedence.
+// lanes prints figure 4 and returns its (release, p75) pairs.
+func (rp *pacingReport) lanes() int {
+	o, killed := &rp.p.out, rp.p.killed.UnixMilli()
 	var before, after []int64
 	for _, r := range o.normalRel {
 		if r < killed {
@@ -1043,23 +1123,28 @@ func reportPacing(b *testing.B, sc pacingScale, p, u *pacingRun) {
 			after = append(after, r)
 		}
 	}
-	pairsN, releases := overtaken(o.normalRel, o.high, nil)
+	throughKill := func(h heldSpan) bool { return h.held <= killed && h.rel > killed }
+	pairs, releases := overtaken(o.normalRel, o.high, nil)
 	pairsB, releasesB := overtaken(before, o.high, nil)
 	pairsA, releasesA := overtaken(after, o.high, nil)
-	pairsK, releasesK := overtaken(after, o.high, func(h heldSpan) bool { return h.held <= killed && h.rel > killed })
+	pairsK, releasesK := overtaken(after, o.high, throughKill)
 	longest, through := int64(0), 0
 	for _, h := range o.high {
 		longest = max(longest, h.rel-h.held)
-		if h.held <= killed && h.rel > killed {
+		if throughKill(h) {
 			through++
 		}
 	}
-	line("4. p50 released while a p75 had waited > 100 ms: %d (p50 release, p75) pairs over %d p50 releases; goal 0 (%d p75 delivered of %d, longest wait %s)",
-		pairsN, releases, o.urgentDel, sc.campaign, time.Duration(longest)*time.Millisecond)
-	line("   p50 releases before the kill: %d pairs over %d releases; after it: %d over %d, and without the %d p75 intents held before the kill and released after it: %d over %d",
+	rp.line("4. p50 released while a p75 had waited > 100 ms: %d (p50 release, p75) pairs over %d p50 releases; goal 0 (%d p75 delivered of %d, longest wait %s)",
+		pairs, releases, o.urgentDel, rp.sc.campaign, time.Duration(longest)*time.Millisecond)
+	rp.line("   p50 releases before the kill: %d pairs over %d releases; after it: %d over %d, and without the %d p75 intents held before the kill and released after it: %d over %d",
 		pairsB, releasesB, pairsA, releasesA, through, pairsK, releasesK)
+	return pairs
+}
 
-	// 5. The stop.
+// stop prints figure 5 and returns its violations.
+func (rp *pacingReport) stop() int {
+	p, o := rp.p, &rp.p.out
 	grace := p.stopAck.Add(goalStopGrace).UnixMilli()
 	late, lastBlast := 0, int64(0)
 	for _, r := range o.blastRel {
@@ -1069,7 +1154,7 @@ func reportPacing(b *testing.B, sc pacingScale, p, u *pacingRun) {
 		lastBlast = max(lastBlast, r)
 	}
 	delivered, cancelled, neither := 0, 0, 0
-	for i := range sc.blast {
+	for i := range rp.sc.blast {
 		switch {
 		case o.blastDel[i]:
 			delivered++
@@ -1079,42 +1164,32 @@ func reportPacing(b *testing.B, sc pacingScale, p, u *pacingRun) {
 			neither++
 		}
 	}
-	line("5. blast: %d delivered, %d cancelled; released after the stop's ack + 2 s: %d (goal 0; last blast release %+.3fs from the ack); neither delivered nor cancelled: %d (goal 0; %d other outcomes); lanes empty %.2fs after the ack",
-		delivered, cancelled, late, msAt(lastBlast).Sub(p.stopAck).Seconds(), neither, o.blastOther, msAt(o.lastLaneRec).Sub(p.stopAck).Seconds())
-	line("   Redis (engine inspect): %d of %d sampled cancelled blast users counted (goal 0); control: %d of %d delivered blast users counted (want all)",
+	rp.line("5. blast: %d delivered, %d cancelled; released after the stop's ack + 2 s: %d (goal 0; last blast release %+.3fs from the ack); neither delivered nor cancelled: %d (goal 0; %d other outcomes); lanes empty %.2fs after the ack",
+		delivered, cancelled, late, paceAt(lastBlast).Sub(p.stopAck).Seconds(), neither, o.blastOther, paceAt(o.lastLaneRec).Sub(p.stopAck).Seconds())
+	rp.line("   Redis (engine inspect): %d of %d sampled cancelled blast users counted (goal 0); control: %d of %d delivered blast users counted (want all)",
 		p.redis.cancelledCounted, p.redis.cancelled, p.redis.deliveredCounted, p.redis.delivered)
+	return late + neither + p.redis.cancelledCounted
+}
 
-	// 6. Cost.
-	m := p.metrics
+// cost prints figure 6 and returns the lease calls per released intent
+// and the worker CPU per intent over the unpaced run's (us).
+func (rp *pacingReport) cost() (perRelease, cpuDelta float64) {
+	p, u, m := rp.p, rp.u, rp.p.metrics
 	calls := m["capper_pacing_lease_calls_total"]
-	released := m["capper_pacing_released_total"]
-	perRelease := calls / released
-	line("6. lease calls %.0f (granted %.0f, waited %.0f, error %.0f) for %.0f released intents (%.0f held, %.0f tokens granted, %.0f unused): %.4f calls per released intent, goal <= %.2f: %s; per held intent %.4f",
+	perRelease = calls / m["capper_pacing_released_total"]
+	rp.line("6. lease calls %.0f (granted %.0f, waited %.0f, error %.0f) for %.0f released intents (%.0f held, %.0f tokens granted, %.0f unused): %.4f calls per released intent, goal <= %.2f: %s; per held intent %.4f",
 		calls, m[`capper_pacing_lease_calls_total{budget="push",result="granted"}`], m[`capper_pacing_lease_calls_total{budget="push",result="waited"}`],
-		m[`capper_pacing_lease_calls_total{budget="push",result="error"}`], released, m["capper_pacing_held_total"], m["capper_pacing_tokens_granted_total"],
-		m["capper_pacing_tokens_unused_total"], perRelease, goalLeaseCalls, ratio(perRelease, goalLeaseCalls), calls/m["capper_pacing_held_total"])
+		m[`capper_pacing_lease_calls_total{budget="push",result="error"}`], m["capper_pacing_released_total"], m["capper_pacing_held_total"], m["capper_pacing_tokens_granted_total"],
+		m["capper_pacing_tokens_unused_total"], perRelease, goalLeaseCalls, paceRatio(perRelease, goalLeaseCalls), calls/m["capper_pacing_held_total"])
 	cpuP, cpuU := p.cpu/float64(p.intents)*1e6, u.cpu/float64(u.intents)*1e6
-	line("   worker CPU per intent (process_cpu_seconds_total, all workers, t=0 to drained): paced %.2f us (%.1f s over %d intents, %.0fs), unpaced %.2f us (%.1f s over %d, %.0fs); difference %+.2f us, goal within %.0f us: %s; idle workers burn %.3f / %.3f CPU-s/s",
+	rp.line("   worker CPU per intent (process_cpu_seconds_total, all workers, t=0 to drained): paced %.2f us (%.1f s over %d intents, %.0fs), unpaced %.2f us (%.1f s over %d, %.0fs); difference %+.2f us, goal within %.0f us: %s; idle workers burn %.3f / %.3f CPU-s/s",
 		cpuP, p.cpu, p.intents, p.drained.Sub(p.t0).Seconds(), cpuU, u.cpu, u.intents, u.drained.Sub(u.t0).Seconds(), cpuP-cpuU, goalCPUDelta,
-		ratio(math.Abs(cpuP-cpuU), goalCPUDelta), p.cpuIdle, u.cpuIdle)
+		paceRatio(math.Abs(cpuP-cpuU), goalCPUDelta), p.cpuIdle, u.cpuIdle)
 	preP := (p.cpuPhase[0] + p.cpuPhase[1] + p.cpuPhase[2]) / float64(p.intents) * 1e6
 	preU := (u.cpuPhase[0] + u.cpuPhase[1] + u.cpuPhase[2]) / float64(u.intents) * 1e6
-	line("   t=0 to the stop only, over the same intents: paced %.2f us, unpaced %.2f us; difference %+.2f us: %s",
-		preP, preU, preP-preU, ratio(math.Abs(preP-preU), goalCPUDelta))
-	line("   worker CPU-s by phase, paced / unpaced: to the campaign %.1f / %.1f, to the kill %.1f / %.1f, to the stop %.1f / %.1f, to the end %.1f / %.1f",
+	rp.line("   t=0 to the stop only, over the same intents: paced %.2f us, unpaced %.2f us; difference %+.2f us: %s",
+		preP, preU, preP-preU, paceRatio(math.Abs(preP-preU), goalCPUDelta))
+	rp.line("   worker CPU-s by phase, paced / unpaced: to the campaign %.1f / %.1f, to the kill %.1f / %.1f, to the stop %.1f / %.1f, to the end %.1f / %.1f",
 		p.cpuPhase[0], u.cpuPhase[0], p.cpuPhase[1], u.cpuPhase[1], p.cpuPhase[2], u.cpuPhase[2], p.cpuPhase[3], u.cpuPhase[3])
-	if os.Getenv("CAPPER_BENCH_PACING_SECONDS") == "1" {
-		secondsTable(line, p)
-	}
-	line("   duplicates delivered: paced %d, unpaced %d; dead letters %d / %d", o.duplicates, u.out.duplicates, o.deadLetters, u.out.deadLetters)
-	// Printed, not logged: a benchmark's log is cut to its first lines.
-	fmt.Print(w.String())
-
-	b.ReportMetric(float64(most)/limit, "x-of-rate-goal")
-	b.ReportMetric(mean/sc.rate/goalMeanRate, "x-of-mean-rate-goal")
-	b.ReportMetric(quantile(o.txnLatency, .99).Seconds(), "txn-p99-s")
-	b.ReportMetric(float64(pairsN), "overtake-violations")
-	b.ReportMetric(float64(late+neither+p.redis.cancelledCounted), "stop-violations")
-	b.ReportMetric(perRelease, "lease-calls/intent")
-	b.ReportMetric(cpuP-cpuU, "cpu-us/intent-over-unpaced")
+	return perRelease, cpuP - cpuU
 }
