@@ -78,6 +78,19 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 			pc.close()
 		}
 	}()
+	c := &consumer{writers: writers, lag: lags, pacer: pc}
+	var ctl dispatch.Control
+	if t := cfg.Kafka.Topics.Control; t != "" {
+		if c.source, err = dispatch.NewControlSource(kopts, t); err != nil {
+			return nil, err
+		}
+		c.control = control.NewFollower(control.FollowerOptions{Source: c.source, Writer: c.source, Topic: t, Registerer: reg,
+			Logger: log, Now: now})
+		ctl = c.control
+		if copts.Parked = cfg.Kafka.Topics.Parked; copts.Parked != "" {
+			copts.Park = dispatch.NewParkCheck(ctl, cfg.Control.MaxPause.D())
+		}
+	}
 	reader, err := dispatch.NewConsumer(copts)
 	if err != nil {
 		return nil, err
@@ -87,17 +100,9 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 			_ = reader.Close()
 		}
 	}()
-	c := &consumer{reader: reader, writers: writers, lag: lags, pacer: pc}
-	var ctl dispatch.Control
-	if t := cfg.Kafka.Topics.Control; t != "" {
-		if c.source, err = dispatch.NewControlSource(kopts, t); err != nil {
-			return nil, err
-		}
-		c.control = control.NewFollower(control.FollowerOptions{Source: c.source, Writer: c.source, Topic: t, Registerer: reg,
-			Logger: log, Now: now})
-		ctl = c.control
-	}
+	c.reader = reader
 	wo := workerOptions(cfg, reader, writers, engine, dec, snaps, plans, ctl, reg, log, now)
+	wo.Parked = writers.parkedOutput(cfg.Kafka.Topics.Parked)
 	if pc != nil {
 		wo.Pacer, wo.LanePrefix, wo.LaneWriter = pc, pc.prefix, pc.writer(kopts)
 	}
@@ -190,6 +195,9 @@ func checkTopics(ctx context.Context, admin *kafka.Client, k *config.Kafka) erro
 	if t.Control != "" {
 		topics["kafka.topics.control"] = t.Control
 	}
+	if t.Parked != "" {
+		topics["kafka.topics.parked"] = t.Parked
+	}
 	for i, d := range k.DelayTiers {
 		topics[fmt.Sprintf("kafka.delay_tiers[%d].topic", i)] = d.Topic
 	}
@@ -277,6 +285,7 @@ type closingWriter interface {
 
 type writerSet struct {
 	deliveries, suppressed, deadLetter closingWriter
+	parked                             closingWriter // nil: no parked topic
 	tiers                              []dispatch.Tier // their writers are *kafka.Writer
 }
 
@@ -302,6 +311,11 @@ func newWriters(o dispatch.KafkaOptions, t config.Topics, tiers []config.DelayTi
 		}
 		*w.dst = kw
 	}
+	if t.Parked != "" {
+		if ws.parked, err = dispatch.NewTierWriter(o, t.Parked); err != nil {
+			return nil, fmt.Errorf("writer for %s: %w", t.Parked, err)
+		}
+	}
 	for _, d := range tiers {
 		kw, err := dispatch.NewTierWriter(o, d.Topic)
 		if err != nil {
@@ -310,6 +324,14 @@ func newWriters(o dispatch.KafkaOptions, t config.Topics, tiers []config.DelayTi
 		ws.tiers = append(ws.tiers, dispatch.Tier{Delay: d.Delay.D(), Output: dispatch.Output{Topic: d.Topic, Writer: kw}})
 	}
 	return ws, nil
+}
+
+// parkedOutput avoids handing the worker a typed nil interface.
+func (ws *writerSet) parkedOutput(topic string) dispatch.Output {
+	if ws.parked == nil {
+		return dispatch.Output{}
+	}
+	return dispatch.Output{Topic: topic, Writer: ws.parked}
 }
 
 // suppressedOutput avoids handing the worker a typed nil interface.
@@ -323,7 +345,7 @@ func (ws *writerSet) suppressedOutput(topic string) dispatch.Output {
 // close closes every writer. Their errors are not worth reporting: every
 // record the worker wrote was acknowledged before its batch was committed.
 func (ws *writerSet) close() {
-	for _, w := range []closingWriter{ws.deliveries, ws.suppressed, ws.deadLetter} {
+	for _, w := range []closingWriter{ws.deliveries, ws.suppressed, ws.deadLetter, ws.parked} {
 		if w != nil {
 			_ = w.Close()
 		}

@@ -85,6 +85,10 @@ type Topics struct {
 	// budget of the policy: <lanes>.<budget>.<lane> (empty: no pacing; a
 	// policy with budgets is refused).
 	Lanes string `yaml:"lanes"`
+	// Parked is where intents waiting for a paused campaign wait, written
+	// once per pause (empty: they come back from the first delay tier every
+	// tier delay). Needs Control.
+	Parked string `yaml:"parked"`
 }
 
 // Refunds says which delivery statuses give a send's slot back.

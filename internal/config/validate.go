@@ -153,6 +153,15 @@ func (k *Kafka) validateDelay(p *problems.List, taken map[string]string) {
 		}
 		taken[t.Topic] = at.Key("topic").String()
 	}
+	if s := k.Topics.Parked; s != "" {
+		if other, dup := taken[s]; dup {
+			p.Add(problems.Key("kafka.topics.parked"), "%q is also %s", s, other)
+		}
+		taken[s] = "kafka.topics.parked"
+		if k.Topics.Control == "" {
+			p.Add(problems.Key("kafka.topics.parked"), "needs kafka.topics.control: a campaign is paused there")
+		}
+	}
 	if s := k.Topics.Lanes; s != "" {
 		if !lanePrefix.MatchString(s) {
 			p.Add(problems.Key("kafka.topics.lanes"), "%q is not a topic name prefix (letters, digits, '.', '_', '-'; at most 150)", s)
@@ -163,7 +172,7 @@ func (k *Kafka) validateDelay(p *problems.List, taken map[string]string) {
 			}
 		}
 	}
-	if (len(k.DelayTiers) > 0 || k.Topics.Lanes != "") && k.DelayGroup() == k.GroupID {
+	if (len(k.DelayTiers) > 0 || k.Topics.Lanes != "" || k.Topics.Parked != "") && k.DelayGroup() == k.GroupID {
 		p.Add(problems.Key("kafka.delay_group_id"), "%q is also kafka.group_id: the tiers need a group of their own", k.DelayGroupID)
 	}
 }

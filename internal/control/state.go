@@ -27,6 +27,9 @@ type Snapshot struct {
 	campaigns map[string]*Entry
 	all       *Entry // the incident switch's latest record; nil: none
 	counts    [Stopped + 1]int
+	// released: per partition, the offset after the latest record in the
+	// state that is not a pause (a resume, a stop, an active record).
+	released map[int]int64
 }
 
 // NewSnapshot is a state of the given campaigns' records and the switch's
@@ -41,11 +44,42 @@ func NewSnapshot(campaigns []*Entry, all *Entry) *Snapshot {
 }
 
 func newSnapshot(campaigns map[string]*Entry, all *Entry) *Snapshot {
-	s := &Snapshot{campaigns: campaigns, all: all}
+	s := &Snapshot{campaigns: campaigns, all: all, released: map[int]int64{}}
+	note := func(e *Entry) {
+		if e.State != Paused {
+			s.released[e.Pos.Partition] = max(s.released[e.Pos.Partition], e.Pos.Offset+1)
+		}
+	}
 	for _, e := range campaigns {
 		s.counts[e.State]++
+		note(e)
+	}
+	if all != nil {
+		note(all)
 	}
 	return s
+}
+
+// Released says, per partition of the control topic, the offset after the
+// latest record in the state that is not a pause. A resume (or a stop) the
+// state applied after another state was taken shows as a higher value in
+// its partition: ReleasedSince tells. A pause changes nothing here.
+func (s *Snapshot) Released() map[int]int64 {
+	if s == nil {
+		return nil
+	}
+	return s.released
+}
+
+// ReleasedSince reports whether s applied a resume, a stop or an active
+// record after the state whose Released was before.
+func (s *Snapshot) ReleasedSince(before map[int]int64) bool {
+	for p, o := range s.Released() {
+		if o > before[p] {
+			return true
+		}
+	}
+	return false
 }
 
 // Campaign is a campaign's latest record; nil when it has none (active).

@@ -25,6 +25,9 @@ type batch struct {
 	// now is the batch's time for what the engine does not decide: a hop
 	// is placed in its next tier from now.
 	now time.Time
+	// controlSeq is the control state's Released before the batch was
+	// decided (a paused intent's capper-control-seq: parked.go).
+	controlSeq map[int]int64
 }
 
 // kind is what a fetched message is. It is known once the message is read
@@ -87,6 +90,10 @@ type entry struct {
 	held   *heldEntry
 	lane   *laneInfo
 	charge string
+	// parked: read back from the parked topic; campaign: the intent's
+	// campaign_id (a parked record carries it).
+	parked   bool
+	campaign string
 }
 
 // setUnreadable dead-letters e: it could not be read, as err says (an
@@ -110,6 +117,9 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 		b.policy = w.o.Policy()
 	}
 	b.now = w.o.Now().Truncate(time.Millisecond)
+	if w.o.Control != nil {
+		b.controlSeq = w.o.Control.Load().Released()
+	}
 	reqs, refunds := w.read(b)
 	// Refunds first: a slot they free is there for this batch's intents.
 	if err := w.refund(ctx, b.entries, refunds); err != nil {
@@ -159,6 +169,10 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 			if !w.readLane(m, e, b.now) { // unreadable
 				continue
 			}
+		case m.Topic == w.parked.topic && w.parked.topic != "":
+			if !w.readParked(m, e) { // unreadable
+				continue
+			}
 		}
 		in, err := w.o.Decoder.Decode(m.Key, m.Value)
 		if err != nil {
@@ -169,7 +183,7 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 		if held {
 			continue
 		}
-		e.segment = snap.Lookup(in.UserID)
+		e.segment, e.campaign = snap.Lookup(in.UserID), in.CampaignID
 		r := NewRequest(&in, e.segment)
 		r.ReleaseAt = releaseAt
 		r.Redelivered = !w.cacheable(m, e)

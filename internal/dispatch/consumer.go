@@ -38,6 +38,10 @@ type ConsumerOptions struct {
 	Lanes      []string
 	LanePrefix string
 	Gate       func(ctx context.Context, topic string, msgs []kafka.Message) (int, error)
+	// Parked is the parked topic (parked.go; empty: none), read by the
+	// delay group too; Park says when its records may go.
+	Parked string
+	Park   ParkCheck
 	// Now is the clock of capper-due-at (nil: time.Now); Sleep waits a
 	// duration of that clock (nil: a timer). Tests speed both up.
 	Now   func() time.Time
@@ -88,6 +92,8 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		return nil, errors.New("kafka consumer: delay tiers need a group id of their own (lanes too)")
 	case len(o.Lanes) > 0 && (o.Gate == nil || o.LanePrefix == ""):
 		return nil, errors.New("kafka consumer: lanes need a gate and their prefix")
+	case o.Parked != "" && (o.Park.Paused == nil || o.Park.Freed == nil || o.DelayGroupID == ""):
+		return nil, errors.New("kafka consumer: the parked topic needs its check and the delay group")
 	case o.Kafka.StartOffset != "earliest" && o.Kafka.StartOffset != "latest":
 		return nil, fmt.Errorf("kafka start_offset: %q is not earliest or latest", o.Kafka.StartOffset)
 	}
@@ -118,7 +124,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		c.tiers[t] = true
 	}
 	c.cp = &coPartition{input: o.Input, inputs: func() []int { return c.input.assigned(o.Input) }}
-	if len(o.Tiers)+len(o.Lanes) == 0 {
+	if len(o.Tiers)+len(o.Lanes) == 0 && o.Parked == "" {
 		return c, nil
 	}
 	if c.delay, err = c.joinDelay(o.Lanes); err != nil {
@@ -134,19 +140,25 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 // budget releases it.
 func (c *Consumer) joinDelay(lanes []string) (*member, error) {
 	topics := append(slices.Clone(c.o.Tiers), lanes...)
+	if c.o.Parked != "" {
+		topics = append(topics, c.o.Parked)
+	}
 	cp := c.cp
 	return newMember(memberOptions{Kafka: c.o.Kafka, GroupID: c.o.DelayGroupID, Topics: topics, Log: c.log,
 		Balancers: []kafka.GroupBalancer{cp, kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}},
 		Read: func(ctx context.Context, p *partState, offset int64) {
 			fc := fetchConfig{maxBytes: tierFetchBytes}
-			if c.tiers[p.tp.topic] {
+			switch {
+			case p.tp.topic == c.o.Parked:
+				fc.parked = true
+			case c.tiers[p.tp.topic]:
 				fc.due = func(m *kafka.Message) (time.Time, bool) {
 					// A record without a readable due time is due at
 					// once: the worker dead-letters it, naming the header.
 					t, err := dueAt(m.Headers)
 					return t, err == nil
 				}
-			} else {
+			default:
 				fc.gate = c.o.Gate
 			}
 			c.readPartition(ctx, p, offset, fc)
@@ -187,7 +199,7 @@ func (c *Consumer) SetLanes(lanes []string) error {
 		}
 	}
 	var nm *member
-	if len(c.o.Tiers)+len(lanes) > 0 {
+	if len(c.o.Tiers)+len(lanes) > 0 || c.o.Parked != "" {
 		var err error
 		if nm, err = c.joinDelay(lanes); err != nil {
 			return fmt.Errorf("read lanes %v: %w", lanes, err)
@@ -257,7 +269,7 @@ func (c *Consumer) CommitMessages(_ context.Context, msgs ...kafka.Message) erro
 	for i := range msgs {
 		m := &msgs[i]
 		dst := in
-		if c.tiers[m.Topic] || c.isLane(m.Topic) {
+		if c.tiers[m.Topic] || c.isLane(m.Topic) || m.Topic == c.o.Parked && m.Topic != "" {
 			dst = delay
 		}
 		tp := topicPartition{m.Topic, m.Partition}
@@ -292,8 +304,9 @@ func (c *Consumer) Stats() kafka.ReaderStats {
 // deferred intents wait in (a deferred intent is decided by whoever reads
 // its tier partition).
 func (c *Consumer) Cacheable(m *kafka.Message, home int) bool {
-	if c.isLane(m.Topic) {
-		// Released by its budget: decided by Redis, like a redelivery.
+	if c.isLane(m.Topic) || m.Topic == c.o.Parked {
+		// Released by its budget, or back from a pause: decided by Redis,
+		// like a redelivery.
 		return false
 	}
 	dg := c.delayGroup()

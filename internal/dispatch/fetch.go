@@ -23,6 +23,8 @@ type fetchConfig struct {
 	// gate, when set, says how many records at the head of msgs may be
 	// handed out now, waiting until at least one may (a lane: pacing).
 	gate func(ctx context.Context, topic string, msgs []kafka.Message) (int, error)
+	// parked: the parked topic (parked.go).
+	parked bool
 }
 
 // readPartition reads p from offset until ctx ends, putting every record
@@ -112,10 +114,17 @@ func (c *Consumer) fetchFrom(ctx context.Context, conn *kafka.Conn, p *partState
 			}
 			msgs = append(msgs, m)
 		}
+		hwm := batch.HighWaterMark()
 		err := batch.Close()
 		if len(msgs) > 0 {
 			offset = msgs[len(msgs)-1].Offset + 1
-			if perr := c.hand(ctx, p, msgs, fc); perr != nil {
+			var perr error
+			if fc.parked {
+				perr = c.handParked(ctx, p, msgs, hwm)
+			} else {
+				perr = c.hand(ctx, p, msgs, fc)
+			}
+			if perr != nil {
 				return offset, perr
 			}
 		}

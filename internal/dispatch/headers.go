@@ -33,6 +33,7 @@ const (
 	HeaderPolicy     = "capper-policy"         // the version of the cap policy that decided
 	HeaderHeldFor    = "capper-held-for"       // capped or deferred by a plan's booking: its campaign
 	HeaderControl    = "capper-control"        // <topic>/<partition>/<offset> of the control record that decided (a stop, a pause, the campaign's send-by)
+	HeaderControlSeq = "capper-control-seq"    // paused: the control state it was paused by (parked.go)
 )
 
 // capperPrefix starts every header capper owns; an input's own capper-*
@@ -86,13 +87,14 @@ var (
 // into bytes once, and the per-record bytes (capper-source, retry-after)
 // come from one arena, so a record costs one allocation for its headers.
 type headerBuilder struct {
-	version []byte
-	policy  string            // for records the engine did not decide
-	names   map[string][]byte // segment and limit names
-	times   map[int64][]byte  // formatted times, by Unix millisecond
-	arena   []byte
-	backing []kafka.Header // the records' header slices are cut from it
-	scratch []kafka.Header
+	version    []byte
+	controlSeq map[int]int64     // the control state's Released at the start of the batch's decision
+	policy     string            // for records the engine did not decide
+	names      map[string][]byte // segment and limit names
+	times      map[int64][]byte  // formatted times, by Unix millisecond
+	arena      []byte
+	backing    []kafka.Header // the records' header slices are cut from it
+	scratch    []kafka.Header
 }
 
 func newHeaderBuilder(version, policy string) *headerBuilder {
@@ -134,6 +136,12 @@ func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 				})})
 		}
 		add = hb.delayPath(add, e)
+		if d.Outcome == capping.Deferred && d.Reason == capping.ReasonPaused {
+			// The parked topic's reader asks whether its campaign is
+			// still paused, and whether the state changed since.
+			add = append(add, kafka.Header{Key: HeaderCampaign, Value: hb.name(e.campaign)},
+				kafka.Header{Key: HeaderControlSeq, Value: hb.bytes(func(b []byte) []byte { return formatSeq(b, hb.controlSeq) })})
+		}
 		if e.lane != nil {
 			add = hb.releasedHeaders(add, e.lane)
 		}

@@ -34,6 +34,9 @@ type partState struct {
 	handed, committed atomic.Int64
 	// closed: the generation ended; its queued records are dropped.
 	closed atomic.Bool
+	// parkUntil: the parked topic's reader hands every record below it
+	// over (parked.go); only that reader uses it.
+	parkUntil int64
 }
 
 // memberOptions configure a member.

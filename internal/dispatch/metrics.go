@@ -193,7 +193,9 @@ func (w *Worker) observe(b *batch) {
 			w.m.hops.Inc()
 			continue
 		case kindDue:
-			w.m.dueLag.Observe(max(d.At.Sub(e.tier.notBefore).Seconds(), 0))
+			if !e.parked && e.lane == nil {
+				w.m.dueLag.Observe(max(d.At.Sub(e.tier.notBefore).Seconds(), 0))
+			}
 			if e.tier.paused {
 				w.m.pausedWait.Dec()
 			}

@@ -13,6 +13,7 @@ import (
 // outputs are a batch's records per output topic, in batch order.
 type outputs struct {
 	deliveries, suppressed, deadLetter []kafka.Message
+	parked                             []kafka.Message
 	delayed                            [][]kafka.Message          // per tier
 	held                               map[string][]kafka.Message // per lane topic
 }
@@ -30,6 +31,7 @@ func (w *Worker) route(b *batch) outputs {
 		deliveries
 		suppressed
 		deadLetter
+		parked
 		tier0
 	)
 	dst := make([]uint8, len(b.msgs))
@@ -55,6 +57,9 @@ func (w *Worker) route(b *batch) outputs {
 				}
 			case capping.Deferred:
 				dst[i] = uint8(tier0 + w.delay(e, d.At, d.NotBefore))
+				if w.parks(e) {
+					dst[i] = parked
+				}
 			default:
 				dst[i] = deliveries
 			}
@@ -63,7 +68,7 @@ func (w *Worker) route(b *batch) outputs {
 	}
 	o := outputs{delayed: make([][]kafka.Message, len(w.o.Tiers))}
 	lists := make([]*[]kafka.Message, len(counts))
-	lists[deliveries], lists[suppressed], lists[deadLetter] = &o.deliveries, &o.suppressed, &o.deadLetter
+	lists[deliveries], lists[suppressed], lists[deadLetter], lists[parked] = &o.deliveries, &o.suppressed, &o.deadLetter, &o.parked
 	for t := range o.delayed {
 		lists[tier0+t] = &o.delayed[t]
 	}
@@ -73,6 +78,7 @@ func (w *Worker) route(b *batch) outputs {
 		}
 	}
 	hb := newHeaderBuilder(b.snap, b.policy)
+	hb.controlSeq = b.controlSeq
 	for i := range b.msgs {
 		m, e := &b.msgs[i], &b.entries[i]
 		if e.kind == kindHold {
@@ -96,8 +102,9 @@ func (w *Worker) route(b *batch) outputs {
 			h = hb.build(m, e)
 		}
 		l := lists[dst[i]]
-		// Partition: a delay tier's writer puts the record in the tier
-		// partition of its user's input partition (the others ignore it).
+		// Partition: a delay tier's (and the parked topic's) writer puts
+		// the record in the partition of its user's input partition (the
+		// others ignore it).
 		*l = append(*l, kafka.Message{Key: nonNull(key), Value: nonNull(value), Headers: h, Partition: e.home})
 	}
 	return o

@@ -123,6 +123,12 @@ type Options struct {
 	Pacer      Pacer
 	LanePrefix string
 	LaneWriter func(topic string) (Writer, error)
+	// Parked is the parked topic (parked.go): an intent waiting for a
+	// pause goes there, once, instead of the first delay tier (its writer
+	// puts a record in the partition its Partition names, like a tier's).
+	// The Reader gives its records back when their pause may be over. No
+	// Writer: paused intents wait in the first tier.
+	Parked Output
 
 	// StatusTopic names the delivery-status topic the Reader also gives
 	// (empty: none); a status of RefundStatuses is a refund, which Refunder
@@ -169,6 +175,7 @@ func (o Options) validate() error {
 	required(o.StatusTopic == "" || o.Refunder != nil, "Refunder with StatusTopic")
 	required(o.Control == nil || len(o.Tiers) > 0 && o.MaxPause > 0, "Tiers and MaxPause with Control (paused intents wait in a tier)")
 	required(o.Pacer == nil || o.LanePrefix != "" && o.LaneWriter != nil, "LanePrefix and LaneWriter with Pacer")
+	required(o.Parked.Writer == nil || o.Parked.Topic != "" && o.Control != nil, "Parked.Topic and Control with a Parked writer")
 	for i, t := range o.Tiers {
 		required(t.Writer != nil && t.Topic != "", fmt.Sprintf("Tiers[%d]", i))
 		if t.Delay <= 0 || i > 0 && t.Delay <= o.Tiers[i-1].Delay {
@@ -202,9 +209,11 @@ type Worker struct {
 	o                                  Options
 	m                                  *metrics
 	deliveries, suppressed, deadLetter output
-	// tiers: the delay tiers' topics; lanes: the lane topics' writers.
+	// tiers: the delay tiers' topics; lanes: the lane topics' writers;
+	// parked: the parked topic.
 	tiers   map[string]bool
 	lanes   laneWriters
+	parked  output
 	refunds map[string]bool // delivery statuses that refund
 
 	mu       sync.Mutex
@@ -229,6 +238,7 @@ func New(o Options) (*Worker, error) {
 		deadLetter: output{o.DeadLetter.Topic, o.DeadLetter.Writer},
 	}
 	w.lanes.new = o.LaneWriter
+	w.parked = output{o.Parked.Topic, o.Parked.Writer}
 	for _, s := range o.RefundStatuses {
 		w.refunds[s] = true
 	}
@@ -239,6 +249,9 @@ func New(o Options) (*Worker, error) {
 	}
 	if o.Suppressed.Writer != nil {
 		topics = append(topics, o.Suppressed.Topic)
+	}
+	if o.Parked.Writer != nil {
+		topics = append(topics, o.Parked.Topic)
 	}
 	w.m = newMetrics(o.Registerer, topics, o.Segments)
 	return w, nil

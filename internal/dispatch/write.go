@@ -49,6 +49,7 @@ func (w *Worker) writeAll(ctx context.Context, o outputs) error {
 	for i, t := range w.o.Tiers {
 		all = append(all, topicMsgs{output{t.Topic, t.Writer}, o.delayed[i], false})
 	}
+	all = append(all, topicMsgs{w.parked, o.parked, false})
 	for topic, msgs := range o.held {
 		wr, err := w.lanes.get(topic)
 		if err != nil {

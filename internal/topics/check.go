@@ -199,11 +199,8 @@ func verdict(t Topic, b broker, input int, o CheckOptions) Finding {
 		}
 		f.Note = fmt.Sprintf("%d %s", b.partitions, plural(b.partitions, "partition"))
 	}
-	if (t.Kind == Tier || t.Kind == Lane) && input > 0 && b.partitions < input {
-		what := "delay tiers"
-		if t.Kind == Lane {
-			what = "lane topics"
-		}
+	if (t.Kind == Tier || t.Kind == Lane || t.Kind == Parked) && input > 0 && b.partitions < input {
+		what := map[Kind]string{Tier: "delay tiers", Lane: "lane topics", Parked: "the parked topic"}[t.Kind]
 		f.Problems = append(f.Problems, fmt.Sprintf("%d %s, the input %s has %d: %s must be co-partitioned with the input (at least as many partitions); give it %d: kafka-topics.sh --bootstrap-server %s --alter --topic %s --partitions %d (or recreate it)",
 			b.partitions, plural(b.partitions, "partition"), o.Kafka.Topics.Input, input, what, input, brokers, t.Name, input))
 	}
@@ -224,6 +221,12 @@ func verdict(t Topic, b broker, input int, o CheckOptions) Finding {
 func retention(f *Finding, t Topic, b broker, setConfig func(kv string) string) {
 	if b.configsErr != nil {
 		return
+	}
+	if t.Kind == Parked {
+		if ret, ok := durationMs(b.configs["retention.ms"]); ok && ret >= 0 && ret < ParkedRetention {
+			f.Warnings = append(f.Warnings, fmt.Sprintf("retention.ms is %d (%s): intents parked for a pause longer than that (control.max_pause is up to 7 days) are lost; set it to %s (8 days) or more: %s",
+				ret.Milliseconds(), ret, ms(ParkedRetention), setConfig("retention.ms="+ms(ParkedRetention))))
+		}
 	}
 	if t.Kind == Lane {
 		if ret, ok := durationMs(b.configs["retention.ms"]); ok && ret >= 0 && ret < LaneRetention {

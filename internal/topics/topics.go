@@ -54,6 +54,9 @@ const (
 	Control
 	// Lane is a lane topic of a budget of the policy (send pacing).
 	Lane
+	// Parked is kafka.topics.parked: intents waiting for a paused
+	// campaign (co-partitioned with the input, like a tier).
+	Parked
 )
 
 // The settings capper creates topics with and checks.
@@ -74,6 +77,10 @@ const (
 	// check does not warn about: held intents may wait long (a budget
 	// below its traffic, workers stopped).
 	LaneRetention = 7 * 24 * time.Hour
+	// ParkedRetention is the parked topic's retention when created, and
+	// the least check accepts without a warning: above the longest
+	// control.max_pause (7 days), with a day to spare.
+	ParkedRetention = 8 * 24 * time.Hour
 )
 
 // Topic is one topic the config (or its policy's budgets) names.
@@ -109,7 +116,8 @@ func Named(k *config.Kafka, budgets *pacing.Set) []Topic {
 	for i, d := range k.DelayTiers {
 		all = append(all, Topic{Key: fmt.Sprintf("kafka.delay_tiers[%d].topic", i), Name: d.Topic, Kind: Tier, Delay: d.Delay.D()})
 	}
-	all = append(all, Topic{Key: "kafka.topics.control", Name: t.Control, Kind: Control})
+	all = append(all, Topic{Key: "kafka.topics.control", Name: t.Control, Kind: Control},
+		Topic{Key: "kafka.topics.parked", Name: t.Parked, Kind: Parked})
 	if t.Lanes != "" {
 		for _, b := range budgets.Budgets() {
 			for _, l := range b.Lanes {
@@ -139,6 +147,8 @@ func (t Topic) Configs() map[string]string {
 		return map[string]string{"retention.ms": ms(max(MinTierRetention, t.Delay+TierRetentionMargin))}
 	case Lane:
 		return map[string]string{"retention.ms": ms(LaneRetention)}
+	case Parked:
+		return map[string]string{"retention.ms": ms(ParkedRetention)}
 	}
 	return nil
 }

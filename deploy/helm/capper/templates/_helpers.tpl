@@ -368,12 +368,23 @@ capping.Rules.Problems) */ -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* Parking: needs campaign control, and a topic of its own. */ -}}
+{{- with $c.kafka.topics.parked -}}
+{{- if not $c.kafka.topics.control -}}
+{{- fail "config.kafka.topics.parked: needs kafka.topics.control: a campaign is paused there" -}}
+{{- end -}}
+{{- range $key := list "input" "deliveries" "suppressed" "dead_letter" "delivery_status" "control" -}}
+{{- if eq (get $c.kafka.topics $key) $c.kafka.topics.parked -}}
+{{- fail (printf "config.kafka.topics.parked: %q is also kafka.topics.%s" $c.kafka.topics.parked $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* Send pacing: the lane topics' prefix takes no other topic; the
 delay group is the tiers' and the lanes'. */ -}}
 {{- with $c.kafka.topics.lanes -}}
 {{- $lanes := . -}}
 {{- $others := dict -}}
-{{- range $key := list "input" "deliveries" "suppressed" "dead_letter" "delivery_status" "control" -}}
+{{- range $key := list "input" "deliveries" "suppressed" "dead_letter" "delivery_status" "control" "parked" -}}
 {{- with get $c.kafka.topics $key -}}{{- $_ := set $others . (printf "kafka.topics.%s" $key) -}}{{- end -}}
 {{- end -}}
 {{- range $i, $t := $tiers -}}
@@ -386,7 +397,7 @@ delay group is the tiers' and the lanes'. */ -}}
 {{- end -}}
 {{- end -}}
 {{- $delayGroup := dig "delay_group_id" "" $c.kafka -}}
-{{- if and (or $tiers $c.kafka.topics.lanes) $delayGroup (eq $delayGroup $c.kafka.group_id) -}}
+{{- if and (or $tiers $c.kafka.topics.lanes $c.kafka.topics.parked) $delayGroup (eq $delayGroup $c.kafka.group_id) -}}
 {{- fail (printf "config.kafka.delay_group_id: %q is also kafka.group_id: the tiers and lanes need a group of their own" $delayGroup) -}}
 {{- end -}}
 {{- with $c.control -}}{{- with .max_pause -}}
