@@ -285,7 +285,7 @@ type closingWriter interface {
 
 type writerSet struct {
 	deliveries, suppressed, deadLetter closingWriter
-	parked                             closingWriter // nil: no parked topic
+	parked                             closingWriter   // nil: no parked topic
 	tiers                              []dispatch.Tier // their writers are *kafka.Writer
 }
 
