@@ -19,8 +19,9 @@ import (
 // nothing before. Every worker's leases then form one queue on the bucket,
 // each call is a lease (no call that only learns it must wait), and what
 // all workers release in any second stays within the rate and the burst.
-// A lane flag per lane: a lane that asked within the last ttl ms goes
-// before every lower lane, on every worker. A grant is at least unit tokens
+// A lane flag per lane: a lane that asked within the last ttl ms, or holds
+// tokens not valid yet (and ttl ms after), goes before every lower lane,
+// on every worker. A grant is at least unit tokens
 // (or all that was asked), so a busy budget costs one call per unit
 // releases.
 //
@@ -48,7 +49,7 @@ if ask > 0 then
     local w = tonumber(redis.call('HGET', KEYS[1], 'want' .. j))
     if w ~= nil and w > now then blocked = true end
   end
-  redis.call('HSET', KEYS[1], 'want' .. lane, now + ttl)
+  local till = now + ttl
   if blocked then
     wait = ttl
   else
@@ -60,8 +61,11 @@ if ask > 0 then
       grant, valid = 0, 0
     else
       tok = left
+      till = now + valid + ttl
     end
   end
+  local was = tonumber(redis.call('HGET', KEYS[1], 'want' .. lane))
+  if was == nil or till > was then redis.call('HSET', KEYS[1], 'want' .. lane, till) end
 end
 redis.call('HSET', KEYS[1], 'tok', tostring(tok), 'ts', ts)
 redis.call('PEXPIRE', KEYS[1], 3600000)

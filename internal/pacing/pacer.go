@@ -49,8 +49,11 @@ const (
 	poolTTL        = 10 * time.Millisecond
 	retryAfter     = 250 * time.Millisecond // after a failed lease (Redis unreachable)
 	// ahead is how far into the bucket's future a lease may be granted:
-	// room for several workers' next unit (a unit is 50 ms of the rate).
-	ahead = 250 * time.Millisecond
+	// room for three workers' next unit (a unit is 50 ms of the rate;
+	// less, and workers asking together are refused half the time). A
+	// lower lane's lease granted just before a higher lane asks is
+	// released at most this long after, ahead of the higher lane's tokens.
+	ahead = 150 * time.Millisecond
 )
 
 // Unit is the fewest tokens a lease grants of a budget (unless fewer were

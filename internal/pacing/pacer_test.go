@@ -60,7 +60,7 @@ func TestBudgetHoldsAcrossWorkers(t *testing.T) {
 		for range 3 {
 			wg.Go(func() {
 				for {
-					k, err := p.Acquire(ctx, "push", 1, 7)
+					k, err := p.Acquire(ctx, "push", 1, 60) // a backlog: a fetch's worth at the gate
 					if err != nil {
 						return
 					}
@@ -113,7 +113,8 @@ func TestHigherLaneGoesFirstOnEveryWorker(t *testing.T) {
 	set := budgetSet(t, 1000, 500)
 	const ttl = 2 * time.Second
 	a, b := newPacer(t, r, set, ttl, nil), newPacer(t, r, set, ttl, nil)
-	ctx := context.Background()
+	ctx, cancel0 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel0()
 	if k, err := a.Acquire(ctx, "push", 0, 1); err != nil || k != 1 {
 		t.Fatalf("urgent: %d tokens, %v", k, err)
 	}
