@@ -173,7 +173,7 @@ func (k *Kafka) validateDelay(p *problems.List, taken map[string]string) {
 		}
 	}
 	if (len(k.DelayTiers) > 0 || k.Topics.Lanes != "" || k.Topics.Parked != "") && k.DelayGroup() == k.GroupID {
-		p.Add(problems.Key("kafka.delay_group_id"), "%q is also kafka.group_id: the tiers need a group of their own", k.DelayGroupID)
+		p.Add(problems.Key("kafka.delay_group_id"), "%q is also kafka.group_id: the delay tiers, lanes and parked topic need a group of their own", k.DelayGroupID)
 	}
 }
 

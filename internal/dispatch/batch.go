@@ -90,6 +90,9 @@ type entry struct {
 	held   *heldEntry
 	lane   *laneInfo
 	charge string
+	// expiring: the lane an intent would have waited in, had it not been
+	// past its send-by by its release (it is cancelled at once).
+	expiring *laneInfo
 	// parked: read back from the parked topic; campaign: the intent's
 	// campaign_id (a parked record carries it).
 	parked   bool

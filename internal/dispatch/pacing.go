@@ -28,6 +28,7 @@ type Pacer interface {
 	Unused(budget string, n int)
 	Charge(budget string, n int)
 	Held(budget, lane string, n int)
+	Expired(budget, lane string)
 }
 
 // Headers of a lane record (and, for the last three, of a released
@@ -156,6 +157,7 @@ func (w *Worker) hold(e *entry, in *Intent, now time.Time) (held bool, releaseAt
 	}
 	if by := w.sendBy(in); !by.IsZero() {
 		if at := now.Add(w.o.Pacer.Wait(b.Name, place.Lane)); at.After(by) {
+			e.expiring = &laneInfo{budget: b.Name, lane: b.Lanes[place.Lane].Name}
 			return false, at
 		}
 	}
@@ -199,6 +201,14 @@ func toDeliveries(o capping.Outcome) bool {
 // delivered (it is not given back: see pacing.Pacer.Unused), and charges an
 // exempt send a budget covers.
 func (w *Worker) settlePacing(e *entry) {
+	if d := &e.decision; d.Outcome == capping.Cancelled && d.Reason == capping.ReasonExpired {
+		switch {
+		case e.lane != nil && e.lane.budget != "":
+			w.o.Pacer.Expired(e.lane.budget, e.lane.lane)
+		case e.expiring != nil:
+			w.o.Pacer.Expired(e.expiring.budget, e.expiring.lane)
+		}
+	}
 	switch {
 	case e.lane != nil && e.lane.budget != "" && !toDeliveries(e.decision.Outcome):
 		w.o.Pacer.Unused(e.lane.budget, 1)

@@ -12,7 +12,7 @@ import (
 type metrics struct {
 	calls                    *prometheus.CounterVec
 	granted, unused, charged *prometheus.CounterVec
-	released, held           *prometheus.CounterVec
+	released, held, expired  *prometheus.CounterVec
 	rate, burst              *prometheus.GaugeVec
 	waiting, drain           *prometheus.GaugeVec
 	oldest                   *oldest
@@ -38,6 +38,8 @@ func newMetrics(reg prometheus.Registerer, now func() time.Time) *metrics {
 			Help: "Intents waiting in a budget's lane (the delay group's lag on its topic, from the brokers every kafka.lag_interval)."}, []string{"budget", "lane"}),
 		drain: f.NewGaugeVec(prometheus.GaugeOpts{Name: "capper_pacing_drain_seconds",
 			Help: "Expected time until a budget's lane is empty: the intents waiting in it and the lanes above it, at the budget's rate."}, []string{"budget", "lane"}),
+		expired: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_expired_total",
+			Help: "Intents a budget covers cancelled for their send-by (expired): when they arrive (their lane would release them too late), or when released, by budget and lane."}, []string{"budget", "lane"}),
 		rate: f.NewGaugeVec(prometheus.GaugeOpts{Name: "capper_pacing_budget_rate",
 			Help: "A budget's rate per second in the policy in force (all workers together)."}, []string{"budget"}),
 		burst: f.NewGaugeVec(prometheus.GaugeOpts{Name: "capper_pacing_budget_burst",
@@ -58,9 +60,19 @@ func (m *metrics) setBudgets(s *Set) {
 	for _, b := range s.Budgets() {
 		m.rate.WithLabelValues(b.Name).Set(b.Rate)
 		m.burst.WithLabelValues(b.Name).Set(float64(b.Burst))
+		// Counters start at 0 (a rate over a new budget's first hour).
+		m.granted.WithLabelValues(b.Name)
+		m.unused.WithLabelValues(b.Name)
+		m.charged.WithLabelValues(b.Name)
+		for _, r := range []string{"granted", "waited", "error"} {
+			m.calls.WithLabelValues(b.Name, r)
+		}
 		for _, l := range b.Lanes {
 			m.waiting.WithLabelValues(b.Name, l.Name)
 			m.drain.WithLabelValues(b.Name, l.Name)
+			m.released.WithLabelValues(b.Name, l.Name)
+			m.held.WithLabelValues(b.Name, l.Name)
+			m.expired.WithLabelValues(b.Name, l.Name)
 		}
 	}
 }

@@ -371,3 +371,8 @@ func (p *Pacer) Wait(budget string, lane int) time.Duration {
 	}
 	return time.Duration(float64(ahead) / b.Rate * float64(time.Second))
 }
+
+// Expired counts an intent of budget's lane cancelled for its send-by.
+func (p *Pacer) Expired(budget, lane string) {
+	p.m.expired.WithLabelValues(budget, lane).Inc()
+}

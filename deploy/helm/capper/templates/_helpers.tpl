@@ -398,7 +398,7 @@ delay group is the tiers' and the lanes'. */ -}}
 {{- end -}}
 {{- $delayGroup := dig "delay_group_id" "" $c.kafka -}}
 {{- if and (or $tiers $c.kafka.topics.lanes $c.kafka.topics.parked) $delayGroup (eq $delayGroup $c.kafka.group_id) -}}
-{{- fail (printf "config.kafka.delay_group_id: %q is also kafka.group_id: the tiers and lanes need a group of their own" $delayGroup) -}}
+{{- fail (printf "config.kafka.delay_group_id: %q is also kafka.group_id: the delay tiers, lanes and parked topic need a group of their own" $delayGroup) -}}
 {{- end -}}
 {{- with $c.control -}}{{- with .max_pause -}}
 {{- $ms := include "capper.durationMillis" (list "control.max_pause" .) | atoi -}}
