@@ -44,14 +44,15 @@ end
 tok = math.min(burst, tok + credit)
 local grant, valid, wait = 0, 0, 0
 if ask > 0 then
-  local blocked = false
+  local blocked = 0
   for j = 0, lane - 1 do
     local w = tonumber(redis.call('HGET', KEYS[1], 'want' .. j))
-    if w ~= nil and w > now then blocked = true end
+    if w ~= nil and w > now then blocked = math.max(blocked, w - now) end
   end
   local till = now + ttl
-  if blocked then
-    wait = ttl
+  if blocked > 0 then
+    wait = blocked
+    till = now + blocked + ttl -- it asks again then: lanes below it stay behind it
   else
     grant = math.min(ask, math.max(unit, math.floor(tok)))
     local left = tok - grant

@@ -36,15 +36,16 @@ type Options struct {
 	LaneTTL time.Duration
 }
 
-// Tuning. A lane's flag outlives its last ask by LaneTTL: long enough for a
-// waiting lane to ask again (waits are at most maxWait), short enough that
-// a lane with nothing left gives way at once. Tokens unspent poolTTL after
+// Tuning. A lane's flag outlives its last ask, and the wait it was told, by
+// LaneTTL: long enough for a waiting lane to ask again, short enough that
+// a lane with nothing left gives way at once. A lane a higher one blocks
+// waits as long as that lane's flag lasts (at most maxWait). Tokens unspent poolTTL after
 // they became valid are dropped: a release is then at most 10 ms after
 // its token's time, which bounds any second's releases to 1.01 times the
 // rate, plus the burst.
 const (
 	DefaultLaneTTL = 100 * time.Millisecond
-	maxWait        = 80 * time.Millisecond
+	maxWait        = 300 * time.Millisecond
 	minWait        = time.Millisecond
 	poolTTL        = 10 * time.Millisecond
 	retryAfter     = 250 * time.Millisecond // after a failed lease (Redis unreachable)
@@ -264,6 +265,8 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 		p.log.Warn("pacing: cannot lease tokens; held intents wait", "budget", bud.Name, "error", err)
 		wait = retryAfter
 	case l.Granted == 0:
+		// Until the higher lane's turn ends (it is extended while that
+		// lane goes on asking), or the bucket has room again.
 		p.m.calls.WithLabelValues(bud.Name, "waited").Inc()
 		wait = min(max(time.Duration(l.WaitMs)*time.Millisecond, minWait), maxWait)
 	default:
