@@ -257,7 +257,15 @@ func intentID(m kafka.Message) string {
 // capper-decided-at, to the second (the engine's resolution). A
 // redelivered range (a broker restart, a worker killed, a rebalance) is
 // decided again from the committed offset: a new pass, compared with
-// itself only. Passes are told apart by an input's copies in time order:
+// itself only. The order holds within a lane: an intent a budget held is
+// decided when its budget releases it, so a user's paced intents are
+// decided in release order, after the user's later intents that were not
+// paced or waited in another lane; a lane holds the user's intents in
+// partition order (its topic is partitioned like the input) and releases
+// them in that order. An input is therefore compared only with the user's
+// inputs of its partition that waited in the same lane (capper-lane), or,
+// when it waited in none, with those that waited in none; an input whose
+// copies name different lanes is a finding itself. Passes are told apart by an input's copies in time order:
 // the k-th decision of an input is compared with the k-th of the user's
 // input before it. A duplicate's decided-at is when its id was first
 // allowed (maybe in an earlier pass, or for another record), so it takes
@@ -275,7 +283,7 @@ func checkOrder(r *report, o outputs) {
 	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed} {
 		for _, m := range x {
 			src := header(m, hSource)
-			d := decision{dup: header(m, hDuplicate) == "true", desc: describe(m)}
+			d := decision{dup: header(m, hDuplicate) == "true", lane: header(m, hLane), desc: describe(m)}
 			v := header(m, hDeferredSince)
 			if v != "" {
 				// Its pass deferred it then, whatever the tier handed back
@@ -301,10 +309,19 @@ func checkOrder(r *report, o outputs) {
 	}
 	byUser := map[string][]in{}
 	for _, m := range o.inputs {
-		if cs, ok := copies[source(m)]; ok {
-			k := fmt.Sprintf("partition %d, user %s", m.Partition, m.Key)
-			byUser[k] = append(byUser[k], in{m.Offset, passes(cs), fmt.Sprintf("id=%s campaign=%s", intentID(m), campaignOf(m))})
+		cs, ok := copies[source(m)]
+		if !ok {
+			continue
 		}
+		k := fmt.Sprintf("partition %d, user %s", m.Partition, m.Key)
+		if lane := cs[0].lane; lane != "" {
+			k += ", lane " + lane
+		}
+		if i := slices.IndexFunc(cs, func(d decision) bool { return d.lane != cs[0].lane }); i >= 0 {
+			r.add("order", "%s: decided in lane %q and in lane %q: %s", source(m), cs[0].lane, cs[i].lane, describeAll(cs))
+			continue
+		}
+		byUser[k] = append(byUser[k], in{m.Offset, passes(cs), fmt.Sprintf("id=%s campaign=%s", intentID(m), campaignOf(m))})
 	}
 	for user, ins := range byUser {
 		slices.SortFunc(ins, func(a, b in) int { return cmp.Compare(a.off, b.off) })
@@ -328,10 +345,12 @@ func checkOrder(r *report, o outputs) {
 }
 
 // decision is one decision of an input: when (to the second), whether it
-// was a duplicate (when unknown), and what it was, for a report.
+// was a duplicate (when unknown), the lane it waited in (capper-lane, ""
+// for none), and what it was, for a report.
 type decision struct {
 	at   time.Time
 	dup  bool
+	lane string
 	desc string
 }
 
@@ -355,7 +374,7 @@ func passes(cs []decision) []decision {
 // describe is an output copy, for a report.
 func describe(m kafka.Message) string {
 	s := fmt.Sprintf("%s/%d/%d %s decided-at %s", m.Topic, m.Partition, m.Offset, header(m, hDecision), header(m, hDecidedAt))
-	for _, h := range []string{hDeferredSince, hDuplicate, "capper-limit", "capper-reason", "capper-override", hRetryAfter} {
+	for _, h := range []string{hDeferredSince, hDuplicate, "capper-limit", "capper-reason", "capper-override", hRetryAfter, hLane, hReleasedAt} {
 		if v := header(m, h); v != "" {
 			s += " " + strings.TrimPrefix(h, "capper-") + "=" + v
 		}

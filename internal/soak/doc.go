@@ -4,7 +4,8 @@
 // Cluster with replicas and wait_replicas whose masters either persist or
 // come back only after their replica took over; the kfake broker over
 // TCP with a compacted control topic; a segment snapshot, a plan store and
-// a policy file swapped live), fed a generated workload while faults
+// a policy file swapped live, with a provider budget whose two lanes hold
+// part of the pushes), fed a generated workload while faults
 // chosen by a seed hit every part (workers killed and stopped, Redis shut
 // down, killed, paused and failed over, its script cache flushed, a slot
 // migrated, the broker restarted, campaigns stopped and paused, a foreign
@@ -13,7 +14,11 @@
 // Redis back and checks the oldest promises with code that shares nothing
 // with the engine (internal/audit and its own checks): every input has
 // exactly one final outcome, a user's intents are decided in partition
-// order within each delivery pass, no user is above any limit, no refusal
+// order within each delivery pass (and within a lane: a paced intent is
+// decided in its budget's release order), the budget holds the intents it
+// covers in their lanes, releases at most 1.01 x its rate plus its burst
+// in any second, and a paced delivery reaches its topic within a second of
+// its decision, no user is above any limit, no refusal
 // is one the caps do not explain, nothing is delivered or counted twice
 // without the duplicate flag, nothing undelivered stays counted, no
 // stopped campaign is delivered, and every worker is not ready while Redis

@@ -227,7 +227,13 @@ type chaos struct {
 	// an older build); its faults are skipped.
 	noControl bool
 	prod      *producer // the workload's, for a blast
+	// brokerDown: when the broker was down (a broker-restart), from its
+	// stop to its start: no write could reach a topic in between.
+	brokerDown []downWindow
 }
+
+// downWindow is a span a server was down, on this machine's clock.
+type downWindow struct{ from, to time.Time }
 
 // heldWindow is a campaign stopped or paused, on the workers' clock.
 type heldWindow struct {
@@ -366,11 +372,13 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 		}
 		c.stopInStall(ctx, f)
 	case "broker-restart":
+		from := time.Now()
 		c.broker.stop()
 		sleep(ctx, f.length)
 		if err := c.broker.start(); err != nil {
 			t.Fatal(err)
 		}
+		c.brokerDown = append(c.brokerDown, downWindow{from, time.Now()})
 		c.note("broker-restart after %.1fs", f.length.Seconds())
 	default:
 		t.Fatalf("unknown fault %q", f.kind)

@@ -10,8 +10,10 @@ import (
 )
 
 // TestOrderCheck feeds checkOrder made-up records: order violations within
-// a pass (the first one, and a redelivered one) are reported; redelivered
-// passes that keep order are not, nor a decision only a duplicate took.
+// a pass (the first one, and a redelivered one) are reported, and within a
+// lane; redelivered passes that keep order are not, nor a decision only a
+// duplicate took, nor intents of different lanes (or one paced, one not)
+// decided in release order.
 func TestOrderCheck(t *testing.T) {
 	base := time.Date(2026, 11, 26, 20, 47, 40, 0, time.UTC)
 	at := func(s int) string { return base.Add(time.Duration(s) * time.Second).Format(timeLayout) }
@@ -21,6 +23,7 @@ func TestOrderCheck(t *testing.T) {
 		dup      bool
 		deferred int // > 0: capper-deferred-since
 		topic    string
+		lane     string // capper-lane
 	}
 	run := func(outs ...out) []string {
 		var o outputs
@@ -44,6 +47,9 @@ func TestOrderCheck(t *testing.T) {
 			}
 			if x.deferred > 0 {
 				m.Headers = append(m.Headers, kafka.Header{Key: hDeferredSince, Value: []byte(at(x.deferred))})
+			}
+			if x.lane != "" {
+				m.Headers = append(m.Headers, kafka.Header{Key: hLane, Value: []byte(x.lane)})
 			}
 			if topic == tDeliveries {
 				o.deliveries = append(o.deliveries, m)
@@ -79,6 +85,16 @@ func TestOrderCheck(t *testing.T) {
 		{"a deferred copy that came out a duplicate", []out{{off: 1, decided: 60, deferred: 24, dup: true}, {off: 1, decided: 60, deferred: 39},
 			{off: 2, decided: 24, topic: tSuppressed}, {off: 2, decided: 39, topic: tSuppressed}}, ""},
 		{"a producer's retry, a duplicate from the start", []out{{off: 1, decided: 9}, {off: 2, decided: 1, dup: true}}, ""},
+		// Pacing: a lane decides what it holds when its budget releases
+		// it; the order holds within a lane, and among the intents that
+		// waited in none.
+		{"paced, then one not paced, decided first", []out{{off: 1, decided: 9, lane: "b/bulk"}, {off: 2, decided: 1}}, ""},
+		{"bulk, then urgent, which overtook it", []out{{off: 1, decided: 9, lane: "b/bulk"}, {off: 2, decided: 3, lane: "b/urgent"}}, ""},
+		{"out of order within a lane", []out{{off: 1, decided: 9, lane: "b/bulk"}, {off: 2, decided: 3}, {off: 3, decided: 5, lane: "b/bulk"}},
+			"partition 1, user 42, lane b/bulk: offset 3 decided at 20:47:45, before offset 1 (decided at 20:47:49)"},
+		{"out of order among those not paced, one paced between", []out{{off: 1, decided: 9}, {off: 2, decided: 12, lane: "b/bulk"}, {off: 3, decided: 5}},
+			"partition 1, user 42: offset 3 decided at 20:47:45, before offset 1"},
+		{"one input in two lanes", []out{{off: 1, decided: 9, lane: "b/bulk"}, {off: 1, decided: 20, lane: "b/urgent"}}, `decided in lane "b/bulk" and in lane "b/urgent"`},
 	} {
 		got := run(c.outs...)
 		switch {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/testenv"
@@ -95,7 +96,16 @@ func TestSoak(t *testing.T) {
 	if to.Sub(now) < 20*time.Second {
 		to = to.Add(time.Minute)
 	}
-	v1, v2 := policies(from.Format("15:04"), to.Format("15:04"))
+	v1, v2 := policies(from.Format("15:04"), to.Format("15:04"), true)
+	policyFile := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policyFile, v1, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	paced := hasPacing(bin, policyFile)
+	if !paced {
+		v1, v2 = policies(from.Format("15:04"), to.Format("15:04"), false)
+		t.Logf("soak: %s has no send pacing: the policies have no budget, and its checks are skipped", bin)
+	}
 	versions := map[string]capping.Rules{}
 	for _, data := range [][]byte{v1, v2} {
 		v := policy.ContentHash(data)
@@ -105,12 +115,14 @@ func TestSoak(t *testing.T) {
 		}
 		versions[v] = l.Rules
 	}
-	policyFile := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(policyFile, v1, 0o644); err != nil {
 		t.Fatal(err)
 	}
 
 	cfg := workerConfig(t, b, tp, dir)
+	if !paced {
+		cfg.Kafka.Topics.Lanes = ""
+	}
 	noControl := !hasControl(bin)
 	if noControl {
 		cfg.Kafka.Topics.Control = ""
@@ -145,6 +157,7 @@ func TestSoak(t *testing.T) {
 	defer prod.w.Close()
 	ch.prod = prod
 	t0 := time.Now()
+	t.Logf("soak: traffic starts at %s (the faults' times are from it)", t0.UTC().Format(timeLayout))
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -168,13 +181,18 @@ func TestSoak(t *testing.T) {
 	for _, w := range ws {
 		w.start(t, bin, logs) // any worker a fault left down
 	}
-	t.Logf("soak: %d intents produced (%d bad, %d retries of an earlier id among them), %d delivery statuses; faults done:\n  %s",
-		g.intents, g.bad, g.intents-g.n, g.statuses, strings.Join(ch.log, "\n  "))
+	t.Logf("soak: %d intents produced (%d bad, %d retries of an earlier id among them, %d paced by budget %s), %d delivery statuses; faults done:\n  %s",
+		g.intents, g.bad, g.intents-g.n, g.paced, paceBudget, g.statuses, strings.Join(ch.log, "\n  "))
 
 	// Drain: deferred intents come back within max_defer (1m) and quiet
-	// hours end within two minutes of the start.
+	// hours end within two minutes of the start; the budget releases what
+	// its lanes hold at its rate, which the traffic outran (the time its
+	// releases need past the traffic's end is added).
 	var o outputs
 	deadline := time.Now().Add(3 * time.Minute)
+	if behind := time.Duration(float64(g.paced)/paceRate*float64(time.Second)) - traffic; paced && behind > 0 {
+		deadline = deadline.Add(behind)
+	}
 	for {
 		var err error
 		if o, err = readAll(ctx, b.addr); err != nil {
@@ -188,10 +206,13 @@ func TestSoak(t *testing.T) {
 		time.Sleep(2 * time.Second)
 	}
 	if miss := o.missing(); len(miss) > 0 {
-		stuck(t, miss, ws)
+		stuck(ctx, t, b.addr, miss, ws, logs)
 	}
 	cancel()
 	rep := check(o, versions, g.refunded, p, ch.held)
+	if paced {
+		checkPacing(rep, o, budget{name: paceBudget, rate: paceRate, burst: paceBurst}, ch.brokerDown)
+	}
 	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
 	if recs, err := readRecords(rctx, tp, cfg.Capping.KeyPrefix); err != nil {
 		rep.add("counted", "read the users' records from Redis: %v", err)
@@ -228,6 +249,15 @@ func TestSoak(t *testing.T) {
 			t.Errorf("%s: %s", c, p)
 		}
 	}
+	if len(checks) > 0 && os.Getenv("CAPPER_SOAK_LOGS") != "" {
+		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		if err := dump(dctx, b.addr, logs, []string{group, cfg.Kafka.DelayGroup()}); err != nil {
+			t.Logf("soak: keep the records: %v", err)
+		} else {
+			t.Logf("soak: every record in %s, the groups' offsets in %s", filepath.Join(logs, "topics.jsonl"), filepath.Join(logs, "offsets.txt"))
+		}
+		dcancel()
+	}
 	if len(checks) > 0 {
 		t.Errorf("soak seed %d failed (%s); replay: make soak SEED=%d DURATION=%d (CAPPER_SOAK_LOGS=DIR keeps the worker logs)",
 			seed, strings.Join(checks, ", "), seed, int(traffic.Seconds()))
@@ -235,10 +265,12 @@ func TestSoak(t *testing.T) {
 }
 
 // stuck logs, when inputs are still without an outcome at the end of the
-// drain, where they are (per partition: how many, from which offset) and
-// what each worker says of itself (/readyz, its consumer lag), so that a
-// partition no worker decides shows as one.
-func stuck(t *testing.T, missing []string, ws []*worker) {
+// drain, where they are (per partition: how many, from which offset; those
+// held in a lane, per lane partition) and what each worker says of itself
+// (/readyz, its consumer lag, its lanes' waiting and releases), so that a
+// partition no worker decides shows as one; with CAPPER_SOAK_LOGS set,
+// every worker's goroutines go to DIR/<worker>-goroutines.txt.
+func stuck(ctx context.Context, t *testing.T, addr string, missing []string, ws []*worker, dir string) {
 	t.Helper()
 	type part struct {
 		n     int
@@ -262,17 +294,67 @@ func stuck(t *testing.T, missing []string, ws []*worker) {
 	}
 	sort.Strings(lines)
 	t.Logf("soak: %d inputs without an outcome at the end of the drain:\n  %s", len(missing), strings.Join(lines, "\n  "))
+	if held := inLanes(ctx, addr, missing); len(held) > 0 {
+		t.Logf("soak: of them, held in a lane:\n  %s", strings.Join(held, "\n  "))
+	}
 	for _, w := range ws {
 		code, ready, err := w.get("/readyz")
 		_, metrics, _ := w.get("/metrics")
 		var lag []string
 		for _, l := range strings.Split(metrics, "\n") {
-			if strings.HasPrefix(l, "capper_kafka_consumer_lag{") {
-				lag = append(lag, l)
+			for _, m := range []string{"capper_kafka_consumer_lag{", "capper_pacing_waiting{", "capper_pacing_released_total{", "capper_pacing_lease_calls_total{"} {
+				if strings.HasPrefix(l, m) {
+					lag = append(lag, l)
+				}
 			}
 		}
 		t.Logf("soak: worker %s: /readyz %d %q (%v); %s", w.name, code, strings.TrimSpace(ready), err, strings.Join(lag, "; "))
+		if os.Getenv("CAPPER_SOAK_LOGS") != "" {
+			if _, stacks, err := w.get("/debug/pprof/goroutine?debug=2"); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, w.name+"-goroutines.txt"), []byte(stacks), 0o644)
+			}
+		}
 	}
+}
+
+// inLanes lists, per lane partition, how many of the missing inputs its
+// topic holds (by their capper-source) and the offset of the first.
+func inLanes(ctx context.Context, addr string, missing []string) []string {
+	miss := map[string]bool{}
+	for _, m := range missing {
+		miss[m] = true
+	}
+	var out []string
+	for _, topic := range laneTopics() {
+		msgs, err := audit.ReadTopic(ctx, []string{addr}, topic)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", topic, err))
+			continue
+		}
+		type part struct{ n, total, first int }
+		parts := map[int]*part{}
+		for _, m := range msgs {
+			pp := parts[m.Partition]
+			if pp == nil {
+				pp = &part{first: -1}
+				parts[m.Partition] = pp
+			}
+			pp.total++
+			if miss[header(m, hSource)] {
+				pp.n++
+				if pp.first < 0 {
+					pp.first = int(m.Offset)
+				}
+			}
+		}
+		for id, pp := range parts {
+			if pp.n > 0 {
+				out = append(out, fmt.Sprintf("%s/%d: %d of its %d records, from offset %d", topic, id, pp.n, pp.total, pp.first))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // waitReady waits until every worker answers /readyz 200 (a minute at

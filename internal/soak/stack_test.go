@@ -47,12 +47,17 @@ const (
 	tTier1      = "send-intents-delay-2s"
 	tTier2      = "send-intents-delay-10s"
 	tControl    = "capper-control"
-	partitions  = 4
-	group       = "capper-soak"
+	// tLanes is kafka.topics.lanes: the soak's budget's lanes wait in
+	// <tLanes>.<budget>.<lane> (laneTopics).
+	tLanes     = "send-intents-lanes"
+	partitions = 4
+	group      = "capper-soak"
 )
 
-// topics: the control topic last (it is created compacted).
-var topics = []string{tIn, tDeliveries, tSuppressed, tDLQ, tStatus, tTier1, tTier2, tControl}
+// topics: the lanes' topics (as many partitions as the input, like every
+// topic of the soak), and the control topic last (it is created
+// compacted).
+var topics = append(append([]string{tIn, tDeliveries, tSuppressed, tDLQ, tStatus, tTier1, tTier2}, laneTopics()...), tControl)
 
 // broker is the kfake broker, which a fault may restart: the same port,
 // the same data directory (written synchronously), so nothing it
@@ -342,7 +347,8 @@ func workerConfig(t *testing.T, b *broker, tp *topology, dir string) *config.Con
 	k := &cfg.Kafka
 	k.Brokers = []string{b.addr}
 	k.GroupID = group
-	k.Topics = config.Topics{Input: tIn, Deliveries: tDeliveries, Suppressed: tSuppressed, DeadLetter: tDLQ, DeliveryStatus: tStatus, Control: tControl}
+	k.Topics = config.Topics{Input: tIn, Deliveries: tDeliveries, Suppressed: tSuppressed, DeadLetter: tDLQ, DeliveryStatus: tStatus, Control: tControl,
+		Lanes: tLanes}
 	k.DelayTiers = []config.DelayTier{{Delay: config.Duration(2 * time.Second), Topic: tTier1}, {Delay: config.Duration(10 * time.Second), Topic: tTier2}}
 	k.FetchMaxWait = config.Duration(100 * time.Millisecond)
 	k.SessionTimeout = config.Duration(6 * time.Second) // kfake's minimum
@@ -368,6 +374,7 @@ func workerConfig(t *testing.T, b *broker, tp *topology, dir string) *config.Con
 	w.BatchSize, w.BatchWait = 100, config.Duration(20*time.Millisecond)
 	w.RetryInitial, w.RetryMax = config.Duration(50*time.Millisecond), config.Duration(500*time.Millisecond)
 	w.ShutdownTimeout = config.Duration(8 * time.Second)
+	cfg.HTTP.Pprof = true // stuck() keeps every worker's goroutines
 	cfg.Log.Level = "info"
 	if l := os.Getenv("CAPPER_SOAK_LOG_LEVEL"); l != "" {
 		cfg.Log.Level = l // debug names the intents a batch could not decide
@@ -376,8 +383,8 @@ func workerConfig(t *testing.T, b *broker, tp *topology, dir string) *config.Con
 }
 
 // writeConfig writes cfg with addr as its HTTP address. Without campaign
-// control (an older build) the keys it added are left out: such a build
-// refuses keys it does not know.
+// control or send pacing (an older build) the keys they added are left
+// out: such a build refuses keys it does not know.
 func writeConfig(t *testing.T, cfg *config.Config, addr, path string) {
 	t.Helper()
 	c := *cfg
@@ -389,13 +396,19 @@ func writeConfig(t *testing.T, cfg *config.Config, addr, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Kafka.Topics.Control == "" {
+	if c.Kafka.Topics.Control == "" || c.Kafka.Topics.Lanes == "" {
 		var doc map[string]any
 		if err := yaml.Unmarshal(y, &doc); err != nil {
 			t.Fatal(err)
 		}
-		delete(doc, "control")
-		delete(doc["kafka"].(map[string]any)["topics"].(map[string]any), "control")
+		topics := doc["kafka"].(map[string]any)["topics"].(map[string]any)
+		if c.Kafka.Topics.Control == "" {
+			delete(doc, "control")
+			delete(topics, "control")
+		}
+		if c.Kafka.Topics.Lanes == "" {
+			delete(topics, "lanes")
+		}
 		if y, err = yaml.Marshal(doc); err != nil {
 			t.Fatal(err)
 		}
@@ -449,6 +462,13 @@ func publishPlan(t *testing.T, dir string, users int, starts, ends time.Time) *p
 		t.Fatal(err)
 	}
 	return p
+}
+
+// hasPacing reports whether the binary has send pacing: whether it takes
+// a policy with budgets (policy, a file). An older build, run through
+// CAPPER_SOAK_BIN, refuses the key.
+func hasPacing(bin, policy string) bool {
+	return exec.Command(bin, "policy", "check", policy).Run() == nil
 }
 
 // hasControl reports whether the binary has campaign control (`capper

@@ -4,7 +4,9 @@ package soak
 // (so that a batch holds a user's intents in a row), every field of the
 // event contract, producer retries (the same id again), bad records (marked
 // by the header soak-bad, which capper passes on), planned sends of the
-// campaign plan, and delivery statuses that refund sends.
+// campaign plan, delivery statuses that refund sends, and pushes routed
+// through fcm, which the policies' budget paces (the plan's high-priority
+// campaign in its urgent lane, the rest mostly in its bulk lane).
 
 import (
 	"context"
@@ -33,24 +35,32 @@ type sent struct {
 	user  uint64
 	id    string
 	value []byte
+	paced bool // the budget holds it (a push routed through fcm, not exempt)
 }
 
 type workload struct {
-	rng   *rand.Rand
-	users int
-	plan  *plan
-	n     int
-	sent  []sent // every valid intent so far, for retries and refunds
+	rng *rand.Rand
+	// routes draws the pushes' routes: a stream of its own, so that the
+	// rest of a seed's workload is what it was before the budget.
+	routes *rand.Rand
+	users  int
+	plan   *plan
+	n      int
+	sent   []sent // every valid intent so far, for retries and refunds
 	// refunded: the ids a refund status was produced for, per user.
 	refunded map[uint64]map[string]bool
 	intents  int
 	bad      int
 	statuses int
 	fresh    int // fresh users so far
+	// paced counts the intents written that the budget holds (retries
+	// included): what the drain waits for at the budget's rate.
+	paced int
 }
 
 func newWorkload(seed uint64, users int, p *plan) *workload {
-	return &workload{rng: rand.New(rand.NewPCG(seed, 0x50a)), users: users, plan: p, refunded: map[uint64]map[string]bool{}}
+	return &workload{rng: rand.New(rand.NewPCG(seed, 0x50a)), routes: rand.New(rand.NewPCG(seed, 0x7a7e)), users: users, plan: p,
+		refunded: map[uint64]map[string]bool{}}
 }
 
 // user picks a user, skewed: low ids get most intents.
@@ -111,6 +121,9 @@ func (g *workload) intent(u uint64, now time.Time, campaign, channel string) kaf
 	case r < 3 && len(g.sent) > 0:
 		// A producer's retry: an earlier intent again, same id.
 		s := g.sent[g.rng.IntN(len(g.sent))]
+		if s.paced {
+			g.paced++
+		}
 		return kafka.Message{Key: []byte(strconv.FormatUint(s.user, 10)), Value: s.value}
 	case r < 4:
 		return g.badRecord(u, key, now)
@@ -174,9 +187,42 @@ func (g *workload) intent(u uint64, now time.Time, campaign, channel string) kaf
 		v["campaign_id"], v["priority"], v["channel"], v["category"] = g.plan.campaign, "high", g.plan.channel, g.plan.categ
 		delete(v, "capping")
 	}
+	paced := g.route(v)
+	if paced {
+		g.paced++
+	}
 	b, _ := json.Marshal(v)
-	g.sent = append(g.sent, sent{u, id, b})
+	g.sent = append(g.sent, sent{u, id, b, paced})
 	return kafka.Message{Key: key, Value: b}
+}
+
+// Shares of the pushes routed through fcm (the budget's route): of the
+// plan's own, and of the others; the rest go through apns or name no
+// route, and are not paced.
+const (
+	fcmPlan  = 50
+	fcmOther = 30
+)
+
+// route sets the route of a push v (through fcm, apns or none) and reports
+// whether the budget holds it: routed through fcm and not of an exempt
+// category (those are charged to the budget, never held).
+func (g *workload) route(v map[string]any) bool {
+	if v["channel"] != "push" {
+		return false
+	}
+	fcm := fcmOther
+	if v["campaign_id"] == g.plan.campaign {
+		fcm = fcmPlan
+	}
+	switch r := g.routes.IntN(100); {
+	case r < fcm:
+		v["route"] = "fcm"
+		return v["category"] != "transactional"
+	case r < fcm+(100-fcm)/2:
+		v["route"] = "apns"
+	}
+	return false
 }
 
 // badRecord is an intent capper must dead-letter.
@@ -240,12 +286,55 @@ func (p *producer) write(ctx context.Context, topic string, msgs []kafka.Message
 	}
 }
 
+// The soak's budget: pushes routed through fcm, released at most paceRate
+// a second (all workers together) with paceBurst above it, well below the
+// rate the workload sends them at (about 15 a second), so that they wait
+// in its lanes: urgent for high priorities (the plan's campaign), bulk for
+// the rest. Both policy versions have it.
+const (
+	paceBudget = "push-fcm"
+	paceRate   = 8
+	paceBurst  = 4
+	paceRoute  = "fcm"
+)
+
+// paceLanes are the budget's lanes, in precedence order.
+var paceLanes = []string{"urgent", "bulk"}
+
+// laneTopics are the topics of the budget's lanes (<lanes>.<budget>.<lane>).
+func laneTopics() []string {
+	var out []string
+	for _, l := range paceLanes {
+		out = append(out, tLanes+"."+paceBudget+"."+l)
+	}
+	return out
+}
+
+// budgetsYAML is the policies' budgets section.
+func budgetsYAML(rate float64) string {
+	return fmt.Sprintf(`budgets:
+  - name: %s
+    rate: %v
+    burst: %d
+    channels: [push]
+    routes: [%s]
+    lanes:
+      - {name: %s, min_priority: high}
+      - {name: %s}
+`, paceBudget, rate, paceBurst, paceRoute, paceLanes[0], paceLanes[1])
+}
+
 // policies are the two policy versions a soak swaps between: v1 defers
 // for active users and has quiet hours for dormant ones (in UTC, from
 // quietFrom to quietTo, "HH:MM"); v2 tightens one limit, loosens another
-// and has no quiet hours.
-func policies(quietFrom, quietTo string) (v1, v2 []byte) {
-	const head = `channels: [email, push, sms, inapp]
+// and has no quiet hours. Both have the budget, unless paced is false (a
+// build without send pacing).
+func policies(quietFrom, quietTo string, paced bool) (v1, v2 []byte) {
+	budgets := ""
+	if paced {
+		budgets = budgetsYAML(paceRate)
+	}
+	head := budgets + `channels: [email, push, sms, inapp]
 categories: [marketing, transactional]
 default_category: marketing
 exempt_categories: [transactional]
