@@ -196,7 +196,9 @@ func (p *Pacer) Release(ctx context.Context, budget string, lane, n int) (k int,
 	}
 	b.waiting[lane] += n
 	defer func() {
+		// Lanes below this one may have waited for it to go: wake them.
 		b.waiting[lane] -= n
+		b.broadcast()
 		b.mu.Unlock()
 	}()
 	for {

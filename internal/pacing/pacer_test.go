@@ -222,3 +222,33 @@ func TestMatch(t *testing.T) {
 		t.Errorf("Topics: %v", got)
 	}
 }
+
+// TestLowerLaneWokenAfterHigherLeaves: a bulk caller leasing a token not
+// valid yet, an urgent caller of the same worker arriving meanwhile: the
+// urgent caller takes the token, and the bulk caller, which gave way to it,
+// is woken when it has gone and gets the next one (it was never woken
+// again: the soak's bulk lanes stopped releasing after the last urgent
+// release).
+func TestLowerLaneWokenAfterHigherLeaves(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	p := newPacer(t, r, budgetSet(t, 8, 1), 0, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.Acquire(ctx, "push", 1, 1); err != nil { // the bucket's one token: the next comes in 125 ms
+		t.Fatal(err)
+	}
+	bulk := make(chan error, 1)
+	go func() {
+		short, cancelBulk := context.WithTimeout(ctx, 5*time.Second)
+		defer cancelBulk()
+		_, err := p.Acquire(short, "push", 1, 1) // leases a token valid in 125 ms, and waits for it
+		bulk <- err
+	}()
+	time.Sleep(30 * time.Millisecond)
+	if _, err := p.Acquire(ctx, "push", 0, 1); err != nil {
+		t.Fatalf("urgent: %v", err)
+	}
+	if err := <-bulk; err != nil {
+		t.Fatalf("bulk, after the urgent caller took its token and went: %v", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,12 +106,16 @@ type outage struct {
 	// base: each worker process's Redis error count when the outage began
 	// (or when the watcher first saw the process in it).
 	base map[string]float64
+	// windows: every outage, from its start to its end (before the
+	// repair), on this machine's clock.
+	windows []downWindow
 }
 
 func (o *outage) begin(kind string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.active, o.kind, o.id, o.base = true, kind, o.id+1, map[string]float64{}
+	o.windows = append(o.windows, downWindow{from: time.Now()})
 }
 
 // end marks the outage over; call it before repairing, so that a worker
@@ -119,6 +124,16 @@ func (o *outage) end() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.active = false
+	if n := len(o.windows); n > 0 {
+		o.windows[n-1].to = time.Now()
+	}
+}
+
+// spans are the outages' windows.
+func (o *outage) spans() []downWindow {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.windows)
 }
 
 // readiness is what the watcher found: samples taken in outages, how many

@@ -28,7 +28,11 @@ package soak
 //     duplicate is left out (its capper-decided-at is when its id was
 //     first allowed, not when it was decided), and so is a delivery
 //     decided before the broker came back from a restart and written
-//     after it went down (nothing could be written in between).
+//     after it went down (nothing could be written in between), and one
+//     decided before a Redis outage ended (plus redisAfterglow) and
+//     written after it began: a batch's outcomes are written together,
+//     so a delivery waits for its batch-mates' retries and give-backs
+//     (counted, not reported; docs/concepts/pacing.md).
 
 import (
 	"encoding/json"
@@ -60,12 +64,17 @@ type budget struct {
 // deliveries topic.
 const maxLate = time.Second
 
+// redisAfterglow is how long after a Redis outage ends a batch may still
+// wait for it: the repair (a restart, a failover), the retries' backoff,
+// and a give-back's wait for the lost attempt's fence.
+const redisAfterglow = 30 * time.Second
+
 // checkPacing runs the pacing checks on o for budget b; brokerDown are
 // the spans the broker was down.
-func checkPacing(r *report, o outputs, b budget, brokerDown []downWindow) {
+func checkPacing(r *report, o outputs, b budget, brokerDown, redisDown []downWindow) {
 	checkLanes(r, o, b)
 	checkReleases(r, o, b)
-	checkWritten(r, o, brokerDown)
+	checkWritten(r, o, brokerDown, redisDown)
 	waited := map[string][]int64{}
 	for _, m := range o.deliveries {
 		if l := header(m, hLane); l != "" {
@@ -203,7 +212,7 @@ func dupNote(m kafka.Message) string {
 // and a delivery decided
 // before the broker came back from a restart and written after it went
 // down is counted, not reported.
-func checkWritten(r *report, o outputs, brokerDown []downWindow) {
+func checkWritten(r *report, o outputs, brokerDown, redisDown []downWindow) {
 	for _, m := range o.deliveries {
 		lane := header(m, hLane)
 		if lane == "" {
@@ -229,6 +238,15 @@ func checkWritten(r *report, o outputs, brokerDown []downWindow) {
 		}
 		if slices.ContainsFunc(brokerDown, func(w downWindow) bool { return at.Before(w.to) && m.Time.After(w.from) }) {
 			r.counts["pacing: deliveries written late across a broker restart"]++
+			continue
+		}
+		if slices.ContainsFunc(redisDown, func(w downWindow) bool {
+			return at.Before(w.to.Add(redisAfterglow)) && m.Time.After(w.from)
+		}) {
+			// Its batch waited for Redis: a batch-mate's retries, or the
+			// give-back of a lost attempt (docs/concepts/pacing.md says
+			// so); the outcomes of a batch are written together.
+			r.counts["pacing: deliveries written late, their batch waiting for Redis in an outage"]++
 			continue
 		}
 		r.add("written", "%s (lane %s) decided at %s, written at %s: %s after its decision (released at %s, %s, %s/%d/%d)",

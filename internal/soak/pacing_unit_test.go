@@ -115,11 +115,13 @@ func refused(ds []kafka.Message, d string, i ...int) []kafka.Message {
 // capper-source, and one decided before its release; one written within
 // the second is not, nor a duplicate
 // (its decided-at is its id's first allowance), nor one decided before
-// the broker came back from a restart.
+// the broker came back from a restart, nor one whose batch waited for a
+// Redis outage; one decided well after that outage is.
 func TestWrittenCheck(t *testing.T) {
 	base := time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC)
 	sec := func(s float64) time.Time { return base.Add(time.Duration(s * float64(time.Second))) }
 	down := []downWindow{{sec(100), sec(103)}}
+	redis := []downWindow{{sec(200), sec(205)}}
 	for _, c := range []struct {
 		name string
 		d    kafka.Message
@@ -131,11 +133,13 @@ func TestWrittenCheck(t *testing.T) {
 		{"a duplicate", pacedDelivery(3, "bulk", sec(50), sec(1), sec(50.1), true), ""},
 		{"across a broker restart", pacedDelivery(4, "bulk", sec(99), sec(99.5), sec(104), false), ""},
 		{"decided after the broker came back", pacedDelivery(5, "bulk", sec(103), sec(103.2), sec(105), false), "send-intents/0/5"},
+		{"its batch waited for Redis", pacedDelivery(7, "bulk", sec(210), sec(210.1), sec(222), false), ""},
+		{"decided well after a Redis outage", pacedDelivery(8, "bulk", sec(300), sec(300.1), sec(302), false), "send-intents/0/8"},
 		{"decided before its release", pacedDelivery(6, "bulk", sec(10), sec(9.9), sec(10.1), false),
 			"send-intents/0/6 (lane push-fcm/bulk) decided at 2026-11-27T05:00:09.900Z, before its release"},
 	} {
 		r := &report{counts: map[string]int{}}
-		checkWritten(r, outputs{deliveries: []kafka.Message{c.d}}, down)
+		checkWritten(r, outputs{deliveries: []kafka.Message{c.d}}, down, redis)
 		got := r.problems["written"]
 		switch {
 		case c.want == "" && len(got) > 0:

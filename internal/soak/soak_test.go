@@ -211,7 +211,7 @@ func TestSoak(t *testing.T) {
 	cancel()
 	rep := check(o, versions, g.refunded, p, ch.held)
 	if paced {
-		checkPacing(rep, o, budget{name: paceBudget, rate: paceRate, burst: paceBurst}, ch.brokerDown)
+		checkPacing(rep, o, budget{name: paceBudget, rate: paceRate, burst: paceBurst}, ch.brokerDown, ch.outage.spans())
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
 	if recs, err := readRecords(rctx, tp, cfg.Capping.KeyPrefix); err != nil {
