@@ -2,10 +2,10 @@
 // nothing installed: a synthetic segment snapshot, an in-process Kafka
 // broker and Redis (or a real Redis), a campaign blast decided by the real
 // worker and, in the same run, a campaign plan, deferral and quiet hours,
-// refunds and a campaign stopped mid-blast; a report and an independent
-// audit of what it reads back from Kafka (see README.md, "Quick start"). It is
-// a binary of its own so that the production capper binary does not link
-// the embedded broker and Redis.
+// refunds, a campaign stopped mid-blast and send pacing; a report and an
+// independent audit of what it reads back from Kafka (see README.md, "Quick
+// start"). It is a binary of its own so that the production capper binary
+// does not link the embedded broker and Redis.
 package main
 
 import (

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,21 +25,20 @@ import (
 // limit, a refusal the caps do not explain, a delivery inside quiet hours,
 // an intent held past its plan's window, an input without exactly one
 // outcome, a delivery of a stopped campaign decided after the stop was
-// applied.
+// applied, a second of a budget's releases above its rate and burst, a
+// paced intent delivered without its release or decided before it.
 var ErrAudit = errors.New("audit failed")
 
 // facts are what the audit checks the records against, none of it read
-// from the worker: the policy, the plans' windows, the refunds reported
-// and the stop.
+// from the worker: the policy (its budgets as the demo wrote them), the
+// plans' windows, the refunds reported and the stops.
 type facts struct {
-	rules    capping.Rules
-	refunded map[uint64]map[string]bool // ids whose delivery failed (a refund status): their slots were given back
-	plans    map[string]time.Time       // a plan's campaign: the end of its window
-	// stopped is the campaign stopped, stopApplied when the worker applied
-	// the stop (on its clock, as capper-decided-at).
-	stopped     string
-	stopApplied time.Time
-	inputTopic  string
+	rules      capping.Rules
+	refunded   map[uint64]map[string]bool // ids whose delivery failed (a refund status): their slots were given back
+	plans      map[string]time.Time       // a plan's campaign: the end of its window
+	stops      []stopFact                 // the campaigns stopped
+	budgets    []budgetFact               // the policy's budgets
+	inputTopic string
 }
 
 // checkResult is one check's verdict: what it checked, and its
@@ -76,7 +76,9 @@ func auditAll(o outputs, f facts) ([]checkResult, error) {
 		checkQuiet(f.rules, sends),
 		checkHolds(f.plans, o),
 		checkOutcomes(f.inputTopic, o),
-		checkStop(f.stopped, f.stopApplied, o.deliveries),
+		checkStop(f.stops, o.deliveries),
+		checkBudgets(f.budgets, o.deliveries),
+		checkReleases(f.rules, f.budgets, o.deliveries),
 	}, nil
 }
 
@@ -234,21 +236,164 @@ func checkOutcomes(inputTopic string, o outputs) checkResult {
 	return r
 }
 
-// checkStop: no delivery of the stopped campaign was decided after the
-// worker applied the stop.
-func checkStop(campaign string, applied time.Time, deliveries []kafka.Message) checkResult {
-	r := checkResult{name: "campaign stop", ok: fmt.Sprintf("no delivery of %s decided after %s, when the worker applied its stop", campaign, stamp(applied))}
+// checkStop: no delivery of a stopped campaign was decided after the
+// worker applied its stop (what was held in a lane then included).
+func checkStop(stops []stopFact, deliveries []kafka.Message) checkResult {
+	var parts []string
+	applied := map[string]time.Time{}
+	for i, s := range stops {
+		applied[s.campaign] = s.applied
+		if i == 0 {
+			parts = append(parts, fmt.Sprintf("no delivery of %s decided after %s", s.campaign, stamp(s.applied)))
+		} else {
+			parts = append(parts, fmt.Sprintf("nor of %s after %s", s.campaign, stamp(s.applied)))
+		}
+	}
+	when := "its stop"
+	if len(stops) > 1 {
+		when = "their stops"
+	}
+	r := checkResult{name: "campaign stop", ok: strings.Join(parts, ", ") + ", when the worker applied " + when}
 	for _, m := range deliveries {
-		if jsonString(m.Value, "campaign_id") != campaign {
+		campaign := jsonString(m.Value, "campaign_id")
+		stopped, ok := applied[campaign]
+		if !ok {
 			continue
 		}
 		at, err := time.Parse(time.RFC3339Nano, headerOf(m, "capper-decided-at"))
-		if err != nil || at.After(applied) {
+		if err != nil || at.After(stopped) {
 			r.violations = append(r.violations, fmt.Sprintf("%s of stopped campaign %s delivered, decided at %s, after the stop was applied (%s)",
-				jsonString(m.Value, "id"), campaign, headerOf(m, "capper-decided-at"), stamp(applied)))
+				jsonString(m.Value, "id"), campaign, headerOf(m, "capper-decided-at"), stamp(stopped)))
 		}
 	}
 	return r
+}
+
+// stopFact is a campaign stopped, and when the worker applied the stop
+// (on its clock, as capper-decided-at).
+type stopFact struct {
+	campaign string
+	applied  time.Time
+}
+
+// budgetFact is a budget of the demo's policy: its rate a second, its
+// burst, and the intents it covers (channels and routes).
+type budgetFact struct {
+	name             string
+	rate             float64
+	burst            int
+	channels, routes []string
+}
+
+// covers reports whether the budget covers an intent of channel and
+// route (an empty list covers every value; routes, when set, only the
+// intents that name one of them).
+func (b budgetFact) covers(channel, route string) bool {
+	return (len(b.channels) == 0 || slices.Contains(b.channels, channel)) &&
+		(len(b.routes) == 0 || slices.Contains(b.routes, route))
+}
+
+// checkBudgets: no budget's deliveries (capper-released-at, of those held
+// in one of its lanes) above 1.01 x its rate plus its burst in any
+// one-second window.
+func checkBudgets(budgets []budgetFact, deliveries []kafka.Message) checkResult {
+	r := checkResult{name: "budget rate"}
+	var oks []string
+	for _, b := range budgets {
+		var released []time.Time
+		for _, m := range deliveries {
+			if !strings.HasPrefix(headerOf(m, "capper-lane"), b.name+"/") {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, headerOf(m, "capper-released-at"))
+			if err != nil {
+				r.violations = append(r.violations, fmt.Sprintf("%s (input %s), held for budget %s: capper-released-at %q: %v",
+					jsonString(m.Value, "id"), headerOf(m, "capper-source"), b.name, headerOf(m, "capper-released-at"), err))
+				continue
+			}
+			released = append(released, at)
+		}
+		limit := 1.01*b.rate + float64(b.burst)
+		most, from := busiestSecond(released)
+		if float64(most) > limit {
+			r.violations = append(r.violations, fmt.Sprintf("budget %s: %d releases from %s to %s, above 1.01 x %g + %d = %g in one second",
+				b.name, most, stamp(from), stamp(from.Add(time.Second)), b.rate, b.burst, limit))
+		}
+		oks = append(oks, fmt.Sprintf("%s at most %d releases in any one second of its %d (1.01 x %g + %d = %g)", b.name, most, len(released), b.rate, b.burst, limit))
+	}
+	r.ok = "no budget above its rate: " + strings.Join(oks, "; ")
+	return r
+}
+
+// checkReleases: every delivery of an intent a budget covers (one that is
+// not exempt) was held in one of the budget's lanes and decided at or
+// after its release (capper-released-at); no exempt intent was held.
+func checkReleases(rules capping.Rules, budgets []budgetFact, deliveries []kafka.Message) checkResult {
+	r := checkResult{name: "paced release"}
+	paced, exempt := 0, 0
+	bad := func(m kafka.Message, format string, args ...any) {
+		r.violations = append(r.violations, fmt.Sprintf("%s (input %s): %s", jsonString(m.Value, "id"), headerOf(m, "capper-source"), fmt.Sprintf(format, args...)))
+	}
+	for _, m := range deliveries {
+		var budget *budgetFact
+		for i := range budgets {
+			if budgets[i].covers(jsonString(m.Value, "channel"), jsonString(m.Value, "route")) {
+				budget = &budgets[i]
+				break
+			}
+		}
+		if budget == nil {
+			continue
+		}
+		category := jsonString(m.Value, "category")
+		if category == "" {
+			category = rules.DefaultCategory
+		}
+		lane := headerOf(m, "capper-lane")
+		if rules.IsExempt(category) {
+			exempt++
+			if lane != "" {
+				bad(m, "exempt (%s), held in lane %s", category, lane)
+			}
+			continue
+		}
+		paced++
+		if !strings.HasPrefix(lane, budget.name+"/") {
+			bad(m, "covered by budget %s, delivered from lane %q", budget.name, lane)
+			continue
+		}
+		released, err1 := time.Parse(time.RFC3339Nano, headerOf(m, "capper-released-at"))
+		decided, err2 := time.Parse(time.RFC3339Nano, headerOf(m, "capper-decided-at"))
+		switch {
+		case err1 != nil || err2 != nil:
+			bad(m, "capper-released-at %q, capper-decided-at %q: %v", headerOf(m, "capper-released-at"), headerOf(m, "capper-decided-at"), errors.Join(err1, err2))
+		case decided.Before(released):
+			bad(m, "decided at %s, before its release at %s", stamp(decided), stamp(released))
+		}
+	}
+	r.ok = fmt.Sprintf("%d deliveries of paced intents, each held and decided at or after its release; %d exempt ones a budget covers, none held", paced, exempt)
+	return r
+}
+
+// busiestSecond is the most of ts (any order) within one second, [from,
+// from+1s), and from.
+func busiestSecond(ts []time.Time) (most int, from time.Time) {
+	sorted := slices.SortedFunc(slices.Values(ts), time.Time.Compare)
+	for i, j := 0, 0; i < len(sorted); i++ {
+		for sorted[i].Sub(sorted[j]) >= time.Second {
+			j++
+		}
+		if i-j+1 > most {
+			most, from = i-j+1, sorted[j]
+		}
+	}
+	return most, from
+}
+
+// mostInOneSecond is the most of ts within any one second.
+func mostInOneSecond(ts []time.Time) int {
+	most, _ := busiestSecond(ts)
+	return most
 }
 
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
@@ -283,7 +428,7 @@ func writeAudit(w io.Writer, results []checkResult, deliveries, inputs int) erro
 		fmt.Fprintf(w, "audit: %d violations (%s)\n", bad, strings.Join(failed, ", "))
 		return fmt.Errorf("%w: %d violations (%s)", ErrAudit, bad, strings.Join(failed, ", "))
 	}
-	fmt.Fprintf(w, "audit: ok, no user above any limit, every refusal explained, nothing inside quiet hours, nothing held past its plan, one outcome per input, nothing delivered after the stop (%d delivery records, %d inputs checked)\n",
+	fmt.Fprintf(w, "audit: ok, no user above any limit, every refusal explained, nothing inside quiet hours, nothing held past its plan, one outcome per input, nothing delivered after a stop, no budget above its rate, every paced intent decided when released (%d delivery records, %d inputs checked)\n",
 		deliveries, inputs)
 	return nil
 }

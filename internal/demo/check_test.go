@@ -204,10 +204,76 @@ func TestCheckStop(t *testing.T) {
 		return rec(`{"id":"`+id+`","user_id":22500,"campaign_id":"`+campaign+`","channel":"push"}`,
 			"capper-decision", "allowed", "capper-decided-at", stamp(at))
 	}
-	good := []kafka.Message{d("a", campFlash, applied.Add(-time.Millisecond)), d("b", campFlash, applied), d("c", "other", applied.Add(time.Hour))}
-	wantViolations(t, checkStop(campFlash, applied, good))
-	wantViolations(t, checkStop(campFlash, applied, append(good, d("late", campFlash, applied.Add(time.Millisecond)))),
-		"late of stopped campaign flash-sale delivered, decided at 2026-11-24T09:00:02.001Z, after the stop was applied (2026-11-24T09:00:02.000Z)")
+	stops := []stopFact{{campFlash, applied}, {campDigest, applied.Add(time.Minute)}}
+	good := []kafka.Message{d("a", campFlash, applied.Add(-time.Millisecond)), d("b", campFlash, applied), d("c", "other", applied.Add(time.Hour)),
+		d("d", campDigest, applied.Add(time.Minute))}
+	r := checkStop(stops, good)
+	wantViolations(t, r)
+	if want := "no delivery of flash-sale decided after 2026-11-24T09:00:02.000Z, nor of weekly-digest after 2026-11-24T09:01:02.000Z, when the worker applied their stops"; r.ok != want {
+		t.Errorf("ok: %q, want %q", r.ok, want)
+	}
+	wantViolations(t, checkStop(stops, append(good, d("late", campFlash, applied.Add(time.Millisecond)), d("later", campDigest, applied.Add(time.Hour)))),
+		"late of stopped campaign flash-sale delivered, decided at 2026-11-24T09:00:02.001Z, after the stop was applied (2026-11-24T09:00:02.000Z)",
+		"later of stopped campaign weekly-digest delivered, decided at 2026-11-24T10:00:02.000Z, after the stop was applied (2026-11-24T09:01:02.000Z)")
+}
+
+// pacedDelivery is a delivery of a push through FCM, held in lane
+// (none: not held), released and decided at the times given.
+func pacedDelivery(id, category, lane string, released, decided time.Time) kafka.Message {
+	h := []string{"capper-decision", "allowed", "capper-decided-at", stamp(decided)}
+	if lane != "" {
+		h = append(h, "capper-lane", lane, "capper-released-at", stamp(released))
+	}
+	return rec(`{"id":"`+id+`","user_id":23000,"campaign_id":"c","channel":"push","category":"`+category+`","route":"fcm"}`, h...)
+}
+
+var testBudgets = []budgetFact{{name: budgetName, rate: 10, burst: 2, channels: []string{"push"}, routes: []string{paceRoute}}}
+
+// TestCheckBudgets: 12 releases within a second (1.01 x 10 + 2 = 12.1)
+// pass; a 13th within the same second is a violation; releases a second
+// apart are not in the same window.
+func TestCheckBudgets(t *testing.T) {
+	t0 := day.Add(9 * time.Hour)
+	var dels []kafka.Message
+	for i := range 12 {
+		at := t0.Add(time.Duration(i) * 80 * time.Millisecond)
+		dels = append(dels, pacedDelivery(fmt.Sprint(i), "marketing", "push-fcm/bulk", at, at))
+	}
+	late := t0.Add(time.Second) // the window of the first closed: the second one's
+	dels = append(dels, pacedDelivery("12", "marketing", "push-fcm/bulk", late, late))
+	r := checkBudgets(testBudgets, dels)
+	wantViolations(t, r)
+	if !strings.Contains(r.ok, "push-fcm at most 12 releases in any one second of its 13 (1.01 x 10 + 2 = 12.1)") {
+		t.Errorf("ok: %q", r.ok)
+	}
+	early := t0.Add(999 * time.Millisecond)
+	wantViolations(t, checkBudgets(testBudgets, append(dels, pacedDelivery("13", "marketing", "push-fcm/urgent", early, early))),
+		"budget push-fcm: 13 releases from 2026-11-24T09:00:00.000Z to 2026-11-24T09:00:01.000Z, above 1.01 x 10 + 2 = 12.1 in one second")
+	// Deliveries of other lanes' prefixes and never held ones are not its
+	// releases.
+	wantViolations(t, checkBudgets(testBudgets, append(dels, pacedDelivery("14", "transactional", "", early, early),
+		pacedDelivery("15", "marketing", "push-fcm-2/bulk", early, early))))
+}
+
+// TestCheckReleases: a paced push decided at or after its release passes;
+// one decided before it, one delivered without being held, and an exempt
+// one that was held are violations; an email is not paced.
+func TestCheckReleases(t *testing.T) {
+	rules := testRules(t)
+	t0 := day.Add(9 * time.Hour)
+	good := []kafka.Message{pacedDelivery("a", "marketing", "push-fcm/bulk", t0, t0), pacedDelivery("b", "", "push-fcm/urgent", t0, t0.Add(time.Second)),
+		pacedDelivery("r", "transactional", "", t0, t0),
+		rec(`{"id":"e","user_id":23000,"campaign_id":"c","channel":"email","route":"fcm"}`, "capper-decided-at", stamp(t0))}
+	r := checkReleases(rules, testBudgets, good)
+	wantViolations(t, r)
+	if want := "2 deliveries of paced intents, each held and decided at or after its release; 1 exempt ones a budget covers, none held"; r.ok != want {
+		t.Errorf("ok: %q, want %q", r.ok, want)
+	}
+	wantViolations(t, checkReleases(rules, testBudgets, append(good, pacedDelivery("early", "marketing", "push-fcm/bulk", t0, t0.Add(-time.Millisecond)),
+		pacedDelivery("unheld", "marketing", "", t0, t0), pacedDelivery("held", "transactional", "push-fcm/bulk", t0, t0))),
+		"early (input ): decided at 2026-11-24T08:59:59.999Z, before its release at 2026-11-24T09:00:00.000Z",
+		`unheld (input ): covered by budget push-fcm, delivered from lane ""`,
+		"held (input ): exempt (transactional), held in lane push-fcm/bulk")
 }
 
 // TestWriteAudit: a violation is printed under its check, the verdict

@@ -22,6 +22,13 @@ var DefaultStart = time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
 // worker sees time pass as it would over those hours, in one step: Sleep
 // (the delay tiers' wait for their head record) ends when the clock passes
 // its end, by the wall clock or by a skip.
+//
+// Send pacing does not follow the skips: a budget's token bucket is filled
+// by Redis' clock (TIME; miniredis answers it with the wall clock, as the
+// demo never sets its time), and the worker's pacer waits for its tokens
+// on a timer, stamping its releases with this clock. The pacing section
+// therefore runs before the first skip, while this clock keeps the wall
+// clock's pace: its seconds are Redis' seconds.
 type clock struct {
 	base  func() time.Time
 	mu    sync.Mutex

@@ -6,8 +6,9 @@
 // reports what happened and audits what it reads back from Kafka. In the same
 // run, on users of their own, its sections show what capper does beyond first
 // come, first served: a campaign plan, deferral and quiet hours, refunds, and a
-// campaign stopped mid-blast (sections.go); the demo's clock skips the hours
-// they wait (clock.go), and the audit covers them all (check.go).
+// campaign stopped mid-blast, and send pacing (sections.go); the demo's
+// clock skips the hours they wait (clock.go), and the audit covers them all
+// (check.go).
 package demo
 
 import (
@@ -161,7 +162,9 @@ func Run(ctx context.Context, o Options) error {
 	sec.writeSections(&tableWriter{o.Out}, outs)
 	fmt.Fprintf(o.Out, "\ntotal time: %s\n\n", time.Since(start).Round(time.Millisecond))
 	results, err := auditAll(outs, facts{rules: rules, refunded: sec.refunded, plans: map[string]time.Time{plan.Campaign: plan.Ends},
-		stopped: campFlash, stopApplied: sec.stopApplied, inputTopic: topicIn})
+		stops:      []stopFact{{campFlash, sec.stopApplied}, {campDigest, sec.pace.applied}},
+		budgets:    []budgetFact{{name: budgetName, rate: paceRate, burst: paceBurst, channels: []string{paceChannel}, routes: []string{paceRoute}}},
+		inputTopic: topicIn})
 	if err != nil {
 		return err
 	}
@@ -239,6 +242,9 @@ func startServers(redisAddr string, step func(format string, args ...any)) (*ser
 	for _, t := range demoTiers {
 		topics = append(topics, t.Topic)
 	}
+	// The pacing section's lanes, with the input's partitions (capper
+	// topics create makes them so).
+	topics = append(topics, laneTopics()...)
 	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topics...))
 	if err != nil {
 		return nil, fmt.Errorf("demo: start kafka: %w", err)

@@ -13,8 +13,9 @@ import (
 
 // TestDemo runs the whole demo, small, as `capper-demo` does: embedded
 // Kafka and Redis, the real worker, the blast's table, the sections
-// (campaign plans, deferral and quiet hours, refunds, campaign control)
-// with the numbers their set-up implies, and every audit check passing.
+// (campaign plans, deferral and quiet hours, refunds, campaign control,
+// send pacing) with the numbers their set-up implies, and every audit
+// check passing.
 func TestDemo(t *testing.T) {
 	var out, progress bytes.Buffer
 	err := Run(context.Background(), Options{Users: 1500, Intents: 3000, Seed: 3, Out: &out, Progress: &progress})
@@ -25,13 +26,18 @@ func TestDemo(t *testing.T) {
 	for _, want := range []string{"capper demo: 3000 send-intents", "segment", "new", "active", "dormant", "(malformed)",
 		"throughput:", "decision latency per batch",
 		"\ncampaign plans: shoppers 1500-1573 ", "\ndeferral and quiet hours: subscribers ", "\nrefunds: shoppers ", "\ncampaign control: flash-sale ",
-		"  caps           ok: no user above any limit", "  refusals       ok: ", "  quiet hours    ok: ", "  plan holds     ok: ", "  one outcome    ok: 3393 inputs, each with exactly one outcome",
-		"  campaign stop  ok: no delivery of flash-sale decided after ", "\naudit: ok, "} {
+		"\nsend pacing: members 1722-4721 get their pushes through FCM",
+		"  caps           ok: no user above any limit", "  refusals       ok: ", "  quiet hours    ok: ", "  plan holds     ok: ",
+		// The blast's 3000 and its 393 of the sections, the pacing section's 3300.
+		"  one outcome    ok: 6693 inputs, each with exactly one outcome",
+		"  campaign stop  ok: no delivery of flash-sale decided after ", ", nor of weekly-digest after ",
+		"  budget rate    ok: no budget above its rate: push-fcm at most ", "  paced release  ok: ", "\naudit: ok, "} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
 	}
-	for _, want := range []string{"produced 3000 send-intents", "flash-sale stopped (record capper-control/0/0)", "the clock moves on to 2026-11-24T18:00:00.000Z"} {
+	for _, want := range []string{"produced 3000 send-intents", "flash-sale stopped (record capper-control/0/0)",
+		"weekly-digest stopped (record capper-control/0/1)", "the clock moves on to 2026-11-24T18:00:00.000Z"} {
 		if !strings.Contains(progress.String(), want) {
 			t.Errorf("progress lacks %q:\n%s", want, progress.String())
 		}
@@ -76,6 +82,55 @@ func TestDemo(t *testing.T) {
 	f := row(`flash-sale\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\n`)
 	if f[0] != 74 || f[2] != 0 || f[1]+f[3] != 74 || f[4]+f[5] != f[3] || f[5] == 0 {
 		t.Errorf("flash-sale: %v, want 74 intents, delivered + cancelled = 74, none after the stop, some cancelled from the tiers", f)
+	}
+	checkPacing(t, report)
+}
+
+// checkPacing checks the send pacing section of a report: the same 3000
+// members at every size. The digest waits in the bulk lane and is stopped
+// with most of it held (each held one cancelled, none delivered after the
+// stop); breaking news is all delivered, overtaking the digest; receipts
+// are never held; no second of releases above the budget.
+func checkPacing(t *testing.T, report string) {
+	t.Helper()
+	row := func(re string) []float64 {
+		t.Helper()
+		m := regexp.MustCompile(re).FindStringSubmatch(report)
+		if m == nil {
+			t.Fatalf("report lacks %s:\n%s", re, report)
+		}
+		var n []float64
+		for _, s := range m[1:] {
+			v, _ := strconv.ParseFloat(s, 64)
+			n = append(n, v)
+		}
+		return n
+	}
+	const num = `(\d+(?:\.\d+)?)`
+	// intents, held, delivered, cancelled, longest wait, most in 1 s
+	cols := `\s+` + num + `\s+` + num + `\s+` + num + `\s+` + num + `\s+` + num + ` s\s+`
+	d := row(`weekly-digest\s+normal\s+bulk` + cols + num)
+	if d[0] != 3000 || d[1] != 3000 || d[2]+d[3] != 3000 || d[2] < paceBreakingAfter+paceStopAfter || d[3] < 2000 || d[5] > 222 {
+		t.Errorf("weekly-digest: %v, want 3000 intents, all held, at least %d delivered before its stop, most cancelled, at most 222 releases in a second", d, paceBreakingAfter+paceStopAfter)
+	}
+	b := row(`breaking-news\s+high\s+urgent` + cols + num)
+	if b[0] != 200 || b[1] != 200 || b[2] != 200 || b[3] != 0 || b[4] >= d[4] || b[5] > 222 {
+		t.Errorf("breaking-news: %v, want 200 intents, all held and delivered, waiting less than the digest (%v s)", b, d[4])
+	}
+	r := row(`receipts\s+transactional\s+\(none\)` + cols + `-`)
+	if r[0] != 100 || r[1] != 0 || r[2] != 100 || r[3] != 0 || r[4] != 0 {
+		t.Errorf("receipts: %v, want 100 intents, none held, all delivered, no wait", r)
+	}
+	// Strict precedence: the bulk lane waits while the urgent one has
+	// pushes (a lease granted just before it asked is still released).
+	if o := row(`breaking-news overtook: its 200 pushes were released from \+` + num + ` s to \+` + num + ` s, while the bulk lane, (\d+) digest pushes still held, released (\d+)\n`); o[3] > 50 {
+		t.Errorf("the bulk lane released %v while breaking-news was released: it did not overtake", o[3])
+	}
+	if s := row(`weekly-digest stopped \(capper campaign stop: record capper-control/0/1\), applied by the worker at [0-9:.]+ \(\+[0-9.]+ s\): the (\d+) pushes still held in its lane cancelled, (\d+) delivered after the stop`); s[0] != d[3] || s[1] != 0 {
+		t.Errorf("the digest's stop: %v, want all %v cancelled ones cancelled from the lane, none delivered after it", s, d[3])
+	}
+	if m := row(`the budget: at most (\d+) releases in any one second`); m[0] > 222 || m[0] < 50 {
+		t.Errorf("the budget: at most %v releases in a second, want at most 222 (and the budget in use)", m[0])
 	}
 }
 

@@ -2,7 +2,8 @@ package demo
 
 // The demo's timeline once the worker runs: the blast (and the stop of a
 // campaign in the middle of it), the failed deliveries and the emails sent
-// after them, then the clock moved on past the hours the held intents wait.
+// after them, send pacing (a blast held for a budget), then the clock moved
+// on past the hours the held intents wait.
 
 import (
 	"context"
@@ -40,6 +41,9 @@ func (p *play) run(ctx context.Context, msgs, early, flashLate []kafka.Message) 
 		return throughput{}, nil, err
 	}
 	if err := p.refunds(ctx); err != nil {
+		return throughput{}, nil, err
+	}
+	if err := p.pacing(ctx); err != nil {
 		return throughput{}, nil, err
 	}
 	cart, err := p.later(ctx)
@@ -117,6 +121,99 @@ func (p *play) refunds(ctx context.Context) error {
 	}
 	p.step("%d welcome emails reported failed, then %d tips emails", len(statuses), len(tips))
 	return nil
+}
+
+// pacing plays the send pacing section, before the clock skips ahead: the
+// budget's tokens come by Redis' clock (TIME: miniredis' is the wall
+// clock), the worker's pacer sleeps on a timer and stamps its releases
+// with the demo's clock, which runs at the wall clock's pace until later
+// moves it on. The digest (a push to every member) waits in the bulk
+// lane with receipts beside it; once the bulk lane released half a second
+// of the budget, breaking news (high priority) and more receipts come;
+// once breaking news is all released and the bulk lane released a quarter
+// of a second more, the digest is stopped, with most of it still held.
+func (p *play) pacing(ctx context.Context) error {
+	sec := p.sec
+	wall := time.Now()
+	sec.pace.start = p.clk.Now()
+	digest := sec.pushes(campDigest, "", "", 0, 1, sec.pace.start)
+	receipts := sec.pushes(campReceipts, "", "transactional", 1, 2*paceReceiptEvery, sec.pace.start)
+	if err := p.produce(ctx, interleave(digest, receipts)); err != nil {
+		return err
+	}
+	if _, err := p.releasedAtLeast(ctx, laneBulk, paceBreakingAfter); err != nil {
+		return err
+	}
+	sec.pace.breakingAt = p.clk.Now()
+	breaking := sec.pushes(campBreaking, "high", "", 0, paceBreakingEvery, sec.pace.breakingAt)
+	more := sec.pushes(campReceipts, "", "transactional", 1+paceReceiptEvery, 2*paceReceiptEvery, sec.pace.breakingAt)
+	if err := p.produce(ctx, interleave(breaking, more)); err != nil {
+		return err
+	}
+	if _, err := p.releasedAtLeast(ctx, laneUrgent, len(breaking)); err != nil {
+		return err
+	}
+	bulk, err := p.releasedAtLeast(ctx, laneBulk, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := p.releasedAtLeast(ctx, laneBulk, bulk+paceStopAfter); err != nil {
+		return err
+	}
+	sec.pace.stopAt = p.clk.Now()
+	written, err := app.SetCampaign(ctx, p.cfg, app.CampaignChange{Campaign: campDigest, State: control.Stopped,
+		Reason: "sent to the wrong edition", By: "capper-demo", Now: sec.pace.stopAt}, p.log)
+	if err != nil {
+		return fmt.Errorf("demo: stop %s: %w", campDigest, err)
+	}
+	sec.pace.stopRecord = written.Position.String()
+	if sec.pace.applied, err = p.applied(ctx, written.Position); err != nil {
+		return err
+	}
+	if c, err := p.settle(ctx, "", decidedAll, 30*time.Second); errors.Is(err, errSlow) {
+		return fmt.Errorf("demo: %d inputs of %d have an outcome 30s after %s was stopped", c.final+c.waiting(), c.produced, campDigest)
+	} else if err != nil {
+		return err
+	}
+	p.step("send pacing: %d digest pushes, %d breaking news and %d receipts through budget %s (%d/s); %s stopped (record %s), applied by the worker at %s; %s",
+		len(digest), len(breaking), len(receipts)+len(more), budgetName, paceRate, campDigest, sec.pace.stopRecord, stamp(sec.pace.applied), time.Since(wall).Round(time.Millisecond))
+	return nil
+}
+
+// releasedAtLeast waits until the budget's lane released n intents
+// (capper_pacing_released_total), and returns how many it released.
+func (p *play) releasedAtLeast(ctx context.Context, lane string, n int) (int, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mfs, err := p.reg.Gather()
+		if err != nil {
+			return 0, fmt.Errorf("demo: metrics: %w", err)
+		}
+		got := 0
+		for _, mf := range mfs {
+			if mf.GetName() != "capper_pacing_released_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if labelOf(m, "budget") == budgetName && labelOf(m, "lane") == lane {
+					got = int(m.GetCounter().GetValue())
+				}
+			}
+		}
+		if got >= n {
+			return got, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("demo: budget %s's lane %s released %d intents in 30s, not %d", budgetName, lane, got, n)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case err := <-p.done:
+			return 0, fmt.Errorf("demo: worker stopped early: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // later moves the clock on past the hours the held intents wait, in

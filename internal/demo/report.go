@@ -66,6 +66,9 @@ func blastRows(mfs []*dto.MetricFamily, o outputs) map[string]*row {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if heldUndecided(m) {
+				continue
+			}
 			var outcome, seg string
 			for _, l := range m.GetLabel() {
 				switch l.GetName() {

@@ -1,10 +1,11 @@
 package demo
 
 // The demo's sections: what capper does beyond first come, first served
-// (campaign plans, deferral and quiet hours, refunds, campaign control),
-// in the same run as the blast, each on users of its own above the
-// blast's, in segments of their own, so that the blast's table is what
-// configs/policy.yaml alone decides (and what capper replay finds again).
+// (campaign plans, deferral and quiet hours, refunds, campaign control,
+// send pacing), in the same run as the blast, each on users of its own
+// above the blast's, in segments of their own, so that the blast's table is
+// what configs/policy.yaml alone decides (and what capper replay finds
+// again).
 
 import (
 	"bytes"
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/objstore"
+	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/replay"
 )
@@ -29,6 +32,7 @@ import (
 const (
 	segShoppers    = "shoppers"
 	segSubscribers = "subscribers"
+	segMembers     = "members"
 
 	campNewsletter = "newsletter"
 	campCart       = "cart-rescue"
@@ -37,6 +41,9 @@ const (
 	campReminders  = "reminders"
 	campUpdate     = "app-update"
 	campFlash      = "flash-sale"
+	campDigest     = "weekly-digest" // send pacing: the blast, in the bulk lane
+	campBreaking   = "breaking-news" // its urgent lane
+	campReceipts   = "receipts"      // transactional: never held
 
 	zoneDay   = "Europe/Berlin"    // 10:00 when the blast comes
 	zoneNight = "America/New_York" // 04:00: inside quiet hours
@@ -56,11 +63,53 @@ const sectionPolicy = `  # capper-demo's sections (added by the demo to configs/
     quiet_hours: {from: "21:00", to: "08:00", channels: [push], jitter: 10m}
     limits:
       - {name: push-gap, window: 2h, max: 1, where: {channels: [push]}, on_cap: defer, max_defer: 3h}
+  # Send pacing: two pushes an hour (the digest and the breaking news).
+  - name: members
+    limits:
+      - {name: push-hourly, window: 1h, max: 2, where: {channels: [push]}}
 `
 
+// Send pacing's budget: the members' pushes to FCM (route fcm), at most
+// paceRate a second with paceBurst above it, an urgent lane for high
+// priorities and a bulk lane for the rest. The rate is low enough that a
+// blast of a few thousand pushes waits seconds, high enough that the
+// section takes a few seconds of wall time.
+const (
+	budgetName  = "push-fcm"
+	paceChannel = "push"
+	paceRoute   = "fcm"
+	paceRate    = 200
+	paceBurst   = 20
+	laneUrgent  = "urgent"
+	laneBulk    = "bulk"
+	topicLanes  = "capper-lanes" // kafka.topics.lanes: the lanes are capper-lanes.push-fcm.urgent and .bulk
+)
+
+// budgetPolicy replaces configs/policy.yaml's budgets (none) in the
+// demo's policy file.
+var budgetPolicy = fmt.Sprintf(`# capper-demo's send pacing section (the demo's, in place of
+# configs/policy.yaml's budgets: []): the members' pushes through FCM.
+budgets:
+  - name: %s
+    rate: %d
+    burst: %d
+    channels: [%s]
+    routes: [%s]
+    lanes:
+      - {name: %s, min_priority: high}
+      - {name: %s}
+`, budgetName, paceRate, paceBurst, paceChannel, paceRoute, laneUrgent, laneBulk)
+
+// noBudgets is configs/policy.yaml's budgets line.
+var noBudgets = regexp.MustCompile(`(?m)^budgets: \[\][ \t]*(?:\n|\z)`)
+
 // withSections is the policy file: configs/policy.yaml with the sections'
-// segments after its own.
+// segments after its own, and the pacing section's budget.
 func withSections(example []byte) ([]byte, error) {
+	if len(noBudgets.FindAllIndex(example, -1)) != 1 {
+		return nil, fmt.Errorf("demo policy: configs/policy.yaml has no top-level \"budgets: []\" to put the pacing section's budget in")
+	}
+	example = noBudgets.ReplaceAllLiteral(example, []byte(budgetPolicy))
 	at := bytes.Index(example, []byte("\ndefault_policy:"))
 	if at < 0 {
 		return nil, fmt.Errorf("demo policy: configs/policy.yaml has no top-level default_policy to add the sections' segments before")
@@ -105,6 +154,7 @@ type sections struct {
 	shoppers, audience, cart span // campaign plans: newsletter to shoppers, cart-rescue's plan for audience, its pushes to cart
 	refund                   span // refunds (segment shoppers too)
 	reminders, update, flash span // subscribers: deferral, quiet hours, campaign control
+	members                  span // send pacing (segment members)
 
 	// planStarts and planEnds bound cart-rescue's window; due is when the
 	// clock moves on for the intents held at the blast (start + 4h15m:
@@ -121,6 +171,17 @@ type sections struct {
 	refunded       map[uint64]map[string]bool // their ids, by user
 	refundsApplied float64                    // capper_refunds_total{result="applied"}
 	fcfs, plan     *replay.PlanStats          // capper replay --plans of the plan's intents
+	pace           paceRun                    // the send pacing section's timeline
+}
+
+// paceRun is what happened in the send pacing section, on the demo's
+// clock (the worker's).
+type paceRun struct {
+	start      time.Time // the digest and the first receipts produced
+	breakingAt time.Time // breaking-news and the other receipts produced
+	stopRecord string    // the control record of the digest's stop
+	stopAt     time.Time // when the demo stopped it
+	applied    time.Time // when the worker applied the stop
 }
 
 // newSections lays the sections out above the blast's users: unit users a
@@ -135,6 +196,7 @@ func newSections(users int, start time.Time) *sections {
 	s.reminders = spanAfter(s.refund, unit)
 	s.update = spanAfter(s.reminders, unit)
 	s.flash = spanAfter(s.update, unit)
+	s.members = spanAfter(s.flash, paceUsers)
 	s.planStarts, s.planEnds = start.Add(9*time.Hour), start.Add(10*time.Hour)
 	s.due = start.Add(4*time.Hour + 15*time.Minute)
 	return s
@@ -142,10 +204,13 @@ func newSections(users int, start time.Time) *sections {
 
 // segments are the sections' users in the snapshot.
 func (s *sections) segments() []userRange {
-	return []userRange{{segShoppers, s.shoppers.from, s.refund.to}, {segSubscribers, s.reminders.from, s.flash.to}}
+	return []userRange{{segShoppers, s.shoppers.from, s.refund.to}, {segSubscribers, s.reminders.from, s.flash.to},
+		{segMembers, s.members.from, s.members.to}}
 }
 
-func isSectionSegment(seg string) bool { return seg == segShoppers || seg == segSubscribers }
+func isSectionSegment(seg string) bool {
+	return seg == segShoppers || seg == segSubscribers || seg == segMembers
+}
 
 // intent is one of the sections' send-intents.
 type intent struct {
@@ -156,6 +221,8 @@ type intent struct {
 	Created  string `json:"created_at"`
 	Priority string `json:"priority,omitempty"`
 	TimeZone string `json:"time_zone,omitempty"`
+	Category string `json:"category,omitempty"`
+	Route    string `json:"route,omitempty"`
 }
 
 // intents are n intents of campaign per user of users, made at at;
@@ -204,6 +271,44 @@ func (s *sections) morning(at time.Time) (early, flashLate []kafka.Message) {
 	a, b := s.flash.half()
 	early = append(early, s.intents(campFlash, "push", "", a, 2, at, flashZone)...)
 	return early, s.intents(campFlash, "push", "", b, 2, at, flashZone)
+}
+
+// The send pacing section's users and campaigns: the same number at every
+// --users (what matters is the blast against the budget's rate, not the
+// blast's size): a digest push to each member, breaking news to one in
+// paceBreakingEvery of them, a receipt to one in paceReceiptEvery (half
+// with the digest, half with the breaking news).
+const (
+	paceUsers         = 3000
+	paceBreakingEvery = 15 // 200 pushes: a second of the budget
+	paceReceiptEvery  = 30 // 100 receipts: half a second of it
+	// Breaking news comes when the bulk lane released paceBreakingAfter;
+	// the digest is stopped when the bulk lane released paceStopAfter more
+	// after breaking news went.
+	paceBreakingAfter = paceRate / 2
+	paceStopAfter     = paceRate / 4
+)
+
+// laneTopics are the budget's lane topics.
+func laneTopics() []string {
+	return []string{pacing.Topic(topicLanes, budgetName, laneUrgent), pacing.Topic(topicLanes, budgetName, laneBulk)}
+}
+
+// pushes are the pacing section's intents of campaign (pushes through
+// FCM), one to every every-th member from the offset-th, made at at.
+func (s *sections) pushes(campaign, prio, category string, offset, every int, at time.Time) []kafka.Message {
+	var out []kafka.Message
+	for u := s.members.from + offset; u < s.members.to; u += every {
+		in := intent{ID: fmt.Sprintf("%s-%d", campaign, u), User: uint64(u), Campaign: campaign, Channel: paceChannel,
+			Created: at.UTC().Format(time.RFC3339), Priority: prio, Category: category, Route: paceRoute}
+		v, _ := json.Marshal(in)
+		out = append(out, kafka.Message{Key: []byte(strconv.Itoa(u)), Value: v})
+	}
+	s.produced[campaign] += len(out)
+	if _, ok := s.sent[campaign]; !ok {
+		s.sent[campaign] = at
+	}
+	return out
 }
 
 // interleave spreads extra evenly through msgs, keeping the order of each.

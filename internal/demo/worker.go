@@ -40,11 +40,11 @@ func describeSegments(m *segments.Manifest) string {
 }
 
 // demoConfig is configs/capper.yaml pointed at the embedded servers, with
-// configs/policy.yaml and the sections' segments (the demo's caps) as its
-// policy file in dir, the delay tiers, the delivery-status and control
-// topics, and the plan store plans. Keys go under their own prefix, so
-// that a demo against a real Redis never touches a production worker's
-// counts.
+// configs/policy.yaml, the sections' segments and the pacing section's
+// budget (the demo's caps) as its policy file in dir, the delay tiers, the
+// delivery-status and control topics, the budget's lanes, and the plan
+// store plans. Keys go under their own prefix, so that a demo against a
+// real Redis never touches a production worker's counts.
 func demoConfig(brokers []string, redisAddr, dir, plans string) (*config.Config, error) {
 	cfg, err := config.Parse(configs.Example(), nil)
 	if err != nil {
@@ -68,6 +68,7 @@ func demoConfig(brokers []string, redisAddr, dir, plans string) (*config.Config,
 	cfg.Kafka.DelayTiers = demoTiers
 	cfg.Kafka.Topics.DeliveryStatus = topicStatus
 	cfg.Kafka.Topics.Control = topicControl
+	cfg.Kafka.Topics.Lanes = topicLanes
 	cfg.Plans.Source = plans
 	cfg.Redis.Addrs = []string{redisAddr}
 	cfg.Segments.Source = dir
@@ -146,6 +147,9 @@ func (r *runner) counts() counts {
 		switch mf.GetName() {
 		case "capper_intents_total":
 			for _, m := range mf.GetMetric() {
+				if heldUndecided(m) {
+					continue
+				}
 				n := int(m.GetCounter().GetValue())
 				if labelOf(m, "outcome") == "deferred" {
 					c.deferred += n
@@ -168,6 +172,15 @@ func (r *runner) counts() counts {
 		}
 	}
 	return c
+}
+
+// heldUndecided reports a capper_intents_total series that counts no
+// decision: the worker counts an intent it holds for a budget (writes to
+// a lane, undecided) with no segment and the zero outcome (allowed) when it
+// holds it, then again by its outcome when it is released and decided.
+// Every decision names a segment, but a dead letter's.
+func heldUndecided(m *dto.Metric) bool {
+	return labelOf(m, "segment") == "" && labelOf(m, "outcome") != "invalid"
 }
 
 func labelOf(m *dto.Metric, name string) string {
