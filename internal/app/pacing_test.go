@@ -115,6 +115,10 @@ func TestPacingReleasesAtTheBudgetsRate(t *testing.T) {
 	if n := countCampaign(o.suppressed, "late", "cancelled"); n != len(late) {
 		t.Errorf("%d of the %d late intents cancelled", n, len(late))
 	}
+	// A held intent is counted once, when it is decided, not when held.
+	if n := metric(t, w1, "capper_intents_total") + metric(t, w2, "capper_intents_total"); n != float64(e.inputs) {
+		t.Errorf("capper_intents_total = %v over the workers, want one per input (%d)", n, e.inputs)
+	}
 
 	var released []time.Time
 	last := map[string]time.Time{}

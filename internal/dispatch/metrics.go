@@ -192,6 +192,10 @@ func (w *Worker) observe(b *batch) {
 		case kindHop:
 			w.m.hops.Inc()
 			continue
+		case kindHold:
+			// Not decided yet: its outcome is counted when it is released
+			// (capper_pacing_held_total counts the hold).
+			continue
 		case kindDue:
 			if !e.parked && e.lane == nil {
 				w.m.dueLag.Observe(max(d.At.Sub(e.tier.notBefore).Seconds(), 0))
