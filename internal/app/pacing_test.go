@@ -66,6 +66,19 @@ func paceIntents(from, n int, campaign, channel, category, priority string) []ka
 	return msgs
 }
 
+// mostInOneSecond is the most of times within any one second.
+func mostInOneSecond(times []time.Time) int {
+	times = slices.SortedFunc(slices.Values(times), func(a, b time.Time) int { return a.Compare(b) })
+	most := 0
+	for i, j := 0, 0; i < len(times); i++ {
+		for times[i].Sub(times[j]) >= time.Second {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	return most
+}
+
 func headerTime(t *testing.T, m kafka.Message, key string) time.Time {
 	t.Helper()
 	at, err := time.Parse(dispatch.TimeLayout, header(m, key))
@@ -153,14 +166,7 @@ func TestPacingReleasesAtTheBudgetsRate(t *testing.T) {
 	if len(released) != 1100 {
 		t.Fatalf("%d paced deliveries, want 1100", len(released))
 	}
-	slices.SortFunc(released, func(a, b time.Time) int { return a.Compare(b) })
-	most := 0
-	for i, j := 0, 0; i < len(released); i++ {
-		for released[i].Sub(released[j]) >= time.Second {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
+	most := mostInOneSecond(released)
 	if limit := int(paceRate*1.01) + paceBurst; most > limit {
 		t.Errorf("%d releases within one second; the budget allows %d (rate %d, burst %d)", most, limit, paceRate, paceBurst)
 	}
@@ -229,14 +235,7 @@ func TestPacingThroughFaults(t *testing.T) {
 	if cancelled == 0 {
 		t.Errorf("no blast intent cancelled: the stop came too late to reach any held one (%d delivered)", len(released)-promo)
 	}
-	slices.SortFunc(released, func(a, b time.Time) int { return a.Compare(b) })
-	most := 0
-	for i, j := 0, 0; i < len(released); i++ {
-		for released[i].Sub(released[j]) >= time.Second {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
+	most := mostInOneSecond(released)
 	if limit := int(paceRate*1.01) + paceBurst; most > limit {
 		t.Errorf("%d releases within one second; the budget allows %d (rate %d, burst %d)", most, limit, paceRate, paceBurst)
 	}

@@ -68,13 +68,8 @@ var tierReasons = map[string]bool{capping.ReasonCap.String(): true, capping.Reas
 // due (kindDue: its value is decoded and decided again). Otherwise it hops
 // (kindHop) or is unreadable.
 func (w *Worker) readTier(m *kafka.Message, e *entry, now time.Time) bool {
-	var bad *InvalidError
-	if e.tier, bad = readTierHeaders(m.Headers); bad != nil {
-		e.setUnreadable(bad)
+	if !readDeferred(m, e) {
 		return false
-	}
-	if h := homeOf(e.tier.source); h >= 0 {
-		e.home = h
 	}
 	if e.tier.notBefore.After(now) || w.misplaced(m, e.home) {
 		// Not due yet (its tier was shorter than its wait): on to the
@@ -85,6 +80,20 @@ func (w *Worker) readTier(m *kafka.Message, e *entry, now time.Time) bool {
 		return false
 	}
 	e.kind = kindDue
+	return true
+}
+
+// readDeferred reads a deferred intent's record (a tier's, the parked
+// topic's) into e: its headers, and its user's input partition.
+func readDeferred(m *kafka.Message, e *entry) bool {
+	var bad *InvalidError
+	if e.tier, bad = readTierHeaders(m.Headers); bad != nil {
+		e.setUnreadable(bad)
+		return false
+	}
+	if h := homeOf(e.tier.source); h >= 0 {
+		e.home = h
+	}
 	return true
 }
 

@@ -137,13 +137,8 @@ func parseSeq(v string) map[int]int64 {
 // readParked reads a parked record into e: a delay tier's record, due now
 // (its reader handed it over because its pause may be over).
 func (w *Worker) readParked(m *kafka.Message, e *entry) bool {
-	var bad *InvalidError
-	if e.tier, bad = readTierHeaders(m.Headers); bad != nil {
-		e.setUnreadable(bad)
+	if !readDeferred(m, e) {
 		return false
-	}
-	if h := homeOf(e.tier.source); h >= 0 {
-		e.home = h
 	}
 	e.parked = true
 	e.kind = kindDue
