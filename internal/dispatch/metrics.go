@@ -193,8 +193,9 @@ func (w *Worker) observe(b *batch) {
 			w.m.hops.Inc()
 			continue
 		case kindHold:
-			// Not decided yet: its outcome is counted when it is released
-			// (capper_pacing_held_total counts the hold).
+			// Not decided yet: its outcome is counted when it is
+			// released; the hold is counted now, written and committed.
+			w.o.Pacer.Held(e.held.budget, e.held.lane, 1)
 			continue
 		case kindDue:
 			if !e.parked && e.lane == nil {

@@ -223,7 +223,6 @@ func (w *Worker) holdRecord(o *outputs, hb *headerBuilder, m *kafka.Message, e *
 	if o.held == nil {
 		o.held = map[string][]kafka.Message{}
 	}
-	w.o.Pacer.Held(e.held.budget, e.held.lane, 1)
 	o.held[e.held.topic] = append(o.held[e.held.topic], kafka.Message{Key: nonNull(m.Key), Value: nonNull(m.Value),
 		Headers: hb.heldHeaders(m, e), Partition: e.home})
 }
