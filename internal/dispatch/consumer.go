@@ -147,19 +147,12 @@ func (c *Consumer) joinDelay(lanes []string) (*member, error) {
 	return newMember(memberOptions{Kafka: c.o.Kafka, GroupID: c.o.DelayGroupID, Topics: topics, Log: c.log,
 		Balancers: []kafka.GroupBalancer{cp, kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}},
 		Read: func(ctx context.Context, p *partState, offset int64) {
-			fc := fetchConfig{maxBytes: tierFetchBytes}
+			fc := fetchConfig{maxBytes: tierFetchBytes, release: c.releaseLane}
 			switch {
 			case p.tp.topic == c.o.Parked:
-				fc.parked = true
+				fc.release = c.releaseParked
 			case c.tiers[p.tp.topic]:
-				fc.due = func(m *kafka.Message) (time.Time, bool) {
-					// A record without a readable due time is due at
-					// once: the worker dead-letters it, naming the header.
-					t, err := dueAt(m.Headers)
-					return t, err == nil
-				}
-			default:
-				fc.gate = c.o.Gate
+				fc.release = c.releaseDue
 			}
 			c.readPartition(ctx, p, offset, fc)
 		},
@@ -209,6 +202,11 @@ func (c *Consumer) SetLanes(lanes []string) error {
 	c.delay, c.lanes = nm, slices.Clone(lanes)
 	c.mu.Unlock()
 	return nil
+}
+
+// releaseLane lets a lane's records go as its budget releases them.
+func (c *Consumer) releaseLane(ctx context.Context, p *partState, msgs []kafka.Message, _ int64) (int, error) {
+	return c.o.Gate(ctx, p.tp.topic, msgs)
 }
 
 // delayGroup is the delay tiers' and lanes' membership (nil: none).

@@ -17,14 +17,12 @@ import (
 // fetchConfig is how one partition is read.
 type fetchConfig struct {
 	maxBytes int
-	// due, when set, says when a record may be handed out: the reader
-	// waits for each record's time before it puts it (a delay tier).
-	due func(m *kafka.Message) (time.Time, bool)
-	// gate, when set, says how many records at the head of msgs may be
-	// handed out now, waiting until at least one may (a lane: pacing).
-	gate func(ctx context.Context, topic string, msgs []kafka.Message) (int, error)
-	// parked: the parked topic (parked.go).
-	parked bool
+	// release, when set, says how many records at the head of msgs may be
+	// handed out now, waiting until at least one may: a delay tier's when
+	// they are due (releaseDue), a lane's when its budget releases them
+	// (pacing.Gate), the parked topic's when their pause ends
+	// (releaseParked). hwm is the partition's high watermark at the fetch.
+	release func(ctx context.Context, p *partState, msgs []kafka.Message, hwm int64) (int, error)
 }
 
 // readPartition reads p from offset until ctx ends, putting every record
@@ -118,13 +116,7 @@ func (c *Consumer) fetchFrom(ctx context.Context, conn *kafka.Conn, p *partState
 		err := batch.Close()
 		if len(msgs) > 0 {
 			offset = msgs[len(msgs)-1].Offset + 1
-			var perr error
-			if fc.parked {
-				perr = c.handParked(ctx, p, msgs, hwm)
-			} else {
-				perr = c.hand(ctx, p, msgs, fc)
-			}
-			if perr != nil {
+			if perr := c.hand(ctx, p, msgs, hwm, fc); perr != nil {
 				return offset, perr
 			}
 		}
@@ -144,39 +136,16 @@ func (c *Consumer) fetchFrom(ctx context.Context, conn *kafka.Conn, p *partState
 	return offset, ctx.Err()
 }
 
-// hand puts a fetch's records on the queue: at once, or for a delay tier
-// each once it is due (a timer, no polling; nothing else waits).
-func (c *Consumer) hand(ctx context.Context, p *partState, msgs []kafka.Message, fc fetchConfig) error {
-	if fc.gate != nil {
-		for len(msgs) > 0 {
-			n, err := fc.gate(ctx, p.tp.topic, msgs)
-			if err != nil {
-				return err
-			}
-			if err := c.q.put(ctx, chunk{p, msgs[:n:n]}); err != nil {
-				return err
-			}
-			msgs = msgs[n:]
-		}
-		return nil
-	}
-	if fc.due == nil {
+// hand puts a fetch's records on the queue: at once, or as fc.release
+// lets them go, in order (nothing else waits for it).
+func (c *Consumer) hand(ctx context.Context, p *partState, msgs []kafka.Message, hwm int64, fc fetchConfig) error {
+	if fc.release == nil {
 		return c.q.put(ctx, chunk{p, msgs})
 	}
 	for len(msgs) > 0 {
-		n := 0 // the records due now
-		for n < len(msgs) {
-			at, ok := fc.due(&msgs[n])
-			if ok && c.now().Before(at) {
-				if n == 0 {
-					if err := c.sleep(ctx, at.Sub(c.now())); err != nil {
-						return err
-					}
-					continue
-				}
-				break
-			}
-			n++
+		n, err := fc.release(ctx, p, msgs, hwm)
+		if err != nil {
+			return err
 		}
 		if err := c.q.put(ctx, chunk{p, msgs[:n:n]}); err != nil {
 			return err
@@ -184,6 +153,28 @@ func (c *Consumer) hand(ctx context.Context, p *partState, msgs []kafka.Message,
 		msgs = msgs[n:]
 	}
 	return nil
+}
+
+// releaseDue lets a delay tier's records go as they are due (a timer, no
+// polling). A record without a readable due time is due at once: the
+// worker dead-letters it, naming the header.
+func (c *Consumer) releaseDue(ctx context.Context, _ *partState, msgs []kafka.Message, _ int64) (int, error) {
+	for {
+		n := 0
+		for n < len(msgs) {
+			if at, err := dueAt(msgs[n].Headers); err == nil && c.now().Before(at) {
+				break
+			}
+			n++
+		}
+		if n > 0 {
+			return n, nil
+		}
+		at, _ := dueAt(msgs[0].Headers)
+		if err := c.sleep(ctx, at.Sub(c.now())); err != nil {
+			return 0, err
+		}
+	}
 }
 
 // A partition's reader retries a broker's errors from 100ms, doubling to

@@ -67,12 +67,11 @@ func NewParkCheck(ctl Control, maxPause time.Duration) ParkCheck {
 // state (a change is seen within it).
 const parkPoll = 100 * time.Millisecond
 
-// handParked puts a parked partition's records on the queue as their pause
-// allows (see the file's comment); hwm is the partition's high watermark
-// when msgs were fetched.
-func (c *Consumer) handParked(ctx context.Context, p *partState, msgs []kafka.Message, hwm int64) error {
+// releaseParked lets a parked partition's records go as their pause
+// allows (see the file's comment).
+func (c *Consumer) releaseParked(ctx context.Context, p *partState, msgs []kafka.Message, hwm int64) (int, error) {
 	pc := c.o.Park
-	for len(msgs) > 0 {
+	for {
 		if msgs[0].Offset >= p.parkUntil && pc.Freed(&msgs[0]) {
 			// A resume or a stop since the head was parked: what the
 			// partition holds now is handed over once.
@@ -92,18 +91,13 @@ func (c *Consumer) handParked(ctx context.Context, p *partState, msgs []kafka.Me
 			}
 		}
 		if n > 0 {
-			if err := c.q.put(ctx, chunk{p, msgs[:n:n]}); err != nil {
-				return err
-			}
-			msgs = msgs[n:]
-			continue
+			return n, nil
 		}
 		_, until := pc.Paused(&msgs[0], now)
 		if err := c.sleep(ctx, min(until.Sub(now), parkPoll)); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
 }
 
 // formatSeq writes control.Snapshot.Released as capper-control-seq:
