@@ -190,6 +190,7 @@ type Rules struct {
 	Overrides        Overrides
 	TimeZone         *time.Location // of users whose intent names none
 	WeekStart        time.Weekday   // first day of a calendar week
+	Users            *UserRules     // users' own limits (users.go); nil: not read
 }
 
 // SegmentPath is the path of a segment's policy,
@@ -245,6 +246,17 @@ func (r Rules) Problems() problems.List {
 	for _, p := range r.allPolicies() {
 		for _, l := range p.Limits {
 			scopes[canonical(l.Where, l.Per)] = true
+		}
+	}
+	if r.Users != nil {
+		r.Users.problems(&ps, channels, categories)
+		for _, t := range r.Users.Tiers {
+			for _, l := range t.Limits {
+				scopes[canonical(l.Where, l.Per)] = true
+			}
+		}
+		for _, c := range r.Users.Channels {
+			scopes[canonical(Where{Channels: []string{c}}, PerUser)] = true
 		}
 	}
 	if len(scopes) > MaxScopes {
