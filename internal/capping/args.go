@@ -10,7 +10,13 @@ package capping
 // the ones a set needs, and appendPacked writes them. Adding an argument is
 // a row here and a case in appendPacked.
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"slices"
+)
+
+// utcOffsetBias keeps a UTC offset in minutes (-720 to +840) positive.
+const utcOffsetBias = 1024
 
 type argKind uint8
 
@@ -28,6 +34,9 @@ const (
 	argWeek
 	argMonth
 	argCampaign
+	argUApplies
+	argChannel
+	argOffset
 	numArgs
 )
 
@@ -60,7 +69,12 @@ var argSpecs = [numArgs]argSpec{
 	argWeek:     {"week", "the start of the intent's calendar week (unix s)", 4, func(ps *policySet) bool { return ps.calendars[Week-1] }},
 	argMonth:    {"month", "the start of the intent's calendar month (unix s)", 4, func(ps *policySet) bool { return ps.calendars[Month-1] }},
 	argCampaign: {"campaign", "the campaign (3-byte hash), for the per-campaign scopes", campaignSize, (*policySet).perCampaign},
+	argUApplies: {"uapplies", "the users' limits that apply (bit k: tier or channel limit k)", 4, (*policySet).readsUsers},
+	argChannel:  {"channel", "the channel (1-based in the policy's channels), for a user's snooze and channel limits", 1, (*policySet).readsUsers},
+	argOffset:   {"offset", "the user's UTC offset now (minutes + 1024), for their own quiet hours", 2, (*policySet).readsUsers},
 }
+
+func (ps *policySet) readsUsers() bool { return ps.users != nil }
 
 // argPlaces says where each argument is: pos, its ARGV index (1-based) or
 // its offset in the packed one (1-based, as Lua counts); 0: not passed.
@@ -139,6 +153,14 @@ func (ps *policySet) appendPacked(b []byte, r *Request, c *call) []byte {
 		case argCampaign:
 			h := campaignHash(r.Campaign)
 			b = append(b, h[:]...)
+		case argUApplies:
+			b = binary.BigEndian.AppendUint32(b, c.plan.uapplies)
+		case argChannel:
+			b = append(b, byte(slices.Index(ps.rules.Channels, r.Channel)+1))
+		case argOffset:
+			_, off := r.At.In(ps.location(r)).Zone()
+			b = binary.BigEndian.AppendUint16(b, uint16(off/60+utcOffsetBias))
+
 		}
 	}
 	if c.plan.anyBooked {

@@ -44,6 +44,13 @@ type policySet struct {
 	// is an argument).
 	calendars [3]bool
 	script    *script
+	// users: the rules' users' limits (nil: not read); ulimits their
+	// compiled limits, every tier's in order, then a channel limit per
+	// users.Channels; tiers[k] the range of tier k's in ulimits.
+	users    *UserRules
+	ulimits  []compiledLimit
+	tiers    [][2]int
+	chanBase int // ulimits[chanBase+i] is users.Channels[i]'s
 }
 
 type compiledPolicy struct {
@@ -103,6 +110,24 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 		ps.byName[s.Name] = len(ps.pols)
 		ps.pols = append(ps.pols, compile(s.Policy))
 	}
+	if u := r.Users; u != nil {
+		// A user's limits compile as one more policy's: their scopes are
+		// shared with the segments' limits that count the same sends.
+		ps.users = u
+		var all []Limit
+		for _, t := range u.Tiers {
+			ps.tiers = append(ps.tiers, [2]int{len(all), len(all) + len(t.Limits)})
+			for _, l := range t.Limits {
+				l.Name = userTierLimitPrefix + t.Name + "/" + l.Name
+				all = append(all, l)
+			}
+		}
+		ps.chanBase = len(all)
+		for _, c := range u.Channels {
+			all = append(all, Limit{Name: userChannelLimitPrefix + c, Window: u.ChannelWindow, Max: u.MaxPerChannel, Where: Where{Channels: []string{c}}})
+		}
+		ps.ulimits = compile(Policy{Limits: all}).limits
+	}
 	ps.keyLife = ps.idem
 	for _, s := range ps.scopes {
 		ps.keyLife = max(ps.keyLife, s.retention)
@@ -131,7 +156,9 @@ func (ps *policySet) policyIndex(segment string) int { return ps.byName[segment]
 type callPlan struct {
 	pol     int
 	applies uint32 // bit i: limit i of the policy applies
-	records uint32 // bit i: scope i
+	// uapplies: bit k: users' limit k (policySet.ulimits) applies.
+	uapplies uint32
+	records  uint32 // bit i: scope i
 	// cal[c-1]: the calendar period of kind c holding the decision time,
 	// in the request's time zone (unix s), for the kinds the set uses.
 	cal [3]struct{ start, end int64 }
@@ -164,6 +191,11 @@ func (ps *policySet) plan(r *Request, known *periods) callPlan {
 			c.applies |= 1 << i
 		}
 	}
+	for k, l := range ps.ulimits {
+		if c.records&(1<<l.scope) != 0 {
+			c.uapplies |= 1 << k
+		}
+	}
 	ps.book(r, &c)
 	return c
 }
@@ -185,7 +217,14 @@ func (ps *policySet) decision(rep reply, r *Request, c callPlan) (Decision, erro
 		d.Outcome = Allowed
 	case codeDuplicate:
 		d.Outcome, d.At = Duplicate, time.Unix(rep.t, 0)
+	case codeSnoozed:
+		ps.snoozed(r, &d, time.Unix(rep.t, 0))
+	case codeUserQuiet:
+		d.Outcome, d.NotBefore, d.Reason = Deferred, time.Unix(rep.t, 0), ReasonUserQuietHours
 	case codeCapped, codeHeld:
+		if rep.limit >= userLimitBase {
+			return ps.userCapped(rep, r)
+		}
 		limits := ps.pols[c.pol].limits
 		if rep.limit < 1 || rep.limit > int64(len(limits)) {
 			return Decision{}, fmt.Errorf("script named limit %d of %d", rep.limit, len(limits))

@@ -153,12 +153,10 @@ func (ps *policySet) deferral(r *Request, d *Decision) {
 	if d.Err != nil || d.Outcome != Capped || d.RetryAfter.Never {
 		return
 	}
-	limits := ps.pols[ps.policyIndex(r.Segment)].limits
-	i := slices.IndexFunc(limits, func(l compiledLimit) bool { return l.Name == d.Limit })
-	if i < 0 || limits[i].OnCap != Defer {
+	l := ps.limitNamed(ps.policyIndex(r.Segment), d.Limit)
+	if l == nil || l.OnCap != Defer {
 		return
 	}
-	l := &limits[i]
 	since := r.DeferredSince
 	if since.IsZero() {
 		since = r.At

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -64,6 +65,21 @@ type (
 		I      int
 		Limits []limitData
 	}
+	// usersData: users' limits. Channels are the policy's channels as
+	// Lua string bodies, by index; Chans the channels users may turn down.
+	usersData struct {
+		Channels []string
+		Tiers    []tierData
+		Chans    []chanData
+	}
+	tierData struct {
+		Name   string
+		Limits []limitData
+	}
+	chanData struct {
+		Idx int
+		Lim limitData
+	}
 	scriptData struct {
 		Version                                   string
 		IdemS, KeyLife, Slack, UnknownRetS, LateS int64
@@ -71,39 +87,47 @@ type (
 		R                                         replyData
 		Argv, At                                  map[string]int
 		Args                                      []argDoc
-		FlagBypass, FlagWantIdem                  int
+		FlagBypass, FlagWantIdem, OffsetBias      int
 		Packed                                    int // the packed argument's fixed bytes
 		Scopes                                    []scopeData
 		Policies                                  []policyData
+		Users                                     *usersData // nil: users' limits are not read
 	}
 )
 
 func (ps *policySet) generate() (string, error) {
 	d := scriptData{Version: ps.version(), IdemS: ps.idem, KeyLife: ps.keyLife, Slack: ps.slack,
-		UnknownRetS: unknownRetention, LateS: int64(LateAfter / time.Second), L: layout, R: replyText, FlagBypass: flagBypass, FlagWantIdem: flagWantIdem, Packed: ps.args.packed}
+		UnknownRetS: unknownRetention, LateS: int64(LateAfter / time.Second), L: layout, R: replyText, FlagBypass: flagBypass, FlagWantIdem: flagWantIdem, OffsetBias: utcOffsetBias, Packed: ps.args.packed}
 	d.Argv, d.At, d.Args = ps.argData()
 	used := map[int]bool{}
 	for pi, p := range ps.pols {
 		pd := policyData{I: pi + 1}
 		for li, l := range p.limits {
 			used[l.scope] = true
-			ld := limitData{I: li + 1, Bit: 1 << li, S: l.scope + 1, Max: l.Max, Name: strings.ReplaceAll(l.Name, "\n", " "), Rolling: l.Calendar == None}
-			if l.Reserve.Slots > 0 {
-				ld.ReserveMax, ld.Below = l.Max-l.Reserve.Slots, int(l.Reserve.Below)
-			}
-			switch l.Calendar {
-			case None:
-				ld.Start = "now - " + strconv.FormatInt(l.window, 10)
-			case Day:
-				ld.Start = "cday"
-			case Week:
-				ld.Start = "cweek"
-			case Month:
-				ld.Start = "cmonth"
-			}
-			pd.Limits = append(pd.Limits, ld)
+			pd.Limits = append(pd.Limits, limitOf(l, li+1, 1<<li))
 		}
 		d.Policies = append(d.Policies, pd)
+	}
+	if ps.users != nil {
+		u := &usersData{}
+		for _, c := range ps.rules.Channels {
+			u.Channels = append(u.Channels, luaBytes([]byte(c)...))
+		}
+		lim := func(k int) limitData {
+			used[ps.ulimits[k].scope] = true
+			return limitOf(ps.ulimits[k], userLimitBase+k, 1<<k)
+		}
+		for ti, t := range ps.users.Tiers {
+			td := tierData{Name: luaBytes([]byte(t.Name)...)}
+			for k := ps.tiers[ti][0]; k < ps.tiers[ti][1]; k++ {
+				td.Limits = append(td.Limits, lim(k))
+			}
+			u.Tiers = append(u.Tiers, td)
+		}
+		for i, c := range ps.users.Channels {
+			u.Chans = append(u.Chans, chanData{Idx: slices.Index(ps.rules.Channels, c) + 1, Lim: lim(ps.chanBase + i)})
+		}
+		d.Users = u
 	}
 	for i, s := range ps.scopes {
 		d.Scopes = append(d.Scopes, scopeData{I: i + 1, Bit: 1 << i, Keep: s.keep, ID: s.id, PerCampaign: s.per == PerCampaign,
@@ -114,6 +138,26 @@ func (ps *policySet) generate() (string, error) {
 		return "", fmt.Errorf("generate the script: %w", err)
 	}
 	return b.String(), nil
+}
+
+// limitOf is a limit as the template reads it, answered as limit i, bit
+// bit of its mask.
+func limitOf(l compiledLimit, i, bit int) limitData {
+	ld := limitData{I: i, Bit: bit, S: l.scope + 1, Max: l.Max, Name: strings.ReplaceAll(l.Name, "\n", " "), Rolling: l.Calendar == None}
+	if l.Reserve.Slots > 0 {
+		ld.ReserveMax, ld.Below = l.Max-l.Reserve.Slots, int(l.Reserve.Below)
+	}
+	switch l.Calendar {
+	case None:
+		ld.Start = "now - " + strconv.FormatInt(l.window, 10)
+	case Day:
+		ld.Start = "cday"
+	case Week:
+		ld.Start = "cweek"
+	case Month:
+		ld.Start = "cmonth"
+	}
+	return ld
 }
 
 // fromExpr is the script's expression of scope.from.

@@ -52,7 +52,15 @@ const (
 	// codeLate: the call reached Redis more than LateAfter after its
 	// decision time and recorded nothing (decide.go: an error, retried).
 	codeLate = 4
+	// codeSnoozed: the user's snooze holds it until t; codeUserQuiet:
+	// the user's own quiet hours, until t. Nothing recorded.
+	codeSnoozed   = 5
+	codeUserQuiet = 6
 )
+
+// userLimitBase: a reply's limit from it up is users' limit limit -
+// userLimitBase (policySet.ulimits).
+const userLimitBase = 128
 
 // LateAfter is how long after it was sent (the worker's wall clock) a call
 // may still record a send, with Options.Fence: one that Redis runs later (a
@@ -75,7 +83,7 @@ const (
 )
 
 // replyData is the reply's packing as the script template writes it.
-type replyData struct{ Code, Duplicate, Capped, Held, Late, Limit string }
+type replyData struct{ Code, Duplicate, Capped, Held, Late, Snoozed, UserQuiet, Limit string }
 
 var replyText = replyData{
 	Code:      fmt.Sprintf("2^%d", replyCodeShift),
@@ -83,6 +91,8 @@ var replyText = replyData{
 	Capped:    fmt.Sprintf("%d * 2^%d", codeCapped, replyCodeShift),
 	Held:      fmt.Sprintf("%d * 2^%d", codeHeld, replyCodeShift),
 	Late:      fmt.Sprintf("%d * 2^%d", codeLate, replyCodeShift),
+	Snoozed:   fmt.Sprintf("%d * 2^%d", codeSnoozed, replyCodeShift),
+	UserQuiet: fmt.Sprintf("%d * 2^%d", codeUserQuiet, replyCodeShift),
 	Limit:     fmt.Sprintf("2^%d", replyLimitShift),
 }
 

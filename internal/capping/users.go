@@ -280,3 +280,58 @@ func (r Rules) UserProblems(u UserLimits) problems.List {
 	}
 	return ps
 }
+
+// The names of users' limits in decisions (capper-limit): a tier's limit
+// is user-tier/<tier>/<limit>, a channel's user-channel/<channel>.
+const (
+	userTierLimitPrefix    = "user-tier/"
+	userChannelLimitPrefix = "user-channel/"
+)
+
+// snoozed decides an intent the user's snooze holds until until: deferred
+// to it when it ends within the policy's max_defer of the intent's first
+// deferral, else cancelled (nothing counted either way).
+func (ps *policySet) snoozed(r *Request, d *Decision, until time.Time) {
+	since := r.DeferredSince
+	if since.IsZero() {
+		since = r.At
+	}
+	if until.Sub(since) > ps.users.MaxDefer {
+		d.Outcome, d.Reason = Cancelled, ReasonSnoozeTooLong
+		return
+	}
+	d.Outcome, d.NotBefore, d.Reason = Deferred, until, ReasonSnoozed
+}
+
+// userCapped is the decision of an intent one of the user's own limits
+// capped (a tier's, or a channel's, whose max the user set: t 0 means 0).
+func (ps *policySet) userCapped(rep reply, r *Request) (Decision, error) {
+	k := int(rep.limit - userLimitBase)
+	if k < 0 || k >= len(ps.ulimits) {
+		return Decision{}, fmt.Errorf("script named users' limit %d of %d", k, len(ps.ulimits))
+	}
+	l := &ps.ulimits[k]
+	d := Decision{At: r.At, Outcome: Capped, Limit: l.Name}
+	switch {
+	case l.Max == 0, rep.t == 0 && l.Calendar == None:
+		d.RetryAfter.Never = true
+	case l.Calendar != None:
+		// A tier's calendar limit: the period's end in the user's zone.
+		_, end := (*periods)(nil).of(l.Calendar, r.At, ps.location(r), ps.rules.WeekStart)
+		d.RetryAfter.In = end.Sub(r.At)
+	default:
+		d.RetryAfter.In = max(time.Unix(rep.t+l.window+1, 0).Sub(r.At), 0)
+	}
+	return d, nil
+}
+
+// limitNamed is the limit a capped decision of policy pol names: the
+// policy's, or a user's (nil: none).
+func (ps *policySet) limitNamed(pol int, name string) *compiledLimit {
+	for _, ls := range [][]compiledLimit{ps.pols[pol].limits, ps.ulimits} {
+		if i := slices.IndexFunc(ls, func(l compiledLimit) bool { return l.Name == name }); i >= 0 {
+			return &ls[i]
+		}
+	}
+	return nil
+}

@@ -116,6 +116,15 @@ const (
 	// its campaign's), or past it by the time its budget's lane could
 	// release it, or paused for longer than control.max_pause.
 	ReasonExpired
+	// ReasonSnoozed ("snoozed"), Deferred: the user snoozed it; it waits
+	// for the snooze's end.
+	ReasonSnoozed
+	// ReasonSnoozeTooLong ("snooze-too-long"), Cancelled: the user's
+	// snooze ends later than user_limits.max_defer allows it to wait.
+	ReasonSnoozeTooLong
+	// ReasonUserQuietHours ("user-quiet-hours"), Deferred: the user's own
+	// quiet hours.
+	ReasonUserQuietHours
 )
 
 // reasons are the names and the outcome each reason comes with.
@@ -130,6 +139,9 @@ var reasons = [...]struct {
 	ReasonPaused:          {"paused", Deferred},
 	ReasonCampaignStopped: {"campaign-stopped", Cancelled},
 	ReasonExpired:         {"expired", Cancelled},
+	ReasonSnoozed:         {"snoozed", Deferred},
+	ReasonSnoozeTooLong:   {"snooze-too-long", Cancelled},
+	ReasonUserQuietHours:  {"user-quiet-hours", Deferred},
 }
 
 func (r Reason) String() string {

@@ -46,6 +46,9 @@ type Document struct {
 	// Budgets pace sends to providers (budgets.go); none by default. An
 	// intent is paced by the first budget that covers it.
 	Budgets []Budget `yaml:"budgets,omitempty"`
+	// UserLimits lets users set their own limits (users.go); nil: the
+	// workers do not read users' limits.
+	UserLimits *UserLimits `yaml:"user_limits,omitempty"`
 }
 
 // Overrides lists the campaigns and categories whose intents may ask to

@@ -58,6 +58,7 @@ func (d *Document) Rules() (capping.Rules, problems.List) {
 		r.Segments = append(r.Segments, capping.Segment{Name: s.Name, Policy: policy(&ps, &legacy, path, s.Limits, s.Holding)})
 	}
 	r.Default = policy(&ps, &legacy, problems.Key("default_policy"), d.DefaultPolicy.Limits, d.DefaultPolicy.Holding)
+	r.Users = d.UserLimits.rules(&ps, &legacy, d.Channels)
 
 	// A problem capping finds at a path the document already reported is
 	// the same problem seen through the value that stood in for a bad one

@@ -20,6 +20,9 @@
 --   bytes 17-20  week: the start of the intent's calendar week (unix s)
 --   bytes 21-24  month: the start of the intent's calendar month (unix s)
 --   bytes 25-27  campaign: the campaign (3-byte hash), for the per-campaign scopes
+--   bytes 28-31  uapplies: the users' limits that apply (bit k: tier or channel limit k)
+--   bytes 32-32  channel: the channel (1-based in the policy's channels), for a user's snooze and channel limits
+--   bytes 33-34  offset: the user's UTC offset now (minutes + 1024), for their own quiet hours
 --
 -- Returns one integer (a table costs Redis more): code * 2^40 + limit *
 -- 2^32 + t. Code 0: allowed and recorded; 1: capped by that limit
@@ -40,7 +43,7 @@ local P = ARGV[4]
 local flags = byte(P, 11)
 local nowb = sub(ARGV[2], 1, 4)
 local now = u32(nowb, 1)
-local v = redis.call('HMGET', KEYS[1], ARGV[1], 'x', 'y')
+local v = redis.call('HMGET', KEYS[1], ARGV[1], 'x', 'y', 'u' .. ARGV[1])
 local rec = v[1] or '\0' -- no record: no entries, no sections
 local n, ni, ib = #rec, byte(rec, 1), 2
 if ni >= 128 then ni, ib = (ni - 128) * 256 + byte(rec, 2), 3 end
@@ -49,9 +52,9 @@ local sb = ib + 9 * ni -- first byte of the sections
 -- refusal cache must know which ids Redis would call duplicates.
 local idem = flags % 4 >= 2
 local bk -- the slots campaign plans book, by limit (plans.go), when any
-if #P > 27 then
+if #P > 34 then
   bk = {}
-  for q = 27 + 1, #P, 2 do bk[byte(P, q)] = byte(P, q + 1) end
+  for q = 34 + 1, #P, 2 do bk[byte(P, q)] = byte(P, q + 1) end
 end
 local camp = sub(P, 25, 25 + (3 - 1))
 
@@ -66,6 +69,39 @@ if ni > 0 then
       if t >= now - 86400 then return 2 * 2^40 + t end
     end
     at = p + 1
+  end
+end
+
+-- The user's own limits (users.go), in field u<uid%32>: a snooze or their
+-- quiet hours hold the intent back, recording nothing; their tier's and
+-- channel's limits are checked after the segment's (below). An honoured
+-- bypass ignores them, as it ignores the caps.
+local utier, ucm
+if v[4] and flags % 2 < 1 then
+  local ul, chn = v[4], ({'\101\109\097\105\108', '\112\117\115\104', '\115\109\115'})[byte(P, 32)]
+  local s = tonumber(string.match(ul, ';s=(%d+)'))
+  if s and s > now then
+    local sc = string.match(ul, ';sc=([^;]*)')
+    if not sc or string.find(',' .. sc .. ',', ',' .. chn .. ',', 1, true) then return 5 * 2^40 + s end
+  end
+  local qf, qt = string.match(ul, ';q=(%d+)-(%d+)')
+  if qf then
+    qf, qt = tonumber(qf), tonumber(qt)
+    local o1, o2 = byte(P, 33, 33 + 1)
+    local ls = (now + (o1 * 256 + o2 - 1024) * 60) % 86400 -- seconds after the user's midnight
+    local lm = math.floor(ls / 60)
+    if (qf < qt and lm >= qf and lm < qt) or (qt < qf and (lm >= qf or lm < qt)) then
+      local e = now - ls + qt * 60
+      if e <= now then e = e + 86400 end
+      return 6 * 2^40 + e
+    end
+  end
+  utier = string.match(ul, ';t=([^;]*)')
+  local cs = string.match(ul, ';c=([^;]*)')
+  if cs then
+    cs = ',' .. cs
+    local q = string.find(cs, ',' .. chn .. ':', 1, true)
+    if q then ucm = tonumber(string.match(cs, '^%d+', q + #chn + 2)) end
   end
 end
 
@@ -378,6 +414,79 @@ elseif pol == 2 then
     return r
   end
 end
+-- The user's tier and channel limits, once the segment's passed.
+if utier or ucm then
+  local uam = u32(P, 28)
+  if utier == '\102\101\119\101\114' then
+    if uam % 2 >= 1 then -- user-tier/fewer/daily
+      local m, i = 1, nil
+      i = sc1 - m
+      if i < 0 and st1 and sc1 > 0 then i = 0 end
+      if i >= 0 then
+        local t = u32(rec, sp1 + 4 * i)
+        if t >= now - 86400 then
+          local r = 1 * 2^40 + 128 * 2^32 + t
+          if idem then return {r, sub(rec, ib, sb - 1)} end
+          return r
+        end
+      end
+    end
+    if uam % 4 >= 2 then -- user-tier/fewer/weekly
+      local m, i = 3, nil
+      i = sc1 - m
+      if i < 0 and st1 and sc1 > 0 then i = 0 end
+      if i >= 0 then
+        local t = u32(rec, sp1 + 4 * i)
+        if t >= cweek then
+          local r = 1 * 2^40 + 129 * 2^32
+          if idem then return {r, sub(rec, ib, sb - 1)} end
+          return r
+        end
+      end
+    end
+  elseif utier == '\110\111\110\101' then
+    if uam % 8 >= 4 then -- user-tier/none/never
+      local r = 1 * 2^40 + 130 * 2^32
+      if idem then return {r, sub(rec, ib, sb - 1)} end
+      return r
+    end
+  end
+  if ucm and byte(P, 32) == 2 then -- user-channel/push
+    local m, i = ucm, nil
+    if m == 0 then
+      local r = 1 * 2^40 + 131 * 2^32
+      if idem then return {r, sub(rec, ib, sb - 1)} end
+      return r
+    end
+    i = sc2 - m
+    if i < 0 and st2 and sc2 > 0 then i = 0 end
+    if i >= 0 then
+      local t = u32(rec, sp2 + 4 * i)
+      if t >= now - 604800 then
+        local r = 1 * 2^40 + 131 * 2^32 + t
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
+    end
+  elseif ucm and byte(P, 32) == 3 then -- user-channel/sms
+    local m, i = ucm, nil
+    if m == 0 then
+      local r = 1 * 2^40 + 132 * 2^32
+      if idem then return {r, sub(rec, ib, sb - 1)} end
+      return r
+    end
+    i = sc5 - m
+    if i < 0 and st5 and sc5 > 0 then i = 0 end
+    if i >= 0 then
+      local t = u32(rec, sp5 + 4 * i)
+      if t >= now - 604800 then
+        local r = 1 * 2^40 + 132 * 2^32 + t
+        if idem then return {r, sub(rec, ib, sb - 1)} end
+        return r
+      end
+    end
+  end
+end
 end
 
 -- Past its deadline (the worker's wall clock when it sent the call plus
@@ -412,12 +521,12 @@ local a, b1, c1, c = byte(rec, p, p + 3)
   local hz, cap, add = now - 2682301, 32767, false
   local from = hz
   if id == 4269988 then
-    hz, cap = now - 605101, 5
-    if tr or c >= cap then from = math.min(now - 604800, cday) end
+    hz, cap = now - 608701, 5
+    if tr or c >= cap then from = math.min(now - 604800, cday, cweek) end
     if rm % 2 >= 1 and done % 2 < 1 then add, done = true, done + 1 end
   elseif id == 2334453 then
-    hz, cap = now - 2101, 1
-    if tr or c >= cap then from = now - 1800 end
+    hz, cap = now - 605101, 5
+    if tr or c >= cap then from = now - 604800 end
     if rm % 4 >= 2 and done % 4 < 2 then add, done = true, done + 2 end
   elseif id == 16221278 then
     hz, cap = now - 608701, 2
@@ -428,7 +537,7 @@ local a, b1, c1, c = byte(rec, p, p + 3)
     if tr or c >= cap then from = cmonth end
     if rm % 16 >= 8 and done % 16 < 8 then add, done = true, done + 8 end
   elseif id == 7764529 then
-    hz, cap = now - 605101, 1
+    hz, cap = now - 605101, 5
     if tr or c >= cap then from = now - 604800 end
     if rm % 32 >= 16 and done % 32 < 16 then add, done = true, done + 16 end
   elseif id == 2880480 then
@@ -489,7 +598,7 @@ elseif y < old then
   y = now
   for i = 1, #all, 2 do
     local f, r = all[i], all[i + 1]
-    if f ~= 'x' and f ~= 'y' and f ~= ARGV[1] then
+    if f ~= 'x' and f ~= 'y' and f ~= ARGV[1] and byte(f, 1) ~= 117 then -- 117: u, a user's limits
       local c, q = byte(r, 1), 2
       if c >= 128 then c, q = (c - 128) * 256 + byte(r, 2), 3 end
       if c > 0 then

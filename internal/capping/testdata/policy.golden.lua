@@ -611,7 +611,7 @@ elseif y < old then
   y = now
   for i = 1, #all, 2 do
     local f, r = all[i], all[i + 1]
-    if f ~= 'x' and f ~= 'y' and f ~= ARGV[1] then
+    if f ~= 'x' and f ~= 'y' and f ~= ARGV[1] and byte(f, 1) ~= 117 then -- 117: u, a user's limits
       local c, q = byte(r, 1), 2
       if c >= 128 then c, q = (c - 128) * 256 + byte(r, 2), 3 end
       if c > 0 then
