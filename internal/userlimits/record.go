@@ -18,7 +18,8 @@
 // Every field but user_id may be left out (or null): that limit is not
 // set, so {"user_id": 42} clears them all. updated_at is informational. A
 // null value (a tombstone) erases the user: their send log and their
-// limits (capper user forget writes one).
+// limits (capper user forget writes one). An empty value is read as a
+// tombstone too: kafka-go's reader does not tell them apart.
 package userlimits
 
 import (
@@ -110,7 +111,8 @@ func ParseKey(key []byte) (uint64, error) {
 	return uid, nil
 }
 
-// Decode reads a record: its key, and its value (nil: a tombstone). Every
+// Decode reads a record: its key, and its value (nil or empty: a
+// tombstone). Every
 // problem of the value is reported at once, each at its field's path
 // (snooze.until, channels.sms, quiet_hours.from); the error is an *Error.
 func Decode(key, value []byte) (Record, error) {
@@ -118,7 +120,7 @@ func Decode(key, value []byte) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	if value == nil {
+	if len(value) == 0 {
 		return Record{UserID: uid, Erase: true}, nil
 	}
 	r, err := DecodeValue(value)

@@ -1,0 +1,233 @@
+package userlimits
+
+// The applier: every worker consumes the user-limits topic in a consumer
+// group of its own (<kafka.group_id>-user-limits), so each record is
+// applied once, by one worker: decoded, checked against the policy in
+// force, written to Redis (a tombstone erases the user), and only then
+// committed. A record that cannot be applied as it is (its key, its JSON,
+// a field, the policy) is refused: nothing of it is written, it is
+// counted, logged at warn without the user, and committed (skipped). A
+// Redis error is retried, with a backoff, for as long as it lasts: the
+// record is neither committed nor skipped.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/dispatch"
+)
+
+// Store is where users' limits live (*capping.Engine).
+type Store interface {
+	// SetUserLimits replaces a user's limits (zero: none).
+	SetUserLimits(ctx context.Context, uid uint64, u capping.UserLimits) (capping.UserLimits, error)
+	// ForgetUser erases a user: send log, limits, cached refusals.
+	ForgetUser(ctx context.Context, uid uint64) (capping.Forgotten, error)
+}
+
+// ApplierOptions configure NewApplier; all are required but Logger.
+type ApplierOptions struct {
+	// Kafka are the worker's connection settings (brokers, TLS, SASL,
+	// client id, the group's timeouts). Its GroupID is not used.
+	Kafka dispatch.KafkaOptions
+	Topic string
+	// Group is the consumer group (<kafka.group_id>-user-limits).
+	Group string
+	Store Store
+	// Rules is the policy in force when a record is applied.
+	Rules func() capping.Rules
+	// The retry of a failed write: RetryInitial, doubling up to RetryMax.
+	RetryInitial, RetryMax time.Duration
+	Metrics                *Metrics
+	Logger                 *slog.Logger
+}
+
+// MaxFetchWait bounds how long the applier's and the follower's fetches
+// wait for a record: the apply lag stays well under 2 s.
+const MaxFetchWait = 250 * time.Millisecond
+
+// Applier applies the user-limits topic. It is an actor: Run consumes
+// until its context ends.
+type Applier struct {
+	o   ApplierOptions
+	r   *kafka.Reader
+	log *slog.Logger
+}
+
+// NewApplier builds the applier's group reader (nothing is read before
+// Run).
+func NewApplier(o ApplierOptions) (*Applier, error) {
+	switch {
+	case o.Topic == "" || o.Group == "":
+		return nil, errors.New("user-limits applier: a topic and a group are required")
+	case o.Store == nil || o.Rules == nil || o.Metrics == nil:
+		return nil, errors.New("user-limits applier: Store, Rules and Metrics are required")
+	case o.RetryInitial <= 0 || o.RetryMax < o.RetryInitial:
+		return nil, fmt.Errorf("user-limits applier: retry %s to %s", o.RetryInitial, o.RetryMax)
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	k := o.Kafka
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: k.Brokers, GroupID: o.Group, Topic: o.Topic, Dialer: dialer(k),
+		// Small fetches, answered within MaxFetchWait: records are small
+		// and rare, and a user waits for theirs.
+		MinBytes: 1, MaxBytes: 1 << 20, MaxWait: min(k.FetchMaxWait, MaxFetchWait), QueueCapacity: 64,
+		ReadBackoffMin: 50 * time.Millisecond, ReadBackoffMax: time.Second,
+		// A group without a commit starts at the beginning: every user's
+		// state is applied, the latest last.
+		StartOffset:       kafka.FirstOffset,
+		CommitInterval:    0, // each commit synchronous, after its write
+		HeartbeatInterval: k.HeartbeatInterval, SessionTimeout: k.SessionTimeout, RebalanceTimeout: k.RebalanceTimeout,
+		JoinGroupBackoff: time.Second, WatchPartitionChanges: true,
+		ReadLagInterval: -1,
+		ErrorLogger:     kafkaLogger(log, "user-limits group "+o.Group),
+	})
+	return &Applier{o: o, r: r, log: log}, nil
+}
+
+// dialer is the worker's connection settings as kafka-go's readers take
+// them.
+func dialer(k dispatch.KafkaOptions) *kafka.Dialer {
+	return &kafka.Dialer{ClientID: k.ClientID, Timeout: 10 * time.Second, DualStack: true, TLS: k.TLS, SASLMechanism: k.SASL}
+}
+
+func kafkaLogger(l *slog.Logger, component string) kafka.Logger {
+	return kafka.LoggerFunc(func(msg string, args ...any) {
+		l.Warn(fmt.Sprintf(msg, args...), "component", component)
+	})
+}
+
+// Run applies records until ctx ends, then leaves the group. A record
+// whose write is in flight when ctx ends is not committed: the group's
+// next member applies it again (a write is idempotent).
+func (a *Applier) Run(ctx context.Context) error {
+	defer func() {
+		if err := a.r.Close(); err != nil {
+			a.log.Warn("close the user-limits reader", "error", err)
+		}
+	}()
+	wait := a.o.RetryInitial
+	for {
+		m, err := a.r.FetchMessage(ctx)
+		switch {
+		case ctx.Err() != nil || errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			a.o.Metrics.errors.WithLabelValues(stageFetch).Inc()
+			a.log.Warn("read the user-limits topic; retrying", "topic", a.o.Topic, "error", err, "retry_in", wait)
+			if sleep(ctx, wait) != nil {
+				return nil
+			}
+			wait = min(2*wait, a.o.RetryMax)
+			continue
+		}
+		wait = a.o.RetryInitial
+		if !a.apply(ctx, m) {
+			return nil // stopped during the write's retries
+		}
+		// Committed even when ctx ended meanwhile: the write is done.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.o.Kafka.WriteTimeout)
+		err = a.r.CommitMessages(cctx, m)
+		cancel()
+		if err != nil {
+			// The next commit covers it; a new member re-applies it.
+			a.o.Metrics.errors.WithLabelValues(stageCommit).Inc()
+			a.log.Warn("commit a user-limits record", "topic", a.o.Topic, "partition", m.Partition, "offset", m.Offset, "error", err)
+		}
+	}
+}
+
+// apply applies one record, or refuses it; false: ctx ended before its
+// write succeeded.
+func (a *Applier) apply(ctx context.Context, m kafka.Message) bool {
+	rec, err := Decode(m.Key, m.Value)
+	if err == nil && !rec.Erase {
+		if ps := a.o.Rules().UserProblems(rec.Limits); len(ps) > 0 {
+			err = &Error{Reason: ReasonPolicy, Err: fmt.Errorf("the policy in force refuses them:\n%w", ps.Err())}
+		}
+	}
+	if err != nil {
+		a.refuse(m, rec.UserID, err)
+		return true
+	}
+	wait, failures := a.o.RetryInitial, 0
+	for {
+		if rec.Erase {
+			_, err = a.o.Store.ForgetUser(ctx, rec.UserID)
+		} else {
+			_, err = a.o.Store.SetUserLimits(ctx, rec.UserID, rec.Limits)
+		}
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		failures++
+		a.o.Metrics.errors.WithLabelValues(stageRedis).Inc()
+		if failures == 1 || failures%20 == 0 {
+			a.log.Warn("write a user's limits to Redis; retrying (the record waits, uncommitted)", "topic", a.o.Topic,
+				"partition", m.Partition, "offset", m.Offset, "failures", failures, "error", redactUser(err, rec.UserID), "retry_in", wait)
+		}
+		if sleep(ctx, wait) != nil {
+			return false
+		}
+		wait = min(2*wait, a.o.RetryMax)
+	}
+	if failures > 0 {
+		a.log.Info("user's limits written after retries", "topic", a.o.Topic, "partition", m.Partition, "offset", m.Offset, "failures", failures)
+	}
+	if !m.Time.IsZero() {
+		a.o.Metrics.lag.Observe(max(time.Since(m.Time), 0).Seconds())
+	}
+	if rec.Erase {
+		a.o.Metrics.erased.Inc()
+		a.log.Debug("user erased", "user", rec.UserID, "partition", m.Partition, "offset", m.Offset)
+	} else {
+		a.o.Metrics.applied.Inc()
+		a.log.Debug("user's limits applied", "user", rec.UserID, "limits", rec.Limits.Encode(), "partition", m.Partition, "offset", m.Offset)
+	}
+	return true
+}
+
+// refuse counts and logs a record that is skipped.
+func (a *Applier) refuse(m kafka.Message, uid uint64, err error) {
+	reason := ReasonOf(err)
+	a.o.Metrics.refused.WithLabelValues(string(reason)).Inc()
+	public := err.Error()
+	var e *Error
+	if errors.As(err, &e) {
+		public = e.Public()
+	}
+	a.log.Warn("user-limits record refused and skipped: nothing of it applied", "topic", a.o.Topic,
+		"partition", m.Partition, "offset", m.Offset, "reason", reason, "error", public)
+	a.log.Debug("user-limits record refused", "user", uid, "key", string(m.Key), "partition", m.Partition, "offset", m.Offset, "error", err)
+}
+
+// redactUser is err's text without the user's id (the engine's errors
+// name the user).
+func redactUser(err error, uid uint64) string {
+	return strings.ReplaceAll(err.Error(), fmt.Sprintf("user %d", uid), "user (id at debug level)")
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
