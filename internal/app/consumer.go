@@ -198,6 +198,9 @@ func checkTopics(ctx context.Context, admin *kafka.Client, k *config.Kafka) erro
 	if t.Parked != "" {
 		topics["kafka.topics.parked"] = t.Parked
 	}
+	if t.UserLimits != "" {
+		topics["kafka.topics.user_limits"] = t.UserLimits
+	}
 	for i, d := range k.DelayTiers {
 		topics[fmt.Sprintf("kafka.delay_tiers[%d].topic", i)] = d.Topic
 	}

@@ -89,6 +89,11 @@ type Topics struct {
 	// once per pause (empty: they come back from the first delay tier every
 	// tier delay). Needs Control.
 	Parked string `yaml:"parked"`
+	// UserLimits is the user-limits topic (compacted, keyed by user id):
+	// users' own limits, which every worker applies to Redis in a group of
+	// its own (<group_id>-user-limits) and follows for its refusal cache
+	// (empty: users' limits are not applied).
+	UserLimits string `yaml:"user_limits"`
 }
 
 // Refunds says which delivery statuses give a send's slot back.
@@ -314,6 +319,10 @@ func (k *Kafka) DelayGroup() string {
 	}
 	return k.GroupID + "-delay"
 }
+
+// UserLimitsGroup is the consumer group that applies the user-limits
+// topic.
+func (k *Kafka) UserLimitsGroup() string { return k.GroupID + "-user-limits" }
 
 // SegmentNames returns the configured segments in priority order.
 func (c *Config) SegmentNames() []string { return c.Capping.SegmentNames() }

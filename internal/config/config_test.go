@@ -21,6 +21,7 @@ var badFiles = map[string][]string{
 	"missing-max.bad.yaml":         {`capping.segments[0] (segment "new").limits[0] (limit "daily").max: is required`},
 	"topics-clash.bad.yaml":        {"kafka.topics.deliveries", "also the input topic"},
 	"parked-no-control.bad.yaml":   {"kafka.topics.parked", "needs kafka.topics.control"},
+	"user-limits-clash.bad.yaml":   {`kafka.topics.user_limits: "capper-control" is also kafka.topics.control`},
 	"sasl-no-password.bad.yaml":    {"kafka.sasl.password", "CAPPER_KAFKA_SASL_PASSWORD"},
 	"single-many-addrs.bad.yaml":   {"redis.addrs", "mode single takes one address"},
 	"sentinel-no-master.bad.yaml":  {"redis.master_name", "required with mode sentinel"},

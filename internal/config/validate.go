@@ -162,6 +162,15 @@ func (k *Kafka) validateDelay(p *problems.List, taken map[string]string) {
 			p.Add(problems.Key("kafka.topics.parked"), "needs kafka.topics.control: a campaign is paused there")
 		}
 	}
+	if s := k.Topics.UserLimits; s != "" {
+		if other, dup := taken[s]; dup {
+			p.Add(problems.Key("kafka.topics.user_limits"), "%q is also %s", s, other)
+		}
+		taken[s] = "kafka.topics.user_limits"
+		if k.DelayGroup() == k.UserLimitsGroup() {
+			p.Add(problems.Key("kafka.delay_group_id"), "%q is also the user-limits topic's group (kafka.group_id-user-limits)", k.DelayGroupID)
+		}
+	}
 	if s := k.Topics.Lanes; s != "" {
 		if !lanePrefix.MatchString(s) {
 			p.Add(problems.Key("kafka.topics.lanes"), "%q is not a topic name prefix (letters, digits, '.', '_', '-'; at most 150)", s)

@@ -11,6 +11,7 @@ import (
 	"github.com/capper-dev/capper/internal/dispatch"
 	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/policy"
+	"github.com/capper-dev/capper/internal/userlimits"
 )
 
 // root is the repository, from this package's directory.
@@ -66,6 +67,10 @@ var checkers = map[string]func(text string) error{
 	},
 	"status": func(text string) error {
 		_, err := decoder().DecodeStatus([]byte(text))
+		return err
+	},
+	"userlimits": func(text string) error {
+		_, err := userlimits.DecodeValue([]byte(text))
 		return err
 	},
 }
@@ -166,6 +171,7 @@ func TestExamplesCanFail(t *testing.T) {
 		{"config", "<!-- check: config -->\n```yaml\nworker: {batch_size: 0}\n```\n", "worker.batch_size"},
 		{"plan", "<!-- check: plan -->\n```yaml\ncampaign: c\npriority: urgent\n```\n", "priority"},
 		{"intent", "<!-- check: intent -->\n```json\n{\"id\": \"a\", \"user_id\": 1, \"campaign_id\": \"c\", \"channel\": \"fax\"}\n```\n", "channel"},
+		{"userlimits", "<!-- check: userlimits -->\n```json\n{\"user_id\": 1, \"tier\": \"\"}\n```\n", "tier"},
 		{"status", "<!-- check: status -->\n```json\n{\"id\": \"a\", \"user_id\": 1, \"status\": \"failed\"}\n```\n", "at"},
 		{"invalid but loads", "<!-- check: config, invalid: nope -->\n```yaml\nworker: {batch_size: 1}\n```\n", "but loads"},
 		{"another error", "<!-- check: config, invalid: log.level -->\n```yaml\nworker: {batch_size: 0}\n```\n", "not with the error shown"},

@@ -193,6 +193,20 @@ func verdict(t Topic, b broker, input int, o CheckOptions) Finding {
 			}
 		}
 		f.Note = fmt.Sprintf("%d %s, compacted", b.partitions, plural(b.partitions, "partition"))
+	case t.Kind == UserLimits:
+		switch {
+		case !compact:
+			f.Problems = append(f.Problems, fmt.Sprintf("cleanup.policy is %s, not compact: a user's latest record is their state, and only compaction takes an erased user's earlier records out of the log; set it: %s", policy, setConfig("cleanup.policy=compact")))
+		case del:
+			f.Warnings = append(f.Warnings, fmt.Sprintf("cleanup.policy is %s: a user's state older than retention.ms leaves the topic (Redis keeps it, but a group that reads the topic again would not see it); set it: %s", policy, setConfig("cleanup.policy=compact")))
+		}
+		if compact {
+			if ret, ok := durationMs(b.configs["delete.retention.ms"]); ok && ret >= 0 && ret < MinUserLimitsTombstones {
+				f.Warnings = append(f.Warnings, fmt.Sprintf("delete.retention.ms is %d (%s): a tombstone (an erased user) is removed that long after compaction, and workers stopped longer than that never apply it; set it to %s (7 days): %s",
+					ret.Milliseconds(), ret, ms(UserLimitsTombstones), setConfig("delete.retention.ms="+ms(UserLimitsTombstones))))
+			}
+		}
+		f.Note = fmt.Sprintf("%d %s, compacted", b.partitions, plural(b.partitions, "partition"))
 	default:
 		if compact {
 			f.Problems = append(f.Problems, fmt.Sprintf("cleanup.policy is %s: its records are keyed by user, and compaction keeps only a user's latest; set it: %s", policy, setConfig("cleanup.policy=delete")))

@@ -23,7 +23,13 @@
 //     long as it is the latest of its key; with delete too, a stop older
 //     than retention.ms disappears), and a min.compaction.lag.ms that leaves
 //     the workers time to re-assert a state after a foreign record (7 days
-//     when created; below an hour is warned about).
+//     when created; below an hour is warned about);
+//   - the user-limits topic: compacted (a user's latest record is their
+//     state, and a tombstone takes every earlier record of the user out of
+//     the log); with delete too, a state older than retention.ms leaves the
+//     topic (Redis keeps it: warned about); a delete.retention.ms of a day
+//     or more (a tombstone outlives a day-long stop of every worker: 7 days
+//     when created, below a day warned about).
 package topics
 
 import (
@@ -57,6 +63,9 @@ const (
 	// Parked is kafka.topics.parked: intents waiting for a paused
 	// campaign (co-partitioned with the input, like a tier).
 	Parked
+	// UserLimits is kafka.topics.user_limits: users' own limits, one
+	// record per user (compacted).
+	UserLimits
 )
 
 // The settings capper creates topics with and checks.
@@ -81,6 +90,12 @@ const (
 	// the least check accepts without a warning: above the longest
 	// control.max_pause (7 days), with a day to spare.
 	ParkedRetention = 8 * 24 * time.Hour
+	// UserLimitsTombstones is the user-limits topic's delete.retention.ms
+	// when created: how long a tombstone stays after compaction, for the
+	// workers' group to apply it.
+	UserLimitsTombstones = 7 * 24 * time.Hour
+	// MinUserLimitsTombstones: below it, check warns.
+	MinUserLimitsTombstones = 24 * time.Hour
 )
 
 // Topic is one topic the config (or its policy's budgets) names.
@@ -117,7 +132,8 @@ func Named(k *config.Kafka, budgets *pacing.Set) []Topic {
 		all = append(all, Topic{Key: fmt.Sprintf("kafka.delay_tiers[%d].topic", i), Name: d.Topic, Kind: Tier, Delay: d.Delay.D()})
 	}
 	all = append(all, Topic{Key: "kafka.topics.control", Name: t.Control, Kind: Control},
-		Topic{Key: "kafka.topics.parked", Name: t.Parked, Kind: Parked})
+		Topic{Key: "kafka.topics.parked", Name: t.Parked, Kind: Parked},
+		Topic{Key: "kafka.topics.user_limits", Name: t.UserLimits, Kind: UserLimits})
 	if t.Lanes != "" {
 		for _, b := range budgets.Budgets() {
 			for _, l := range b.Lanes {
@@ -149,6 +165,8 @@ func (t Topic) Configs() map[string]string {
 		return map[string]string{"retention.ms": ms(LaneRetention)}
 	case Parked:
 		return map[string]string{"retention.ms": ms(ParkedRetention)}
+	case UserLimits:
+		return map[string]string{"cleanup.policy": "compact", "delete.retention.ms": ms(UserLimitsTombstones)}
 	}
 	return nil
 }

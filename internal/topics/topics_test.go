@@ -395,3 +395,63 @@ func TestTopicsLanes(t *testing.T) {
 		t.Fatalf("no budgets, no lanes: %v", err)
 	}
 }
+
+// TestTopicsUserLimits: the user-limits topic is created compacted, with
+// a week's tombstone retention; one that is not compacted is wrong, one
+// also deleted and one whose tombstones go within the day are warned
+// about.
+func TestTopicsUserLimits(t *testing.T) {
+	ctx := context.Background()
+	cfg := func(k *testenv.Kafka) *config.Kafka {
+		c := config.Default().Kafka
+		c.Brokers = k.Addrs
+		c.Topics.UserLimits = "capper-user-limits"
+		return &c
+	}
+	finding := func(r topics.Report) topics.Finding {
+		for _, f := range r.Findings {
+			if f.Kind == topics.UserLimits {
+				return f
+			}
+		}
+		t.Fatalf("no user-limits topic in %v", r.Findings)
+		return topics.Finding{}
+	}
+	k := testenv.StartKafka(t, 1, nil)
+	r, err := topics.Create(ctx, client(k), topics.CreateOptions{Kafka: cfg(k), Partitions: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := finding(r); f.State != topics.Created || f.Name != "capper-user-limits" {
+		t.Fatalf("create: %+v", f)
+	}
+	if n := len(k.Cluster.PartitionInfos("capper-user-limits")); n != 3 {
+		t.Errorf("created with %d partitions, want the input's 3", n)
+	}
+	if r, err = topics.Check(ctx, client(k), topics.CheckOptions{Kafka: cfg(k), Fix: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if f := finding(r); f.State != topics.OK || f.Note != "3 partitions, compacted" {
+		t.Fatalf("check after create: %+v", f)
+	}
+	for _, c := range []struct {
+		configs map[string]string
+		state   topics.State
+		says    string
+	}{
+		{nil, topics.Wrong, "cleanup.policy is delete, not compact"},
+		{map[string]string{"cleanup.policy": "compact,delete"}, topics.Warn, "a user's state older than retention.ms leaves the topic"},
+		{map[string]string{"cleanup.policy": "compact", "delete.retention.ms": "3600000"}, topics.Warn, "delete.retention.ms is 3600000 (1h0m0s)"},
+	} {
+		k := testenv.StartKafka(t, 1, []string{"send-intents"})
+		create(t, k, "capper-user-limits", 2, c.configs)
+		r, err := topics.Check(ctx, client(k), topics.CheckOptions{Kafka: cfg(k), Fix: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := finding(r)
+		if f.State != c.state || !strings.Contains(strings.Join(append(f.Problems, f.Warnings...), "\n"), c.says) {
+			t.Errorf("%v: %s %v %v; want %s saying %q", c.configs, f.State, f.Problems, f.Warnings, c.state, c.says)
+		}
+	}
+}

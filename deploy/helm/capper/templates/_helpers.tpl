@@ -379,12 +379,25 @@ capping.Rules.Problems) */ -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* Users' own limits: a topic of its own. */ -}}
+{{- with $c.kafka.topics.user_limits -}}
+{{- range $key := list "input" "deliveries" "suppressed" "dead_letter" "delivery_status" "control" "parked" -}}
+{{- if eq (get $c.kafka.topics $key) $c.kafka.topics.user_limits -}}
+{{- fail (printf "config.kafka.topics.user_limits: %q is also kafka.topics.%s" $c.kafka.topics.user_limits $key) -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $t := $tiers -}}
+{{- if eq $t.topic $c.kafka.topics.user_limits -}}
+{{- fail (printf "config.kafka.topics.user_limits: %q is also kafka.delay_tiers[%d].topic" $c.kafka.topics.user_limits $i) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* Send pacing: the lane topics' prefix takes no other topic; the
 delay group is the tiers' and the lanes'. */ -}}
 {{- with $c.kafka.topics.lanes -}}
 {{- $lanes := . -}}
 {{- $others := dict -}}
-{{- range $key := list "input" "deliveries" "suppressed" "dead_letter" "delivery_status" "control" "parked" -}}
+{{- range $key := list "input" "deliveries" "suppressed" "dead_letter" "delivery_status" "control" "parked" "user_limits" -}}
 {{- with get $c.kafka.topics $key -}}{{- $_ := set $others . (printf "kafka.topics.%s" $key) -}}{{- end -}}
 {{- end -}}
 {{- range $i, $t := $tiers -}}
