@@ -56,6 +56,9 @@ func CheckPolicies(w io.Writer, paths []string) error {
 		for _, b := range d.Budgets {
 			fmt.Fprintf(w, "%s: budget %q: %s\n", p, b.Name, policy.DescribeBudget(b))
 		}
+		for _, line := range d.DescribeUserLimits() {
+			fmt.Fprintf(w, "%s: %s\n", p, line)
+		}
 	}
 	if bad {
 		return ErrPolicyProblems

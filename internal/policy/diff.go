@@ -51,6 +51,7 @@ func Diff(old, new *Document) []string {
 		add("default_policy: %s", line)
 	}
 	out = append(out, diffBudgets(old, new)...)
+	out = append(out, diffUserLimits(old, new)...)
 
 	lists := []struct {
 		name     string
