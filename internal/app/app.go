@@ -138,6 +138,7 @@ type parts struct {
 	segments    *segments.Watcher
 	plans       *plans.Watcher // nil: no plan store
 	cons        *consumer
+	users       *userLimits // nil: no user-limits topic
 	ops         *opsServer
 	consumerErr error // the consumer actor's error, once it stopped
 }
@@ -180,6 +181,10 @@ func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*pa
 		return nil, err
 	}
 	swap.installPacing(p.cons)
+	if p.users, err = newUserLimits(cfg, p.engine, p.policies, reg, log); err != nil {
+		p.cons.close(log)
+		return nil, err
+	}
 	if p.ops, err = p.newOps(cfg, o.Registry); err != nil {
 		p.cons.close(log)
 		return nil, err
@@ -248,6 +253,7 @@ func (p *parts) actors(ctx context.Context, cfg *config.Config, log *slog.Logger
 			return nil
 		})
 	}
+	p.users.add(ctx, g)
 	g.addLoop(ctx, "clock-check", p.engine.RunClockCheck)
 	g.addLoop(ctx, "redis-warning", func(ctx context.Context) error {
 		return newRedisWarner(cfg.Redis.Addrs, log).run(ctx, p.engine.Ready)

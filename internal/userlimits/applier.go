@@ -164,7 +164,10 @@ func (a *Applier) apply(ctx context.Context, m kafka.Message) bool {
 	wait, failures := a.o.RetryInitial, 0
 	for {
 		if rec.Erase {
-			_, err = a.o.Store.ForgetUser(ctx, rec.UserID)
+			var f capping.Forgotten
+			if f, err = a.o.Store.ForgetUser(ctx, rec.UserID); err == nil && f.Cached {
+				a.o.Metrics.cacheDropped.Inc() // this worker's: the follower finds it gone
+			}
 		} else {
 			_, err = a.o.Store.SetUserLimits(ctx, rec.UserID, rec.Limits)
 		}

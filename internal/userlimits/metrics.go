@@ -50,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"stage"}),
 		cacheDropped: f.NewCounter(prometheus.CounterOpts{
 			Name: "capper_user_limits_cache_dropped_total",
-			Help: "Users whose refusals this worker's refusal cache held, dropped because their user-limits record changed or was erased.",
+			Help: "Users whose refusals this worker's refusal cache held, dropped because their user-limits record changed or was erased (by the follower, or by the applier erasing them).",
 		}),
 	}
 	for _, r := range Reasons {

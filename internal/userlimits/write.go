@@ -23,7 +23,7 @@ type Position struct {
 	Time      time.Time // the record's timestamp
 }
 
-func (p Position) String() string { return fmt.Sprintf("%s/%d@%d", p.Topic, p.Partition, p.Offset) }
+func (p Position) String() string { return fmt.Sprintf("%s/%d/%d", p.Topic, p.Partition, p.Offset) }
 
 // Write writes r (a tombstone when r.Erase) to topic with acks=all,
 // timestamped at.

@@ -41,7 +41,7 @@ type Metrics struct {
 
 // WorkerMetrics runs a real worker (app.Run on configs/capper.yaml with
 // every optional part on: a delay tier, refunds, campaign control, a plan
-// store, send pacing with a budget of two lanes) against redis-server,
+// store, send pacing with a budget of two lanes, users' own limits) against redis-server,
 // kfake and a directory snapshot until it is up, gathers its registry,
 // stops it, and returns what it registered.
 func WorkerMetrics(t testing.TB) Metrics {
@@ -50,6 +50,10 @@ func WorkerMetrics(t testing.TB) Metrics {
 	cfg := workerConfig(t)
 	rds := testenv.StartRedis(t, testenv.RedisOptions{})
 	kafka := testenv.StartKafka(t, 2, topicsOf(t, cfg))
+	// The user-limits topic is compacted, as capper topics create makes it.
+	if err := kafka.Cluster.CreateTopic(userLimitsTopic, 2, map[string]string{"cleanup.policy": "compact"}); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	store, err := objstore.Open(ctx, dir, objstore.Options{})
 	if err != nil {
@@ -109,7 +113,7 @@ func WorkerMetrics(t testing.TB) Metrics {
 	// process collectors: otherwise every check of the callers would fail
 	// for the wrong reason.
 	for _, must := range []string{"capper_intents_total", "capper_redis_errors_total", "capper_snapshot_age_seconds",
-		"capper_refunds_total", "capper_plans_active", "capper_pacing_oldest_wait_seconds", "go_goroutines"} {
+		"capper_refunds_total", "capper_plans_active", "capper_pacing_oldest_wait_seconds", "capper_user_limits_applied_total", "go_goroutines"} {
 		if !m.Families[must] {
 			t.Fatalf("the worker registered no %s: the recorder missed the components' metrics (%v)", must, slices.Sorted(maps.Keys(m.Families)))
 		}
@@ -123,6 +127,9 @@ func WorkerMetrics(t testing.TB) Metrics {
 
 // laneTopics is the prefix of the lane topics (kafka.topics.lanes).
 const laneTopics = "send-intents-lanes"
+
+// userLimitsTopic is kafka.topics.user_limits.
+const userLimitsTopic = "capper-user-limits"
 
 // budgets replaces the example policy's empty budgets: one budget of two
 // lanes, so that every pacing metric is registered and a budget's series
@@ -149,16 +156,18 @@ func workerConfig(t testing.TB) *config.Config {
 	cfg.Kafka.Topics.DeliveryStatus = "delivery-status"
 	cfg.Kafka.Topics.Control = testenv.ControlTopic
 	cfg.Kafka.Topics.Lanes = laneTopics
+	cfg.Kafka.Topics.UserLimits = userLimitsTopic
 	cfg.Kafka.SessionTimeout = config.Duration(6 * time.Second) // kfake's minimum
 	cfg.Kafka.RebalanceTimeout = config.Duration(6 * time.Second)
 	cfg.Plans.Source = t.TempDir() // an empty plan store: the plans' metrics registered
 	cfg.HTTP.Address = "127.0.0.1:0"
-	pol, ok := bytes.CutSuffix(configs.ExamplePolicy(), []byte("\nbudgets: []\n"))
-	if !ok {
-		t.Fatal("configs/policy.yaml no longer ends with `budgets: []`: give WorkerMetrics' policy its budget another way")
+	example := configs.ExamplePolicy()
+	if bytes.Count(example, []byte("\nbudgets: []\n")) != 1 {
+		t.Fatal("configs/policy.yaml no longer has a line `budgets: []`: give WorkerMetrics' policy its budget another way")
 	}
+	pol := bytes.Replace(example, []byte("\nbudgets: []\n"), []byte("\n"+budgets), 1)
 	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policyFile, append(pol, "\n"+budgets...), 0o644); err != nil {
+	if err := os.WriteFile(policyFile, pol, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Policy.Source = "file://" + policyFile
@@ -172,7 +181,7 @@ func topicsOf(t testing.TB, cfg *config.Config) []string {
 	var topics []string
 	v := reflect.ValueOf(cfg.Kafka.Topics)
 	for i := range v.NumField() {
-		if s, ok := v.Field(i).Interface().(string); ok && s != "" && v.Type().Field(i).Name != "Lanes" {
+		if s, ok := v.Field(i).Interface().(string); ok && s != "" && v.Type().Field(i).Name != "Lanes" && v.Type().Field(i).Name != "UserLimits" {
 			topics = append(topics, s)
 		}
 	}
