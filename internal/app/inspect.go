@@ -21,6 +21,7 @@ import (
 	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/segments"
+	"github.com/capper-dev/capper/internal/userlimits"
 )
 
 // Inspection is a user's segment and, for each limit of its policy, the
@@ -38,6 +39,10 @@ type Inspection struct {
 	Campaign   string
 	Control    *control.Entry
 	controlled bool // kafka.topics.control is set
+	// UserLimits are the user's own limits when the policy reads them
+	// (nil: it has no user_limits section); channelWindow counts theirs.
+	UserLimits    *capping.UserLimits
+	channelWindow time.Duration
 }
 
 // InspectOptions say what to look at.
@@ -106,8 +111,16 @@ func Inspect(ctx context.Context, cfg *config.Config, userID uint64, o InspectOp
 	if err != nil {
 		return nil, fmt.Errorf("inspect user %d: %w", userID, err)
 	}
-	return &Inspection{User: userID, Segment: segment, Snapshot: snap.Version(), Plans: planSet, At: o.At, TimeZone: o.TimeZone, Limits: states,
-		Campaign: o.Campaign, Control: ctl.Campaign(o.Campaign), controlled: ctl != nil}, nil
+	in := &Inspection{User: userID, Segment: segment, Snapshot: snap.Version(), Plans: planSet, At: o.At, TimeZone: o.TimeZone, Limits: states,
+		Campaign: o.Campaign, Control: ctl.Campaign(o.Campaign), controlled: ctl != nil}
+	if u := pol.Rules.Users; u != nil {
+		ul, err := engine.UserLimits(ctx, userID)
+		if err != nil {
+			return nil, fmt.Errorf("inspect user %d: %w", userID, err)
+		}
+		in.UserLimits, in.channelWindow = &ul, u.ChannelWindow
+	}
+	return in, nil
 }
 
 // campaignLine is the campaign's control state, in words.
@@ -170,6 +183,9 @@ func (in *Inspection) WriteTable(w io.Writer) error {
 	if c := in.campaignLine(); c != "" {
 		fmt.Fprintf(w, "campaign  %s: %s\n", in.Campaign, c)
 	}
+	if in.UserLimits != nil {
+		fmt.Fprintf(w, "own       %s\n", strings.Join(describeUserLimits(*in.UserLimits, in.channelWindow), "; "))
+	}
 	fmt.Fprintf(w, "at        %s (%s)\n\n", local(in.At), in.TimeZone)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LIMIT\tSCOPE\tWINDOW\tFROM\tTO\tCOUNT\tMAX\tRESERVED\tBOOKED\tNEXT SLOT FREE")
@@ -219,6 +235,9 @@ type inspectionJSON struct {
 	At       string             `json:"at"`
 	TimeZone string             `json:"time_zone"`
 	Limits   []limitJSON        `json:"limits"`
+	// UserLimits: the user's own limits as the user-limits topic's record
+	// writes them (null: the policy has no user_limits section).
+	UserLimits json.RawMessage `json:"user_limits"`
 }
 
 // campaignStateJSON is a campaign's control state in `capper inspect -o json`.
@@ -280,6 +299,14 @@ func (in *Inspection) WriteJSON(w io.Writer) error {
 			}
 		}
 		out.Campaign = c
+	}
+	out.UserLimits = json.RawMessage("null")
+	if in.UserLimits != nil {
+		v, err := userlimits.Encode(userlimits.Record{UserID: in.User, Limits: *in.UserLimits})
+		if err != nil {
+			return fmt.Errorf("print inspection: %w", err)
+		}
+		out.UserLimits = v
 	}
 	str := func(s string) *string { return &s }
 	for _, s := range in.Limits {

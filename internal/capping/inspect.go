@@ -57,8 +57,9 @@ type InspectOptions struct {
 	Planned []Planned
 }
 
-// Inspect reports every limit of the segment's policy for a user. It only
-// reads.
+// Inspect reports every limit of the segment's policy for a user, then
+// the limits of their tier and the channels they turned down (named
+// user-tier/<tier>/<limit>, user-channel/<channel>). It only reads.
 func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, o InspectOptions) ([]LimitState, error) {
 	at, tz := o.At, o.TimeZone
 	if at.IsZero() {
@@ -78,7 +79,7 @@ func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, o I
 	}
 	now := at.Unix()
 	var out []LimitState
-	for _, l := range set.pols[set.policyIndex(segment)].limits {
+	add := func(l compiledLimit, bookable bool) {
 		s := set.scopes[l.scope]
 		st := LimitState{Limit: l.Limit, Scope: s.describe(), Reserved: l.Reserve.Slots, From: time.Unix(now-l.window, 0), To: at}
 		until := at.Add(time.Duration(l.window) * time.Second)
@@ -87,7 +88,7 @@ func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, o I
 			until = st.To
 		}
 		for _, p := range o.Planned {
-			if set.books(&l, &p, at, until) {
+			if bookable && set.books(&l, &p, at, until) {
 				st.Booked = append(st.Booked, p)
 			}
 		}
@@ -134,6 +135,31 @@ func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, o I
 				row.NextFree = time.Unix(sec.times[max(nth, 0)]+l.window+1, 0)
 			}
 			out = append(out, row)
+		}
+	}
+	for _, l := range set.pols[set.policyIndex(segment)].limits {
+		add(l, true)
+	}
+	// The user's own limits: their tier's, and the channels they set (at
+	// their max), after the segment's, as the script checks them.
+	if set.users != nil {
+		u, err := e.UserLimits(ctx, userID)
+		if err != nil {
+			return nil, fmt.Errorf("inspect: %w", err)
+		}
+		for ti, t := range set.users.Tiers {
+			if t.Name == u.Tier {
+				for _, l := range set.ulimits[set.tiers[ti][0]:set.tiers[ti][1]] {
+					add(l, false)
+				}
+			}
+		}
+		for i, c := range set.users.Channels {
+			if m, ok := u.Channels[c]; ok {
+				l := set.ulimits[set.chanBase+i]
+				l.Max = m
+				add(l, false)
+			}
 		}
 	}
 	return out, nil

@@ -5,7 +5,11 @@ package capping
 // send-by (control.go), quiet hours (defer.go), an exempt category and
 // overrides; the first that answers decides, and nothing it answers is
 // counted. The rest go to the caps: the script (or its Go port), which
-// counts the campaign plans' bookings (plans.go) with the sends. After it,
+// counts the campaign plans' bookings (plans.go) with the sends, and, with
+// the policy's user_limits, first takes the user's own verdicts (users.go:
+// a snooze, their quiet hours; nothing counted) and checks their tier's and
+// channel's limits after the segment's (the Go port knows no user's
+// limits). After it,
 // a capped intent whose limit defers waits for its slot (defer.go), and a
 // deferral past the send-by is cancelled (control.go).
 //
