@@ -7,6 +7,7 @@ package dispatch
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -61,8 +62,11 @@ type tierHeaders struct {
 	paused bool
 }
 
-// tierReasons are the capper-reason values of a deferred intent.
-var tierReasons = map[string]bool{capping.ReasonCap.String(): true, capping.ReasonQuietHours.String(): true, capping.ReasonPaused.String(): true}
+// tierReason reports whether reason is a capper-reason of a deferred
+// intent (capping's reasons of Deferred: one place names them).
+func tierReason(reason string) bool {
+	return slices.ContainsFunc(capping.Reasons(capping.Deferred), func(r capping.Reason) bool { return r.String() == reason })
+}
 
 // readTier reads a delay tier's record into e, and reports whether it is
 // due (kindDue: its value is decoded and decided again). Otherwise it hops
@@ -139,8 +143,8 @@ func readTierHeaders(h []kafka.Header) (tierHeaders, *InvalidError) {
 	}
 	// Only checked: the next decision gives the reason anew, but a record
 	// without one was not written by capper.
-	if !tierReasons[string(reason)] {
-		return d, bad(HeaderReason, fmt.Errorf("%q is not cap, quiet-hours or paused", reason))
+	if !tierReason(string(reason)) {
+		return d, bad(HeaderReason, fmt.Errorf("%q is not a reason of a deferred intent (%s)", reason, capping.Reasons(capping.Deferred)))
 	}
 	return d, nil
 }
