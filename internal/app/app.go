@@ -185,6 +185,9 @@ func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*pa
 		p.cons.close(log)
 		return nil, err
 	}
+	if p.users != nil {
+		p.cons.usersApplied = p.users.applied
+	}
 	if p.ops, err = p.newOps(cfg, o.Registry); err != nil {
 		p.cons.close(log)
 		return nil, err

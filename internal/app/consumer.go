@@ -31,7 +31,16 @@ type consumer struct {
 	control *control.Follower
 	source  *dispatch.ControlSource
 	pacer   *pacer // nil: no pacing
+	// usersApplied waits until users' limits written before the worker
+	// started are in Redis (nil: no user-limits topic); the worker decides
+	// nothing before, for at most userLimitsCatchUp.
+	usersApplied func(context.Context) error
 }
+
+// userLimitsCatchUp bounds the wait for users' limits at a start: a topic
+// reset to its beginning may take longer to apply than a worker should
+// wait; it then decides meanwhile, and says so.
+const userLimitsCatchUp = time.Minute
 
 // newConsumer builds the reader, the writers and the worker; on an error it
 // closes what it built.
@@ -223,6 +232,18 @@ func (c *consumer) run(ctx context.Context, log *slog.Logger) error {
 		if err := c.control.Wait(ctx); err != nil {
 			c.close(log)
 			return nil // stopped before the first decision
+		}
+	}
+	if c.usersApplied != nil {
+		wait, cancel := context.WithTimeout(ctx, userLimitsCatchUp)
+		err := c.usersApplied(wait)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			c.close(log)
+			return nil // stopped before the first decision
+		case err != nil:
+			log.Warn("users' limits written before this worker started are not all applied yet; deciding meanwhile", "waited", userLimitsCatchUp, "error", err)
 		}
 	}
 	err := c.worker.Run(ctx)

@@ -8,11 +8,13 @@ package app
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/dispatch"
 	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/userlimits"
 )
@@ -21,6 +23,9 @@ import (
 type userLimits struct {
 	applier  *userlimits.Applier
 	follower *userlimits.Follower
+	// applied waits until the records written before it was called are
+	// in Redis (userlimits.Applied).
+	applied func(context.Context) error
 }
 
 // newUserLimits builds them (nil without kafka.topics.user_limits). The
@@ -35,7 +40,14 @@ func newUserLimits(cfg *config.Config, engine *capping.Engine, policies *policy.
 		return nil, err
 	}
 	m := userlimits.NewMetrics(reg)
-	u := &userLimits{}
+	admin, err := dispatch.NewAdminClient(kopts)
+	if err != nil {
+		return nil, err
+	}
+	group := cfg.Kafka.UserLimitsGroup()
+	u := &userLimits{applied: func(ctx context.Context) error {
+		return userlimits.Applied(ctx, admin, group, topic, 100*time.Millisecond)
+	}}
 	if u.applier, err = userlimits.NewApplier(userlimits.ApplierOptions{Kafka: kopts, Topic: topic, Group: cfg.Kafka.UserLimitsGroup(),
 		Store: engine, Rules: func() capping.Rules { return policies.Current().Rules },
 		RetryInitial: cfg.Worker.RetryInitial.D(), RetryMax: cfg.Worker.RetryMax.D(), Metrics: m, Logger: log}); err != nil {
