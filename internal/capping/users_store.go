@@ -2,9 +2,11 @@ package capping
 
 // Users' limits in Redis: written by the worker that applies the user-limits
 // topic, read by the decide script, erased with the user's record. A bucket
-// that holds anyone's limits never expires (its field x says its expiry
-// covers everything, so no decision sets one); when the last limits in it
-// go, it expires again like any other.
+// that holds anyone's lasting limits (a tier, a channel, quiet hours) never
+// expires (its field x says its expiry covers everything, so no decision
+// sets one); one that holds only snoozes lives at least until the last
+// ends (x is then its end), and then expires like any other: an ended
+// snooze goes with its bucket.
 
 import (
 	"context"
@@ -21,30 +23,47 @@ func userField(uid uint64) string { return "u" + field(uid) }
 const noExpiry = "4294967295"
 
 // userLimitsSrc sets (ARGV[2] not empty) or removes a user's limits, and
-// with ARGV[3] = "forget" their record too. ARGV[4] is how long a bucket
-// left with records but no one's limits lives (s). Returns {limits before,
-// record before} (false: none).
+// with ARGV[3] = "forget" their record too; ARGV[1] is their limits'
+// field, ARGV[5] their record's. ARGV[4] is how long a bucket left without
+// lasting limits lives at least, past its last snooze (s). Returns {limits
+// before, record before} (false: none).
 const userLimitsSrc = `
 local before = redis.call('HMGET', KEYS[1], ARGV[1], ARGV[5])
 if ARGV[2] ~= '' then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], 'x', '` + noExpiry + `')
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+else
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  if ARGV[3] == 'forget' then redis.call('HDEL', KEYS[1], ARGV[5]) end
+end
+-- What the bucket holds now: limits that last (a tier, a channel, quiet
+-- hours), the end of the latest snooze, records.
+local all, lasting, snooze, records = redis.call('HGETALL', KEYS[1]), false, 0, 0
+for i = 1, #all, 2 do
+  local b = string.byte(all[i], 1)
+  if b == 117 then
+    if string.find(all[i + 1], ';[tcq]=') then lasting = true end
+    snooze = math.max(snooze, tonumber(string.match(all[i + 1], ';s=(%d+)')) or 0)
+  elseif b >= 48 and b <= 57 then
+    records = records + 1
+  end
+end
+if lasting then
+  redis.call('HSET', KEYS[1], 'x', '` + noExpiry + `')
   redis.call('PERSIST', KEYS[1])
   return before
 end
-redis.call('HDEL', KEYS[1], ARGV[1])
-if ARGV[3] == 'forget' then redis.call('HDEL', KEYS[1], ARGV[5]) end
-local rest, records = redis.call('HKEYS', KEYS[1]), 0
-for _, f in ipairs(rest) do
-  local b = string.byte(f, 1)
-  if b == 117 then return before end -- another user's limits: keep it
-  if b >= 48 and b <= 57 then records = records + 1 end
-end
-if records == 0 then
+local now = tonumber(redis.call('TIME')[1])
+if records == 0 and snooze <= now then
   redis.call('DEL', KEYS[1])
-elseif redis.call('HGET', KEYS[1], 'x') == '` + noExpiry + `' then
-  redis.call('HSET', KEYS[1], 'x', '0') -- the next decision extends the expiry again
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
+  return before
 end
+-- Snoozes only, or nothing: the bucket expires as the decide script
+-- extends it, and not before the last snooze ends (x, in decision time).
+local x = tonumber(redis.call('HGET', KEYS[1], 'x')) or 0
+if x == ` + noExpiry + ` then x = 0 end
+redis.call('HSET', KEYS[1], 'x', math.max(x, snooze))
+local want, ttl = math.max(snooze - now, 0) + tonumber(ARGV[4]), redis.call('TTL', KEYS[1])
+if ttl < want then redis.call('EXPIRE', KEYS[1], want) end
 return before
 `
 

@@ -216,6 +216,46 @@ func TestUserLimitsKeepBucket(t *testing.T) {
 	}
 }
 
+// TestSnoozeOnlyBucketExpires: a bucket whose users hold only snoozes
+// lives at least until the last snooze ends, and expires afterwards (an
+// ended snooze goes with its bucket); a lasting limit keeps it.
+func TestSnoozeOnlyBucketExpires(t *testing.T) {
+	rdb := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := rdb.Client()
+	e := newEngine(t, c, Options{Rules: userRules()})
+	ctx := context.Background()
+	key := e.keys.bucket(320)
+	ttl := func() time.Duration { return c.TTL(ctx, key).Val() }
+	until := time.Now().Add(3 * time.Hour).Truncate(time.Second)
+	setLimits(t, e, 320, UserLimits{SnoozeUntil: until})
+	if d := ttl(); d < 3*time.Hour-time.Minute {
+		t.Fatalf("a bucket holding a 3h snooze: TTL %v, want at least until it ends", d)
+	}
+	if x := c.HGet(ctx, key, "x").Val(); x != fmt.Sprint(until.Unix()) {
+		t.Fatalf("x = %s, want the snooze's end %d", x, until.Unix())
+	}
+	setLimits(t, e, 321, UserLimits{Tier: "fewer"})
+	if d := ttl(); d != -1 {
+		t.Fatalf("with a tier beside the snooze: TTL %v, want none", d)
+	}
+	setLimits(t, e, 321, UserLimits{})
+	if d := ttl(); d < 3*time.Hour-time.Minute {
+		t.Fatalf("the tier gone, the snooze left: TTL %v", d)
+	}
+	// A decision long before the snooze's end does not shorten it.
+	decideUser(t, e, Request{UserID: 322, Segment: "new", IntentID: "a", Channel: "push", Category: "marketing", At: time.Now()})
+	if d := ttl(); d < 3*time.Hour-time.Minute {
+		t.Fatalf("after a decision: TTL %v", d)
+	}
+	// Nothing left but an ended snooze and no record: the bucket goes.
+	key2 := e.keys.bucket(640)
+	setLimits(t, e, 640, UserLimits{SnoozeUntil: time.Now().Add(-time.Hour)})
+	setLimits(t, e, 641, UserLimits{})
+	if n := c.Exists(ctx, key2).Val(); n != 0 {
+		t.Fatalf("a bucket with only an ended snooze: exists")
+	}
+}
+
 // TestUserTierExactUnderConcurrency: workers deciding one user's intents at
 // once on a cluster send no more than the tier allows.
 func TestUserTierExactUnderConcurrency(t *testing.T) {
