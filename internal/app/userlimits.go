@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
@@ -26,7 +27,13 @@ type userLimits struct {
 	// applied waits until the records written before it was called are
 	// in Redis (userlimits.Applied).
 	applied func(context.Context) error
+	// count refreshes capper_user_limits_users.
+	count func(context.Context) error
 }
+
+// userCountEvery is how often a worker reads the count of users with
+// limits for its gauge.
+const userCountEvery = 30 * time.Second
 
 // newUserLimits builds them (nil without kafka.topics.user_limits). The
 // records are checked against the policy the watcher has in force.
@@ -57,6 +64,26 @@ func newUserLimits(cfg *config.Config, engine *capping.Engine, policies *policy.
 		Forget: engine.ForgetCachedUser, Metrics: m, Logger: log}); err != nil {
 		return nil, err
 	}
+	users := promauto.With(reg).NewGauge(prometheus.GaugeOpts{
+		Name: "capper_user_limits_users",
+		Help: "About how many users hold limits of their own (every worker reports the same count, kept in Redis; a write retried after a lost answer may be missed).",
+	})
+	u.count = func(ctx context.Context) error {
+		t := time.NewTicker(userCountEvery)
+		defer t.Stop()
+		for {
+			if n, err := engine.UsersWithLimits(ctx); err == nil {
+				users.Set(float64(n))
+			} else if ctx.Err() == nil {
+				log.Warn("read the count of users with limits", "error", err)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+	}
 	if policies.Current().Rules.Users == nil {
 		log.Warn("kafka.topics.user_limits is set, but the policy in force has no user_limits section: users' limits are refused until a policy has one (tombstones still erase)",
 			"topic", topic, "policy", policies.Current().Version)
@@ -74,4 +101,5 @@ func (u *userLimits) add(ctx context.Context, g *actors) {
 	}
 	g.addLoop(ctx, "user-limits", u.applier.Run)
 	g.addLoop(ctx, "user-limits-cache", u.follower.Run)
+	g.addLoop(ctx, "user-limits-count", u.count)
 }

@@ -80,7 +80,43 @@ func (e *Engine) SetUserLimits(ctx context.Context, uid uint64, u UserLimits) (U
 	if err != nil {
 		return UserLimits{}, fmt.Errorf("set user %d's limits: %w", uid, err)
 	}
+	if err := e.countUsers(ctx, b2i(!u.IsZero())-b2i(!before.IsZero())); err != nil {
+		return before, fmt.Errorf("set user %d's limits: %w", uid, err)
+	}
 	return before, nil
+}
+
+// countUsers adds delta to the count of users with limits. It is kept
+// apart from the buckets (another slot), after their write: a write
+// retried after a lost answer sees its own change as the one before, and
+// the count may miss it. UsersWithLimits is an estimate.
+func (e *Engine) countUsers(ctx context.Context, delta int) error {
+	if delta == 0 {
+		return nil
+	}
+	if err := e.client.IncrBy(ctx, e.keys.prefix+":user-limits:count", int64(delta)).Err(); err != nil {
+		return fmt.Errorf("count users with limits: %w", err)
+	}
+	return nil
+}
+
+// UsersWithLimits is about how many users hold limits (countUsers).
+func (e *Engine) UsersWithLimits(ctx context.Context) (int64, error) {
+	n, err := e.client.Get(ctx, e.keys.prefix+":user-limits:count").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the count of users with limits: %w", err)
+	}
+	return n, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Forgotten is what ForgetUser removed.
@@ -102,6 +138,9 @@ func (e *Engine) ForgetUser(ctx context.Context, uid uint64) (Forgotten, error) 
 	}
 	f.Limits, f.RecordBytes = before, len(rec)
 	f.Cached = e.ForgetCachedUser(uid)
+	if err := e.countUsers(ctx, -b2i(!before.IsZero())); err != nil {
+		return f, fmt.Errorf("forget user %d: %w", uid, err)
+	}
 	return f, nil
 }
 

@@ -187,6 +187,9 @@ func TestUserLimitsKeepBucket(t *testing.T) {
 	if got, err := e.UserLimits(ctx, 64); err != nil || got.Tier != "fewer" {
 		t.Fatalf("UserLimits: %+v %v", got, err)
 	}
+	if n, err := e.UsersWithLimits(ctx); err != nil || n != 2 {
+		t.Fatalf("UsersWithLimits: %d %v, want 2", n, err)
+	}
 	setLimits(t, e, 64, UserLimits{})
 	if ttl() != -1 {
 		t.Fatalf("one user's limits left: TTL %v, want none", ttl())
@@ -197,6 +200,9 @@ func TestUserLimitsKeepBucket(t *testing.T) {
 	}
 	if ttl() <= 0 {
 		t.Fatalf("no one's limits left: TTL %v, want one", ttl())
+	}
+	if n, err := e.UsersWithLimits(ctx); err != nil || n != 0 {
+		t.Fatalf("UsersWithLimits after clearing and forgetting: %d %v, want 0", n, err)
 	}
 	all := c.HGetAll(ctx, key).Val()
 	for _, fld := range []string{"1", "u1", "u0"} { // 65 is field 1, 64 field 0
