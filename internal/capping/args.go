@@ -158,8 +158,7 @@ func (ps *policySet) appendPacked(b []byte, r *Request, c *call) []byte {
 		case argChannel:
 			b = append(b, byte(slices.Index(ps.rules.Channels, r.Channel)+1))
 		case argOffset:
-			_, off := r.At.In(ps.location(r)).Zone()
-			b = binary.BigEndian.AppendUint16(b, uint16(off/60+utcOffsetBias))
+			b = binary.BigEndian.AppendUint16(b, uint16(c.plan.offset/60+utcOffsetBias))
 
 		}
 	}

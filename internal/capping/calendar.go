@@ -39,9 +39,10 @@ type periods struct {
 }
 
 type knownPeriod struct {
-	c          Calendar
+	c          Calendar // None: a span of one UTC offset (zoneOffset)
 	loc        *time.Location
 	start, end time.Time
+	offset     int // s east of UTC, for None
 }
 
 // of is period(c, t, loc, weekStart), from memory when t falls in a period
@@ -58,9 +59,29 @@ func (p *periods) of(c Calendar, t time.Time, loc *time.Location, weekStart time
 	}
 	start, end = period(c, t, loc, weekStart)
 	if len(p.list) < 64 { // a batch's zones, times its calendars
-		p.list = append(p.list, knownPeriod{c, loc, start, end})
+		p.list = append(p.list, knownPeriod{c: c, loc: loc, start: start, end: end})
 	}
 	return start, end
+}
+
+// zoneOffset is t's UTC offset (s) in loc, from memory when t falls in a
+// span of one offset computed before (the zone's bounds; zero: unbounded).
+func (p *periods) zoneOffset(t time.Time, loc *time.Location) int {
+	if p != nil {
+		for i := range p.list {
+			k := &p.list[i]
+			if k.c == None && k.loc == loc && (k.start.IsZero() || !t.Before(k.start)) && (k.end.IsZero() || t.Before(k.end)) {
+				return k.offset
+			}
+		}
+	}
+	lt := t.In(loc)
+	_, off := lt.Zone()
+	if p != nil && len(p.list) < 64 {
+		start, end := lt.ZoneBounds()
+		p.list = append(p.list, knownPeriod{c: None, loc: loc, start: start, end: end, offset: off})
+	}
+	return off
 }
 
 // midnight is the first instant of a local date (normalized: day 0 is the

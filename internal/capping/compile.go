@@ -47,10 +47,12 @@ type policySet struct {
 	// users: the rules' users' limits (nil: not read); ulimits their
 	// compiled limits, every tier's in order, then a channel limit per
 	// users.Channels; tiers[k] the range of tier k's in ulimits.
-	users    *UserRules
-	ulimits  []compiledLimit
-	tiers    [][2]int
-	chanBase int // ulimits[chanBase+i] is users.Channels[i]'s
+	// byChannel: the scopes of channels only that a channel falls in.
+	byChannel map[string]uint32
+	users     *UserRules
+	ulimits   []compiledLimit
+	tiers     [][2]int
+	chanBase  int // ulimits[chanBase+i] is users.Channels[i]'s
 }
 
 type compiledPolicy struct {
@@ -129,8 +131,17 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 		ps.ulimits = compile(Policy{Limits: all}).limits
 	}
 	ps.keyLife = ps.idem
-	for _, s := range ps.scopes {
+	ps.byChannel = map[string]uint32{}
+	for i, s := range ps.scopes {
 		ps.keyLife = max(ps.keyLife, s.retention)
+		// A scope of channels only (a channel's cap, a user's channel
+		// limit) is found by the intent's channel in one lookup.
+		if s.where.set() == 1 && s.where[dimChannels] != nil {
+			s.channelOnly = true
+			for c := range s.where[dimChannels] {
+				ps.byChannel[c] |= 1 << i
+			}
+		}
 	}
 	ps.placeArgs()
 	src, err := ps.generate()
@@ -156,8 +167,11 @@ func (ps *policySet) policyIndex(segment string) int { return ps.byName[segment]
 type callPlan struct {
 	pol     int
 	applies uint32 // bit i: limit i of the policy applies
-	// uapplies: bit k: users' limit k (policySet.ulimits) applies.
+	// uapplies: bit k: users' limit k (policySet.ulimits) applies;
+	// offset: the user's UTC offset at the decision (s), for their quiet
+	// hours.
 	uapplies uint32
+	offset   int
 	records  uint32 // bit i: scope i
 	// cal[c-1]: the calendar period of kind c holding the decision time,
 	// in the request's time zone (unix s), for the kinds the set uses.
@@ -173,9 +187,9 @@ type callPlan struct {
 // plan is what the set needs of a request; known remembers the batch's
 // calendar periods (nil: compute each).
 func (ps *policySet) plan(r *Request, known *periods) callPlan {
-	var c callPlan
+	c := callPlan{records: ps.byChannel[r.Channel]}
 	for i, s := range ps.scopes {
-		if s.where.matches(r) {
+		if !s.channelOnly && s.where.matches(r) {
 			c.records |= 1 << i
 		}
 	}
@@ -195,6 +209,9 @@ func (ps *policySet) plan(r *Request, known *periods) callPlan {
 		if c.records&(1<<l.scope) != 0 {
 			c.uapplies |= 1 << k
 		}
+	}
+	if ps.users != nil {
+		c.offset = known.zoneOffset(r.At, ps.location(r))
 	}
 	ps.book(r, &c)
 	return c

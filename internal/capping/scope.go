@@ -32,6 +32,8 @@ type scope struct {
 	// from when a limit counts (from).
 	rolling   int64
 	calendars uint8
+	// channelOnly: its where sets only channels (policySet.byChannel).
+	channelOnly bool
 }
 
 // from is the earliest time a limit on the scope counts from at now: the
