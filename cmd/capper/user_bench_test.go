@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func BenchmarkUserLimitsApply(b *testing.B) {
 		b.Fatal(err)
 	}
 	pol := filepath.Join(b.TempDir(), "policy.yaml")
-	if err := os.WriteFile(pol, append(example, userPolicy...), 0o644); err != nil {
+	if err := os.WriteFile(pol, []byte(strings.Replace(string(example), "user_limits: null\n", userPolicy, 1)), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	s.cfg.Policy.Source = "file://" + pol

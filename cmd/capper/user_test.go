@@ -4,15 +4,16 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/capper-dev/capper/internal/userlimits"
 )
 
-// userPolicy is configs/policy.yaml with a user_limits section.
-const userPolicy = `
-user_limits:
+// userPolicy is the user_limits section put in place of configs/policy.yaml's
+// user_limits: null.
+const userPolicy = `user_limits:
   tiers:
     - name: fewer
       limits:
@@ -33,7 +34,7 @@ func TestUserCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(pol, append(example, userPolicy...), 0o644); err != nil {
+	if err := os.WriteFile(pol, []byte(strings.Replace(string(example), "user_limits: null\n", userPolicy, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s.cfg.Policy.Source = "file://" + pol
@@ -79,6 +80,29 @@ func TestUserCLI(t *testing.T) {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("set: exit %d, want %q in\n%s%s", code, want, out, stderr)
 		}
+	}
+	// capper inspect shows them: a line, and the tier's and channels' rows
+	// after the segment's; in JSON as the topic's record.
+	out, stderr, code = capper(t, nil, "inspect", "--user", "42", "--config", on)
+	for _, want := range []string{"own       tier fewer; channel push at most 2 per 7d; channel sms off; quiet hours 22:00-07:00 (their time zone)\n"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("inspect: exit %d, want %q in\n%s%s", code, want, out, stderr)
+		}
+	}
+	for _, row := range []string{`(?m)^user-tier/fewer/daily\s+every intent\s+1d rolling\s.*\s0\s+1\s`, `(?m)^user-channel/push\s+channels push\s+1w rolling\s.*\s0\s+2\s`, `(?m)^user-channel/sms\s+channels sms\s+1w rolling\s.*\s0\s+0\s`} {
+		if !regexp.MustCompile(row).MatchString(out) {
+			t.Fatalf("inspect: no row %s in\n%s", row, out)
+		}
+	}
+	out, _, code = capper(t, nil, "inspect", "--user", "42", "-o", "json", "--config", on)
+	var in struct {
+		UserLimits json.RawMessage `json:"user_limits"`
+	}
+	if err := json.Unmarshal([]byte(out), &in); code != 0 || err != nil {
+		t.Fatalf("inspect -o json: exit %d, %v\n%s", code, err, out)
+	}
+	if r, err := userlimits.DecodeValue(in.UserLimits); err != nil || r.Limits.Tier != "fewer" || r.Limits.Channels["sms"] != 0 || len(r.Limits.Channels) != 2 {
+		t.Fatalf("inspect -o json: user_limits %s: %+v %v", in.UserLimits, r, err)
 	}
 	out, stderr, code = capper(t, nil, "user", "snooze", "42", "--for", "7d", "--channels", "push,sms", "--config", on)
 	if code != 0 || !strings.Contains(out, "  snoozed until ") || !strings.Contains(out, "(push, sms)") || !strings.Contains(out, "applied in ") {
