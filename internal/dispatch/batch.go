@@ -28,6 +28,10 @@ type batch struct {
 	// controlSeq is the control state's Released before the batch was
 	// decided (a paused intent's capper-control-seq: parked.go).
 	controlSeq map[int]int64
+	// written is closed once stage 2 is done writing the batch (or gave
+	// up); prev is the batch before's. A batch's early writes wait for
+	// prev: a user's outcomes are written in order.
+	written, prev chan struct{}
 }
 
 // kind is what a fetched message is. It is known once the message is read
@@ -97,6 +101,9 @@ type entry struct {
 	// campaign_id (a parked record carries it).
 	parked   bool
 	campaign string
+	// settled: its decision is in (settle); early: written before its
+	// batch-mates were decided (writeEarly), not again by stage 2.
+	settled, early bool
 }
 
 // setUnreadable dead-letters e: it could not be read, as err says (an
@@ -111,9 +118,9 @@ func (e *entry) setUnreadable(err error) {
 
 // decideBatch reads the messages, resolves segments from one snapshot and
 // decides what the engine decides.
-func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch, error) {
+func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message, prev chan struct{}) (*batch, error) {
 	w.noteRebalance()
-	b := &batch{msgs: msgs, entries: make([]entry, len(msgs)), start: time.Now()}
+	b := &batch{msgs: msgs, entries: make([]entry, len(msgs)), start: time.Now(), written: make(chan struct{}), prev: prev}
 	if w.o.Policy != nil {
 		// For the records the engine does not decide; its decisions name
 		// the policy that made them.
@@ -128,15 +135,23 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message) (*batch,
 	if err := w.refund(ctx, b.entries, refunds); err != nil {
 		return nil, err
 	}
-	decisions, err := w.decide(ctx, reqs)
+	// byReq[j] is reqs[j]'s entry: reqs are the decided entries', in
+	// batch order.
+	byReq := make([]int, 0, len(reqs))
+	for i := range b.entries {
+		if b.entries[i].kind.decided() {
+			byReq = append(byReq, i)
+		}
+	}
+	decisions, err := w.decideEarly(ctx, reqs, func(out []capping.Decision, still []int) {
+		w.writeEarly(ctx, b, byReq, out, still)
+	})
 	if err != nil {
 		return nil, err
 	}
-	j := 0 // reqs are the decided entries', in batch order
-	for i := range b.entries {
-		if e := &b.entries[i]; e.kind.decided() {
+	for j, i := range byReq {
+		if e := &b.entries[i]; !e.settled {
 			w.settle(e, decisions[j])
-			j++
 		}
 	}
 	return b, nil
@@ -204,7 +219,7 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 // settle records a decided entry's final decision d: what the output
 // makes of it (dead-lettered, shadow-capped) and its deferral after it.
 func (w *Worker) settle(e *entry, d capping.Decision) {
-	e.decision = d
+	e.decision, e.settled = d, true
 	switch o := &e.decision.Outcome; {
 	case *o == capping.Invalid:
 		e.invalid = engineInvalid(e.decision.Err)
@@ -280,4 +295,56 @@ func (w *Worker) misplaced(m *kafka.Message, home int) bool {
 	}
 	n := g.TierPartitions(m.Topic)
 	return n > 0 && home%n != m.Partition
+}
+
+// writeEarly writes the deliveries of batch b that have their final
+// decision while batch-mates wait for a retry (out and still are
+// decideEarly's; byReq[j] is request j's entry), once the batch before is
+// written: a delivery reaches its topic moments after its decision, not
+// after its slowest batch-mate's (a paced release's capper-decided-at is at
+// most a second older than its record). Stage 2 writes the rest and commits
+// the whole batch, as before; a delivery this write failed is written
+// there. A user's later intents in the batch wait for an earlier one that
+// is undecided (capping), so a user's outcomes stay in order.
+func (w *Worker) writeEarly(ctx context.Context, b *batch, byReq []int, out []capping.Decision, still []int) {
+	if b.prev == nil {
+		return // not in the pipeline (a test's batch): written by its caller
+	}
+	waiting := make(map[int]bool, len(still))
+	for _, j := range still {
+		waiting[j] = true
+	}
+	var sub batch
+	var picked []int
+	for j, i := range byReq {
+		e := &b.entries[i]
+		if waiting[j] || e.early {
+			continue
+		}
+		if !e.settled {
+			w.settle(e, out[j])
+		}
+		switch e.decision.Outcome {
+		case capping.Invalid, capping.Capped, capping.Cancelled, capping.Deferred:
+			continue
+		}
+		picked = append(picked, i)
+		sub.msgs, sub.entries = append(sub.msgs, b.msgs[i]), append(sub.entries, *e)
+	}
+	if len(picked) == 0 {
+		return
+	}
+	select {
+	case <-b.prev:
+	case <-ctx.Done():
+		return
+	}
+	sub.snap, sub.policy, sub.now, sub.controlSeq = b.snap, b.policy, b.now, b.controlSeq
+	if err := w.writeAll(ctx, w.route(&sub)); err != nil {
+		w.o.Logger.Debug("deliveries decided before their batch-mates not written early; written with the batch", "deliveries", len(picked), "error", err)
+		return
+	}
+	for _, i := range picked {
+		b.entries[i].early = true
+	}
 }

@@ -34,6 +34,14 @@ import (
 // that ends undelivered is given back before its user's later intents are
 // decided, which wait for that.
 func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.Decision, error) {
+	return w.decideEarly(ctx, reqs, nil)
+}
+
+// decideEarly is decide, calling early (when not nil) before each wait for
+// a retry with the answers so far: every request but those in still has
+// its final one in out. The batch's deliveries decided then need not wait
+// for their batch-mates' retries (writeEarly).
+func (w *Worker) decideEarly(ctx context.Context, reqs []capping.Request, early func(out []capping.Decision, still []int)) ([]capping.Decision, error) {
 	a := newAttempts(reqs)
 	backoff := w.retryBackoff()
 	for attempt := 1; len(a.pending) > 0; attempt++ {
@@ -81,6 +89,9 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 		if attempt == 1 || attempt%10 == 0 {
 			w.o.Logger.Warn("redis could not decide; waiting and retrying", "intents", len(a.still),
 				"attempt", attempt, "backoff", backoff.current(), "error", lastErr)
+		}
+		if early != nil {
+			early(a.out, a.still)
 		}
 		if err := backoff.wait(ctx); err != nil {
 			return nil, fmt.Errorf("decide: %w (last redis error: %v)", err, lastErr)

@@ -133,7 +133,7 @@ func (w *Worker) runStages(b *testing.B, msgs []kafka.Message, size int, into []
 	delayed := into
 	for len(msgs) > 0 {
 		n := min(size, len(msgs))
-		bt, err := w.decideBatch(context.Background(), msgs[:n])
+		bt, err := w.decideBatch(context.Background(), msgs[:n], nil)
 		if err != nil {
 			b.Fatal(err)
 		}

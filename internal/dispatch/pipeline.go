@@ -49,6 +49,7 @@ func (w *Worker) Run(ctx context.Context) error {
 					close(failed)
 				}
 			}
+			close(b.written) // the next batch's early writes may go
 			free <- b.msgs[:0]
 		}
 		stage2 <- err
@@ -64,6 +65,8 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // produce is stage 1: fetch, decode, decide, hand on.
 func (w *Worker) produce(ctx, work context.Context, free chan []kafka.Message, out chan<- *batch, failed <-chan struct{}) error {
+	prev := make(chan struct{}) // the batch before's written: none
+	close(prev)
 	for {
 		var buf []kafka.Message
 		select {
@@ -73,10 +76,11 @@ func (w *Worker) produce(ctx, work context.Context, free chan []kafka.Message, o
 		}
 		msgs, ferr := w.fetch(ctx, buf)
 		if len(msgs) > 0 {
-			b, err := w.decideBatch(work, msgs)
+			b, err := w.decideBatch(work, msgs, prev)
 			if err != nil {
 				return uncommitted(len(msgs), err)
 			}
+			prev = b.written
 			select {
 			case out <- b:
 			case <-failed:

@@ -38,16 +38,18 @@ func (w *Worker) route(b *batch) outputs {
 	counts := make([]int, tier0+len(w.o.Tiers))
 	for i := range b.entries {
 		e := &b.entries[i]
-		switch e.kind {
-		case kindStatus:
+		switch {
+		case e.early:
+			// written before the batch was decided (writeEarly)
+		case e.kind == kindStatus:
 			// counted, nothing to write
-		case kindUnreadable:
+		case e.kind == kindUnreadable:
 			dst[i] = deadLetter
-		case kindHold:
+		case e.kind == kindHold:
 			// written below, per lane topic
-		case kindHop:
+		case e.kind == kindHop:
 			dst[i] = uint8(tier0 + w.delay(e, b.now, e.tier.notBefore))
-		case kindIntent, kindDue:
+		case e.kind == kindIntent, e.kind == kindDue:
 			switch d := &e.decision; d.Outcome {
 			case capping.Invalid:
 				dst[i] = deadLetter
