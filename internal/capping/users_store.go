@@ -42,7 +42,7 @@ for i = 1, #all, 2 do
   local b = string.byte(all[i], 1)
   if b == 117 then
     if string.find(all[i + 1], ';[tcq]=') then lasting = true end
-    snooze = math.max(snooze, tonumber(string.match(all[i + 1], ';s=(%d+)')) or 0)
+    snooze = math.max(snooze, tonumber(string.match(all[i + 1], ';s=(%d+)') or '') or 0)
   elseif b >= 48 and b <= 57 then
     records = records + 1
   end

@@ -42,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		lag: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "capper_user_limits_apply_lag_seconds",
 			Help:    "From a user-limits record's timestamp to its write acknowledged by Redis.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300}, // 2: the goal
 		}),
 		errors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "capper_user_limits_errors_total",

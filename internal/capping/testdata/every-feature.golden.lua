@@ -79,7 +79,7 @@ end
 local utier, ucm
 if v[4] and flags % 2 < 1 then
   local ul, chn = v[4], ({'\101\109\097\105\108', '\112\117\115\104', '\115\109\115'})[byte(P, 32)]
-  local s = tonumber(string.match(ul, ';s=(%d+)'))
+  local s = tonumber(string.match(ul, ';s=(%d+)') or '') -- or '': a Lua without a match's nil (gopher-lua, the demo's) refuses tonumber()
   if s and s > now then
     local sc = string.match(ul, ';sc=([^;]*)')
     if not sc or string.find(',' .. sc .. ',', ',' .. chn .. ',', 1, true) then return 5 * 2^40 + s end
@@ -101,7 +101,7 @@ if v[4] and flags % 2 < 1 then
   if cs then
     cs = ',' .. cs
     local q = string.find(cs, ',' .. chn .. ':', 1, true)
-    if q then ucm = tonumber(string.match(cs, '^%d+', q + #chn + 2)) end
+    if q then ucm = tonumber(string.match(cs, '^%d+', q + #chn + 2) or '') end
   end
 end
 
