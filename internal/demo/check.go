@@ -2,13 +2,16 @@ package demo
 
 // The demo's audit: what it reads back from Kafka (the input topic, the
 // outputs, the delay tiers) checked against the policy, the plan, the
-// refunds and the stop, with internal/audit and the checks below, none
-// of which share code with the worker.
+// refunds, the stops and the users' own limits the demo wrote, with
+// internal/audit and the checks below, none of which share code with the
+// worker.
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,7 +29,9 @@ import (
 // an intent held past its plan's window, an input without exactly one
 // outcome, a delivery of a stopped campaign decided after the stop was
 // applied, a second of a budget's releases above its rate and burst, a
-// paced intent delivered without its release or decided before it.
+// paced intent delivered without its release or decided before it, a
+// delivery to a snoozed user while the snooze was in force, a user above
+// their tier's limits.
 var ErrAudit = errors.New("audit failed")
 
 // facts are what the audit checks the records against, none of it read
@@ -38,7 +43,17 @@ type facts struct {
 	plans      map[string]time.Time       // a plan's campaign: the end of its window
 	stops      []stopFact                 // the campaigns stopped
 	budgets    []budgetFact               // the policy's budgets
+	users      map[uint64]userFact        // users' own limits, as the demo wrote them
 	inputTopic string
+}
+
+// userFact is a user's own limits as the demo wrote them to the
+// user-limits topic, and when the worker had applied them (the demo's
+// clock once the worker's metrics showed them applied: every decision
+// after that read them).
+type userFact struct {
+	limits  capping.UserLimits
+	applied time.Time
 }
 
 // checkResult is one check's verdict: what it checked, and its
@@ -70,15 +85,27 @@ func auditAll(o outputs, f facts) ([]checkResult, error) {
 	for i := range refusals[1] {
 		refusals[1][i].Seq += half
 	}
+	// The refusals by a user's own limit are the tier check's; the others
+	// are the caps'.
+	var capsRefusals, ownRefusals []audit.Refusal
+	for _, r := range slices.Concat(refusals[0], refusals[1]) {
+		if strings.HasPrefix(r.Limit, userTierPrefix) || strings.HasPrefix(r.Limit, userChannelPrefix) {
+			ownRefusals = append(ownRefusals, r)
+		} else {
+			capsRefusals = append(capsRefusals, r)
+		}
+	}
 	return []checkResult{
 		checkCaps(f.rules, sends, f.refunded),
-		checkRefusals(f.rules, sends, f.refunded, append(refusals[0], refusals[1]...)),
+		checkRefusals(f.rules, sends, f.refunded, capsRefusals),
 		checkQuiet(f.rules, sends),
 		checkHolds(f.plans, o),
 		checkOutcomes(f.inputTopic, o),
 		checkStop(f.stops, o.deliveries),
 		checkBudgets(f.budgets, o.deliveries),
 		checkReleases(f.rules, f.budgets, o.deliveries),
+		checkSnoozes(f.users, o),
+		checkTiers(f.rules, f.users, sends, ownRefusals),
 	}, nil
 }
 
@@ -375,6 +402,193 @@ func checkReleases(rules capping.Rules, budgets []budgetFact, deliveries []kafka
 	return r
 }
 
+// The capper-limit of a refusal by a user's own limit: user-tier/<tier>/<limit>
+// or user-channel/<channel> (the policy format's words).
+const (
+	userTierPrefix    = "user-tier/"
+	userChannelPrefix = "user-channel/"
+)
+
+// checkSnoozes: no delivery to a snoozed user was decided while the
+// snooze was in force (from when the worker applied it to its end); every
+// intent cancelled for its snooze (snooze-too-long) is of a snoozed user,
+// decided before the snooze's end, and every intent deferred for it
+// (snoozed) is of a snoozed user and waits for the snooze's end
+// (capper-not-before). (A decision's time is its batch's, taken before
+// its script runs: one timed a little before the snooze was written may
+// still have read it.)
+func checkSnoozes(users map[uint64]userFact, o outputs) checkResult {
+	r := checkResult{name: "snooze"}
+	bad := func(m kafka.Message, format string, args ...any) {
+		r.violations = append(r.violations, fmt.Sprintf("%s (input %s) to user %s: %s", jsonString(m.Value, "id"), headerOf(m, "capper-source"),
+			m.Key, fmt.Sprintf(format, args...)))
+	}
+	snoozeOf := func(m kafka.Message) (userFact, bool) {
+		u, err := strconv.ParseUint(string(m.Key), 10, 64)
+		f, ok := users[u]
+		return f, err == nil && ok && !f.limits.SnoozeUntil.IsZero()
+	}
+	snoozed, first := 0, time.Time{}
+	for _, f := range users {
+		if until := f.limits.SnoozeUntil; !until.IsZero() {
+			snoozed++
+			if first.IsZero() || f.applied.Before(first) {
+				first = f.applied
+			}
+		}
+	}
+	for _, m := range o.deliveries {
+		f, ok := snoozeOf(m)
+		if !ok {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, headerOf(m, "capper-decided-at"))
+		if err != nil || !at.Before(f.applied) && at.Before(f.limits.SnoozeUntil) {
+			bad(m, "delivered, decided at %s, while their snooze was in force (applied at %s, until %s)",
+				headerOf(m, "capper-decided-at"), stamp(f.applied), stamp(f.limits.SnoozeUntil))
+		}
+	}
+	cancelled, deferred := 0, 0
+	for _, m := range o.suppressed {
+		if headerOf(m, "capper-reason") != "snooze-too-long" {
+			continue
+		}
+		cancelled++
+		f, ok := snoozeOf(m)
+		at, err := time.Parse(time.RFC3339Nano, headerOf(m, "capper-decided-at"))
+		switch {
+		case !ok:
+			bad(m, "cancelled for a snooze (snooze-too-long), but the user has none")
+		case err != nil || !at.Before(f.limits.SnoozeUntil):
+			bad(m, "cancelled for a snooze (snooze-too-long), decided at %s, not before its end (%s)",
+				headerOf(m, "capper-decided-at"), stamp(f.limits.SnoozeUntil))
+		}
+	}
+	for _, m := range o.tiers {
+		if headerOf(m, "capper-reason") != "snoozed" {
+			continue
+		}
+		deferred++
+		f, ok := snoozeOf(m)
+		nb, err := time.Parse(time.RFC3339Nano, headerOf(m, "capper-not-before"))
+		switch {
+		case !ok:
+			bad(m, "deferred for a snooze (snoozed), but the user has none")
+		case err != nil || !nb.Equal(f.limits.SnoozeUntil):
+			bad(m, "deferred for a snooze (snoozed) until %s, not to the snooze's end (%s)", headerOf(m, "capper-not-before"), stamp(f.limits.SnoozeUntil))
+		}
+	}
+	r.ok = fmt.Sprintf("no delivery to the %d snoozed users decided while their snooze was in force (from %s, when the worker applied it); %d intents cancelled for it (snooze-too-long), %d deferred to its end (snoozed)",
+		snoozed, stamp(first), cancelled, deferred)
+	return r
+}
+
+// checkTiers: no user on a tier above its limits in any decision after
+// the worker applied the tier (a rolling window over every send: the demo's
+// tier), and every refusal by a user's own limit is explained: the user is
+// on that tier (or has that channel limit), and the limit may have been
+// full (a second wider, as the engine counts whole seconds).
+func checkTiers(rules capping.Rules, users map[uint64]userFact, sends []audit.Send, refusals []audit.Refusal) checkResult {
+	r := checkResult{name: "user tier"}
+	byUser := map[uint64][]time.Time{}
+	seen := map[string]bool{}
+	for _, s := range sends {
+		if f, ok := users[s.User]; !ok || f.limits.Tier == "" || seen[s.ID] {
+			continue
+		}
+		seen[s.ID] = true // a redelivery is counted once
+		byUser[s.User] = append(byUser[s.User], s.At)
+	}
+	tierOf := func(name string) ([]capping.Limit, bool) {
+		if rules.Users == nil {
+			return nil, false
+		}
+		t, ok := rules.Users.Tier(name)
+		return t.Limits, ok
+	}
+	// in counts ts within the window of length w ending at at: widen (a
+	// second wider: may have counted) or not (a second narrower: counted
+	// for sure).
+	in := func(ts []time.Time, at time.Time, w time.Duration, widen bool) int {
+		from := at.Add(-w + time.Second)
+		if widen {
+			from = at.Add(-w - time.Second)
+		}
+		n := 0
+		for _, t := range ts {
+			if t.After(from) && !t.After(at) {
+				n++
+			}
+		}
+		return n
+	}
+	rolling := func(l capping.Limit) bool {
+		return l.Calendar == capping.None && l.Per == capping.PerUser && reflect.DeepEqual(l.Where, capping.Where{})
+	}
+	tiered, checked := 0, 0
+	for _, u := range slices.Sorted(maps.Keys(users)) {
+		f := users[u]
+		if f.limits.Tier == "" {
+			continue
+		}
+		tiered++
+		limits, ok := tierOf(f.limits.Tier)
+		if !ok {
+			r.violations = append(r.violations, fmt.Sprintf("user %d: tier %q is not one of the policy's", u, f.limits.Tier))
+			continue
+		}
+		ts := byUser[u]
+		for _, at := range ts {
+			if !at.Before(f.applied) {
+				checked++
+			}
+		}
+		for _, l := range limits {
+			if !rolling(l) {
+				r.violations = append(r.violations, fmt.Sprintf("tier %s, limit %s: the demo's audit checks rolling limits over every send only", f.limits.Tier, l.Name))
+				continue
+			}
+			for _, at := range ts {
+				if at.Before(f.applied) {
+					continue
+				}
+				if n := in(ts, at, l.Window, false); n > l.Max {
+					r.violations = append(r.violations, fmt.Sprintf("user %d (tier %s): %d sends in the %s up to %s, above %s's max %d",
+						u, f.limits.Tier, n, l.Window, stamp(at), l.Name, l.Max))
+				}
+			}
+		}
+	}
+	for _, ref := range refusals {
+		f := users[ref.User]
+		problem := func(format string, args ...any) {
+			r.violations = append(r.violations, fmt.Sprintf("user %d: intent %q capped by %q at %s: %s", ref.User, ref.ID, ref.Limit, stamp(ref.At), fmt.Sprintf(format, args...)))
+		}
+		if ch, ok := strings.CutPrefix(ref.Limit, userChannelPrefix); ok {
+			if _, has := f.limits.Channels[ch]; !has {
+				problem("the user has no limit of channel %s", ch)
+			}
+			continue
+		}
+		tier, name, _ := strings.Cut(strings.TrimPrefix(ref.Limit, userTierPrefix), "/")
+		limits, ok := tierOf(tier)
+		i := slices.IndexFunc(limits, func(l capping.Limit) bool { return l.Name == name })
+		switch {
+		case f.limits.Tier != tier:
+			problem("the user is not on tier %s (%q)", tier, f.limits.Tier)
+		case !ok || i < 0:
+			problem("tier %s has no limit %s", tier, name)
+		case !rolling(limits[i]):
+			problem("the demo's audit checks rolling limits over every send only")
+		case in(byUser[ref.User], ref.At, limits[i].Window, true) < limits[i].Max:
+			problem("%d sends in its window, below its max %d: not full", in(byUser[ref.User], ref.At, limits[i].Window, true), limits[i].Max)
+		}
+	}
+	r.ok = fmt.Sprintf("no user above their tier: %d users on a tier, their %d sends since checked against every limit of it; %d intents capped by a user's own limit, each explained by a full one",
+		tiered, checked, len(refusals))
+	return r
+}
+
 // busiestSecond is the most of ts (any order) within one second, [from,
 // from+1s), and from.
 func busiestSecond(ts []time.Time) (most int, from time.Time) {
@@ -428,7 +642,7 @@ func writeAudit(w io.Writer, results []checkResult, deliveries, inputs int) erro
 		fmt.Fprintf(w, "audit: %d violations (%s)\n", bad, strings.Join(failed, ", "))
 		return fmt.Errorf("%w: %d violations (%s)", ErrAudit, bad, strings.Join(failed, ", "))
 	}
-	fmt.Fprintf(w, "audit: ok, no user above any limit, every refusal explained, nothing inside quiet hours, nothing held past its plan, one outcome per input, nothing delivered after a stop, no budget above its rate, every paced intent decided when released (%d delivery records, %d inputs checked)\n",
+	fmt.Fprintf(w, "audit: ok, no user above any limit, every refusal explained, nothing inside quiet hours, nothing held past its plan, one outcome per input, nothing delivered after a stop, no budget above its rate, every paced intent decided when released, nothing delivered to a snoozed user, no user above their tier (%d delivery records, %d inputs checked)\n",
 		deliveries, inputs)
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -276,6 +277,83 @@ func TestCheckReleases(t *testing.T) {
 		"held (input ): exempt (transactional), held in lane push-fcm/bulk")
 }
 
+// TestCheckSnoozes: a delivery to a snoozed user decided while the snooze
+// was in force is a violation, one before it was applied or after its end
+// is not; a cancellation for a snooze must be of a snoozed user, decided
+// before its end; a deferral for it must wait for its end.
+func TestCheckSnoozes(t *testing.T) {
+	applied, until := day.Add(9*time.Hour+2*time.Second), day.Add(13*time.Hour)
+	users := map[uint64]userFact{5: {limits: capping.UserLimits{SnoozeUntil: until}, applied: applied},
+		6: {limits: capping.UserLimits{Tier: tierFewer}, applied: applied}}
+	out := func(id string, user int, headers ...string) kafka.Message {
+		m := rec(fmt.Sprintf(`{"id":%q,"user_id":%d,"campaign_id":"c","channel":"push"}`, id, user), headers...)
+		m.Key = []byte(strconv.Itoa(user))
+		return m
+	}
+	del := func(id string, user int, at time.Time) kafka.Message {
+		return out(id, user, "capper-decision", "allowed", "capper-decided-at", stamp(at))
+	}
+	cancel := func(id string, user int, at time.Time) kafka.Message {
+		return out(id, user, "capper-decision", "cancelled", "capper-reason", "snooze-too-long", "capper-decided-at", stamp(at))
+	}
+	wait := func(id string, user int, nb time.Time) kafka.Message {
+		return out(id, user, "capper-decision", "deferred", "capper-reason", "snoozed", "capper-not-before", stamp(nb))
+	}
+	good := outputs{deliveries: []kafka.Message{del("a", 5, applied.Add(-time.Millisecond)), del("b", 5, until), del("c", 6, applied.Add(time.Hour))},
+		suppressed: []kafka.Message{cancel("d", 5, applied.Add(-time.Second))}, tiers: []kafka.Message{wait("e", 5, until)}}
+	r := checkSnoozes(users, good)
+	wantViolations(t, r)
+	if want := "no delivery to the 1 snoozed users decided while their snooze was in force (from 2026-11-24T09:00:02.000Z, when the worker applied it); 1 intents cancelled for it (snooze-too-long), 1 deferred to its end (snoozed)"; r.ok != want {
+		t.Errorf("ok: %q, want %q", r.ok, want)
+	}
+	bad := good
+	bad.deliveries = append(slices.Clone(good.deliveries), del("f", 5, applied))
+	bad.suppressed = append(slices.Clone(good.suppressed), cancel("g", 6, applied), cancel("h", 5, until))
+	bad.tiers = append(slices.Clone(good.tiers), wait("i", 5, until.Add(time.Hour)))
+	wantViolations(t, checkSnoozes(users, bad),
+		"f (input ) to user 5: delivered, decided at 2026-11-24T09:00:02.000Z, while their snooze was in force (applied at 2026-11-24T09:00:02.000Z, until 2026-11-24T13:00:00.000Z)",
+		"g (input ) to user 6: cancelled for a snooze (snooze-too-long), but the user has none",
+		"h (input ) to user 5: cancelled for a snooze (snooze-too-long), decided at 2026-11-24T13:00:00.000Z, not before its end (2026-11-24T13:00:00.000Z)",
+		"i (input ) to user 5: deferred for a snooze (snoozed) until 2026-11-24T14:00:00.000Z, not to the snooze's end (2026-11-24T13:00:00.000Z)")
+}
+
+// TestCheckTiers: a user on the tier fewer (1 a day) with two sends a day
+// after the tier was applied is a violation, sends before it are not
+// checked; a refusal by the tier's daily limit after a send is explained,
+// one before any send, one of a user not on the tier and one by a channel
+// limit the user has not are not.
+func TestCheckTiers(t *testing.T) {
+	rules := testRules(t)
+	applied := day.Add(9 * time.Hour)
+	users := map[uint64]userFact{9: {limits: capping.UserLimits{Tier: tierFewer}, applied: applied}, 10: {limits: capping.UserLimits{Tier: tierFewer}, applied: applied}}
+	d := func(id string, user int, decision, limit string, at time.Time) kafka.Message {
+		return rec(fmt.Sprintf(`{"id":%q,"user_id":%d,"campaign_id":"c","channel":"push"}`, id, user),
+			"capper-decision", decision, "capper-segment", segReaders, "capper-decided-at", stamp(at), "capper-limit", limit)
+	}
+	refusals := func(ms ...kafka.Message) []audit.Refusal {
+		t.Helper()
+		r, err := audit.Refusals(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	dels := sends(t, d("a", 9, "allowed", "", applied.Add(-2*time.Hour)), d("b", 9, "allowed", "", applied.Add(-time.Hour)), d("c", 10, "allowed", "", applied.Add(time.Hour)))
+	capped := refusals(d("x", 10, "capped", "user-tier/fewer/daily", applied.Add(2*time.Hour)))
+	r := checkTiers(rules, users, dels, capped)
+	wantViolations(t, r)
+	if want := "no user above their tier: 2 users on a tier, their 1 sends since checked against every limit of it; 1 intents capped by a user's own limit, each explained by a full one"; r.ok != want {
+		t.Errorf("ok: %q, want %q", r.ok, want)
+	}
+	more := append(slices.Clone(dels), sends(t, d("e", 10, "allowed", "", applied.Add(3*time.Hour)))...)
+	wantViolations(t, checkTiers(rules, users, more, append(capped, refusals(d("y", 9, "capped", "user-tier/fewer/weekly", applied.Add(time.Minute)),
+		d("z", 11, "capped", "user-tier/fewer/daily", applied), d("w", 10, "capped", "user-channel/sms", applied))...)),
+		"user 10 (tier fewer): 2 sends in the 24h0m0s up to 2026-11-24T12:00:00.000Z, above daily's max 1",
+		`user 9: intent "y" capped by "user-tier/fewer/weekly" at 2026-11-24T09:01:00.000Z: 2 sends in its window, below its max 3: not full`,
+		`user 11: intent "z" capped by "user-tier/fewer/daily" at 2026-11-24T09:00:00.000Z: the user is not on tier fewer ("")`,
+		`user 10: intent "w" capped by "user-channel/sms" at 2026-11-24T09:00:00.000Z: the user has no limit of channel sms`)
+}
+
 // TestWriteAudit: a violation is printed under its check, the verdict
 // counts it and the error is ErrAudit; without one, "audit: ok, ...".
 func TestWriteAudit(t *testing.T) {
@@ -342,8 +420,20 @@ func TestWithSections(t *testing.T) {
 	if shop := demo.PolicyOf(segShoppers); len(shop.Limits) != 1 || shop.Limits[0].Name != "daily" || shop.Limits[0].Max != 1 {
 		t.Errorf("shoppers: %+v, want one message a day", shop)
 	}
+	if r := demo.PolicyOf(segReaders); r.QuietHours == nil || len(r.Limits) != 1 || r.Limits[0].Max != 4 {
+		t.Errorf("readers: %+v, want quiet hours and four messages a day", r)
+	}
+	if demo.Users == nil || demo.Users.MaxDefer != userMaxDefer {
+		t.Fatalf("user_limits: %+v, want the section, max_defer %s", demo.Users, userMaxDefer)
+	}
+	if fewer, ok := demo.Users.Tier(tierFewer); !ok || len(fewer.Limits) != 2 || fewer.Limits[0].Max != 1 {
+		t.Errorf("tier fewer: %+v, want 1 a day, 3 a week", fewer)
+	}
 	if _, err := withSections([]byte("segments: []\n")); err == nil {
 		t.Error("a policy without a top-level default_policy: no error")
+	}
+	if _, err := withSections([]byte("budgets: []\ndefault_policy: {limits: []}\n")); err == nil || !strings.Contains(err.Error(), "user_limits: null") {
+		t.Errorf("a policy without user_limits: null: %v", err)
 	}
 }
 

@@ -5,10 +5,10 @@
 // the real worker (the code of `capper run`) until the input is drained, then
 // reports what happened and audits what it reads back from Kafka. In the same
 // run, on users of their own, its sections show what capper does beyond first
-// come, first served: a campaign plan, deferral and quiet hours, refunds, and a
-// campaign stopped mid-blast, and send pacing (sections.go); the demo's
-// clock skips the hours they wait (clock.go), and the audit covers them all
-// (check.go).
+// come, first served: a campaign plan, deferral and quiet hours, refunds, a
+// campaign stopped mid-blast, send pacing, and users' own limits (a snooze
+// written mid-blast, a frequency tier) (sections.go); the demo's clock skips
+// the hours they wait (clock.go), and the audit covers them all (check.go).
 package demo
 
 import (
@@ -76,6 +76,7 @@ const (
 	topicDLQ     = "send-intents-dlq"
 	topicStatus  = "delivery-status"
 	topicControl = "capper-control"
+	topicUsers   = "capper-user-limits"
 )
 
 // demoTiers are the delay tiers, as configs/capper.yaml suggests them.
@@ -132,7 +133,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		step("blast saved to %s, snapshot in %s (capper replay --from %s --snapshot %s)", o.SaveIntents, dirs.snapshot, o.SaveIntents, dirs.snapshot)
 	}
-	early, flashLate := sec.morning(at)
+	early, late := sec.morning(at)
 
 	w, err := startWorker(ctx, cfg, clk)
 	if err != nil {
@@ -140,7 +141,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer w.stop()
 	p := &play{runner: runner{reg: w.reg, done: w.done, progress: o.Progress}, clk: clk, sec: sec, cfg: cfg, brokers: srv.brokers, log: w.log, step: step}
-	tp, cart, err := p.run(ctx, msgs, early, flashLate)
+	tp, cart, err := p.run(ctx, msgs, early, late)
 	if err != nil {
 		return err
 	}
@@ -162,9 +163,9 @@ func Run(ctx context.Context, o Options) error {
 	sec.writeSections(&tableWriter{o.Out}, outs)
 	fmt.Fprintf(o.Out, "\ntotal time: %s\n\n", time.Since(start).Round(time.Millisecond))
 	results, err := auditAll(outs, facts{rules: rules, refunded: sec.refunded, plans: map[string]time.Time{plan.Campaign: plan.Ends},
-		stops:      []stopFact{{campFlash, sec.stopApplied}, {campDigest, sec.pace.applied}},
-		budgets:    []budgetFact{{name: budgetName, rate: paceRate, burst: paceBurst, channels: []string{paceChannel}, routes: []string{paceRoute}}},
-		inputTopic: topicIn})
+		stops:   []stopFact{{campFlash, sec.stopApplied}, {campDigest, sec.pace.applied}},
+		budgets: []budgetFact{{name: budgetName, rate: paceRate, burst: paceBurst, channels: []string{paceChannel}, routes: []string{paceRoute}}},
+		users:   sec.userFacts(), inputTopic: topicIn})
 	if err != nil {
 		return err
 	}
@@ -250,11 +251,15 @@ func startServers(redisAddr string, step func(format string, args ...any)) (*ser
 		return nil, fmt.Errorf("demo: start kafka: %w", err)
 	}
 	s := &servers{broker: broker, brokers: broker.ListenAddrs(), redisAddr: redisAddr}
-	// The control topic as capper topics create makes it (a worker refuses
-	// one that is not compacted).
+	// The control and user-limits topics as capper topics create makes them
+	// (a worker refuses them not compacted).
 	if err := broker.CreateTopic(topicControl, 1, kafkatopics.Topic{Kind: kafkatopics.Control}.Configs()); err != nil {
 		s.close()
 		return nil, fmt.Errorf("demo: create the control topic %s: %w", topicControl, err)
+	}
+	if err := broker.CreateTopic(topicUsers, 4, kafkatopics.Topic{Kind: kafkatopics.UserLimits}.Configs()); err != nil {
+		s.close()
+		return nil, fmt.Errorf("demo: create the user-limits topic %s: %w", topicUsers, err)
 	}
 	if redisAddr != "" {
 		step("kafka (kfake) at %s, redis at %s", s.brokers[0], redisAddr)

@@ -14,8 +14,8 @@ import (
 // TestDemo runs the whole demo, small, as `capper-demo` does: embedded
 // Kafka and Redis, the real worker, the blast's table, the sections
 // (campaign plans, deferral and quiet hours, refunds, campaign control,
-// send pacing) with the numbers their set-up implies, and every audit
-// check passing.
+// send pacing, users' own limits) with the numbers their set-up implies,
+// and every audit check passing.
 func TestDemo(t *testing.T) {
 	var out, progress bytes.Buffer
 	err := Run(context.Background(), Options{Users: 1500, Intents: 3000, Seed: 3, Out: &out, Progress: &progress})
@@ -26,12 +26,14 @@ func TestDemo(t *testing.T) {
 	for _, want := range []string{"capper demo: 3000 send-intents", "segment", "new", "active", "dormant", "(malformed)",
 		"throughput:", "decision latency per batch",
 		"\ncampaign plans: shoppers 1500-1573 ", "\ndeferral and quiet hours: subscribers ", "\nrefunds: shoppers ", "\ncampaign control: flash-sale ",
-		"\nsend pacing: members 1722-4721 get their pushes through FCM",
+		"\nsend pacing: members 1722-4721 get their pushes through FCM", "\nusers' own limits: readers 4722-4758 ",
 		"  caps           ok: no user above any limit", "  refusals       ok: ", "  quiet hours    ok: ", "  plan holds     ok: ",
-		// The blast's 3000 and its 393 of the sections, the pacing section's 3300.
-		"  one outcome    ok: 6693 inputs, each with exactly one outcome",
+		// The blast's 3000 and its 541 of the sections, the pacing section's 3300.
+		"  one outcome    ok: 6841 inputs, each with exactly one outcome",
 		"  campaign stop  ok: no delivery of flash-sale decided after ", ", nor of weekly-digest after ",
-		"  budget rate    ok: no budget above its rate: push-fcm at most ", "  paced release  ok: ", "\naudit: ok, "} {
+		"  budget rate    ok: no budget above its rate: push-fcm at most ", "  paced release  ok: ",
+		"  snooze         ok: no delivery to the 18 snoozed users decided while their snooze was in force",
+		"  user tier      ok: no user above their tier: 9 users on a tier, their 9 sends since checked", "\naudit: ok, "} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
@@ -84,6 +86,31 @@ func TestDemo(t *testing.T) {
 		t.Errorf("flash-sale: %v, want 74 intents, delivered + cancelled = 74, none after the stop, some cancelled from the tiers", f)
 	}
 	checkPacing(t, report)
+	// Users' own limits: 9 readers a group (37/4; the last 10). Snoozed for
+	// a week: nothing delivered after the snooze, the pushes that waited in
+	// the delay tiers for the night cancelled when due; snoozed until 13:15:
+	// what came during the snooze deferred to its end, everything delivered;
+	// the tier fewer: one each; no limits: all four.
+	const cols = `\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\n`
+	long := row(`snoozed for 7 days` + strings.ReplaceAll(cols, `(\S+)`, `(\d+)`))
+	if long[0] != 9 || long[1] != 36 || long[3] != 0 || long[5]+long[2] != 36 || long[7] != 18 || long[6]+long[7] != long[5] || long[8] != 0 {
+		t.Errorf("snoozed for 7 days: %v, want 9 users, 36 intents, none delivered while snoozed, the rest cancelled, 18 of them from the delay tiers", long)
+	}
+	short := row(`snoozed until 13:15` + strings.ReplaceAll(cols, `(\S+)`, `(\d+)`))
+	if short[0] != 9 || short[2] != 36 || short[3] != 0 || short[5] != 0 {
+		t.Errorf("snoozed until 13:15: %v, want 9 users, all 36 delivered, none while snoozed", short)
+	}
+	fewer := row(`tier fewer` + strings.ReplaceAll(cols, `(\S+)`, `-`))
+	if fewer[0] != 9 || fewer[2] != 9 || fewer[7] != 27 {
+		t.Errorf("tier fewer: %v, want 9 users, 9 delivered, 27 capped by the tier", fewer)
+	}
+	plain := row(`\n\s+none` + strings.ReplaceAll(cols, `(\S+)`, `-`))
+	if plain[0] != 10 || plain[2] != 40 || plain[7] != 0 {
+		t.Errorf("no limits: %v, want 10 users, all 40 delivered", plain)
+	}
+	if n := row(`tier fewer: at most (\d+) delivered to a user \((\d+) capped by user-tier/fewer/daily\), against (\d+) to a reader without limits of their own`); n[0] != 1 || n[1] != 27 || n[2] != 4 {
+		t.Errorf("tier fewer: %v, want at most 1 a user, 27 capped, 4 without limits", n)
+	}
 }
 
 // checkPacing checks the send pacing section of a report: the same 3000

@@ -1,9 +1,10 @@
 package demo
 
-// The demo's timeline once the worker runs: the blast (and the stop of a
-// campaign in the middle of it), the failed deliveries and the emails sent
-// after them, send pacing (a blast held for a budget), then the clock moved
-// on past the hours the held intents wait.
+// The demo's timeline once the worker runs: users' tiers, the blast (and,
+// in the middle of it, users' snoozes and the stop of a campaign), the
+// failed deliveries and the emails sent after them, send pacing (a blast
+// held for a budget), then the clock moved on past the hours the held
+// intents wait.
 
 import (
 	"context"
@@ -33,10 +34,14 @@ type play struct {
 	step    func(format string, args ...any)
 }
 
-// run plays the timeline: the blast, the refunds, later. It returns the
-// blast's throughput and cart-rescue's intents (produced later).
-func (p *play) run(ctx context.Context, msgs, early, flashLate []kafka.Message) (throughput, []kafka.Message, error) {
-	tp, err := p.blast(ctx, msgs, early, flashLate)
+// run plays the timeline: the tiers, the blast, the refunds, later. It
+// returns the blast's throughput and cart-rescue's intents (produced
+// later).
+func (p *play) run(ctx context.Context, msgs, early, late []kafka.Message) (throughput, []kafka.Message, error) {
+	if err := p.tiers(ctx); err != nil {
+		return throughput{}, nil, err
+	}
+	tp, err := p.blast(ctx, msgs, early, late)
 	if err != nil {
 		return throughput{}, nil, err
 	}
@@ -53,18 +58,38 @@ func (p *play) run(ctx context.Context, msgs, early, flashLate []kafka.Message) 
 	return tp, cart, nil
 }
 
+// tiers writes the tier of the readers who chose fewer to the user-limits
+// topic, as a preference service does, and waits until the worker applied
+// them: before the blast, which brings their first intents.
+func (p *play) tiers(ctx context.Context) error {
+	recs, err := p.sec.tierRecords(p.clk.Now())
+	if err != nil {
+		return err
+	}
+	if err := p.produceTo(ctx, topicUsers, recs); err != nil {
+		return err
+	}
+	if p.sec.own.tierApplied, err = p.userLimitsApplied(ctx, len(recs)); err != nil {
+		return err
+	}
+	p.step("tier %s for readers %s written to %s, applied by the worker at %s", tierFewer, p.sec.fewer, topicUsers, stamp(p.sec.own.tierApplied))
+	return nil
+}
+
 // blast produces the blast in two parts: the first third with the
-// sections' first intents (half of flash-sale's among them), then the
-// rest with flash-sale's other half in its second half, behind thousands
-// of the blast's. It arrives while the worker runs, as a campaign's would
-// (a backlog that was there when a worker took its partitions over is
-// decided by Redis alone: see docs/operations/refusal-cache.md). Once the first
-// part is decided and the rest is in the input topic, flash-sale is
-// stopped, as capper campaign stop does it.
-func (p *play) blast(ctx context.Context, msgs, early, flashLate []kafka.Message) (throughput, error) {
+// sections' first intents (half of flash-sale's and the readers' first
+// deals among them), then the rest with flash-sale's other half and the
+// readers' second deals in its second half, behind thousands of the
+// blast's. It arrives while the worker runs, as a campaign's would (a
+// backlog that was there when a worker took its partitions over is decided
+// by Redis alone: see docs/operations/refusal-cache.md). Once the first
+// part is decided and the rest is in the input topic, readers snooze (the
+// user-limits topic), then flash-sale is stopped, as capper campaign stop
+// does it.
+func (p *play) blast(ctx context.Context, msgs, early, late []kafka.Message) (throughput, error) {
 	third, mid := len(msgs)/3, len(msgs)/3+(len(msgs)-len(msgs)/3)/2
 	partA := interleave(msgs[:third], early)
-	partB := append(slices.Clone(msgs[third:mid]), interleave(msgs[mid:], flashLate)...)
+	partB := append(slices.Clone(msgs[third:mid]), interleave(msgs[mid:], late)...)
 	t0 := time.Now()
 	if err := p.produce(ctx, partA); err != nil {
 		return throughput{}, err
@@ -76,7 +101,10 @@ func (p *play) blast(ctx context.Context, msgs, early, flashLate []kafka.Message
 		return throughput{}, err
 	}
 	p.step("produced %d send-intents (%d campaigns; tags, priorities and users' time zones; repeats, malformed, transactional and override-asking ones) and %d of the sections",
-		len(msgs), 6, len(early)+len(flashLate))
+		len(msgs), 6, len(early)+len(late))
+	if err := p.snooze(ctx); err != nil {
+		return throughput{}, err
+	}
 	written, err := app.SetCampaign(ctx, p.cfg, app.CampaignChange{Campaign: campFlash, State: control.Stopped,
 		Reason: "wrong price in the push", By: "capper-demo", Now: p.clk.Now()}, p.log)
 	if err != nil {
@@ -95,6 +123,68 @@ func (p *play) blast(ctx context.Context, msgs, early, flashLate []kafka.Message
 		return throughput{}, err
 	}
 	return throughput{intents: p.produced, elapsed: time.Since(t0), batches: uint64(c.batches)}, nil
+}
+
+// snooze writes the readers' snoozes to the user-limits topic, while the
+// second part of the blast waits in the input topic, and waits until the
+// worker applied them.
+func (p *play) snooze(ctx context.Context) error {
+	recs, err := p.sec.snoozeRecords(p.clk.Now())
+	if err != nil {
+		return err
+	}
+	if err := p.produceTo(ctx, topicUsers, recs); err != nil {
+		return err
+	}
+	if p.sec.own.snoozeApplied, err = p.userLimitsApplied(ctx, p.sec.own.tierRecords+len(recs)); err != nil {
+		return err
+	}
+	if c := p.counts(); c.produced > c.final+c.waiting() {
+		p.sec.own.snoozeBacklog = c.produced - c.final - c.waiting()
+	}
+	p.step("readers %s snoozed (%d records to %s), applied by the worker at %s", span{p.sec.snoozeLong.from, p.sec.snoozeShort.to},
+		len(recs), topicUsers, stamp(p.sec.own.snoozeApplied))
+	return nil
+}
+
+// userLimitsApplied waits until the worker applied n records of the
+// user-limits topic (capper_user_limits_applied_total: each counted once
+// Redis acknowledged its write) and returns the demo's clock then: every
+// decision after it reads them.
+func (p *play) userLimitsApplied(ctx context.Context, n int) (time.Time, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mfs, err := p.reg.Gather()
+		if err != nil {
+			return time.Time{}, fmt.Errorf("demo: metrics: %w", err)
+		}
+		got, refused, failed := 0, 0, 0
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				switch mf.GetName() {
+				case "capper_user_limits_applied_total":
+					got += int(m.GetCounter().GetValue())
+				case "capper_user_limits_refused_total":
+					refused += int(m.GetCounter().GetValue())
+				case "capper_user_limits_errors_total":
+					failed += int(m.GetCounter().GetValue())
+				}
+			}
+		}
+		if got >= n {
+			return p.clk.Now(), nil
+		}
+		if time.Now().After(deadline) || refused > 0 {
+			return time.Time{}, fmt.Errorf("demo: the worker applied %d user-limits records, not %d (%d refused, %d errors)", got, n, refused, failed)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case err := <-p.done:
+			return time.Time{}, fmt.Errorf("demo: worker stopped early: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // refunds reports a tenth of the welcome emails failed (read back from

@@ -2,10 +2,10 @@ package demo
 
 // The demo's sections: what capper does beyond first come, first served
 // (campaign plans, deferral and quiet hours, refunds, campaign control,
-// send pacing), in the same run as the blast, each on users of its own
-// above the blast's, in segments of their own, so that the blast's table is
-// what configs/policy.yaml alone decides (and what capper replay finds
-// again).
+// send pacing, users' own limits), in the same run as the blast, each on
+// users of its own above the blast's, in segments of their own, so that the
+// blast's table is what configs/policy.yaml alone decides (and what capper
+// replay finds again).
 
 import (
 	"bytes"
@@ -26,6 +26,7 @@ import (
 	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/replay"
+	"github.com/capper-dev/capper/internal/userlimits"
 )
 
 // The sections' segments, campaigns and users' time zones.
@@ -33,6 +34,7 @@ const (
 	segShoppers    = "shoppers"
 	segSubscribers = "subscribers"
 	segMembers     = "members"
+	segReaders     = "readers"
 
 	campNewsletter = "newsletter"
 	campCart       = "cart-rescue"
@@ -44,6 +46,7 @@ const (
 	campDigest     = "weekly-digest" // send pacing: the blast, in the bulk lane
 	campBreaking   = "breaking-news" // its urgent lane
 	campReceipts   = "receipts"      // transactional: never held
+	campDeals      = "daily-deals"   // users' own limits: an email and a push, twice
 
 	zoneDay   = "Europe/Berlin"    // 10:00 when the blast comes
 	zoneNight = "America/New_York" // 04:00: inside quiet hours
@@ -67,6 +70,13 @@ const sectionPolicy = `  # capper-demo's sections (added by the demo to configs/
   - name: members
     limits:
       - {name: push-hourly, window: 1h, max: 2, where: {channels: [push]}}
+  # Users' own limits: four messages a day, no push at night in the user's
+  # time zone (a push waits in the delay tiers), on top of what each user
+  # chose (user_limits, below).
+  - name: readers
+    quiet_hours: {from: "21:00", to: "08:00", channels: [push], jitter: 10m}
+    limits:
+      - {name: daily, window: 24h, max: 4}
 `
 
 // Send pacing's budget: the members' pushes to FCM (route fcm), at most
@@ -103,13 +113,47 @@ budgets:
 // noBudgets is configs/policy.yaml's budgets line.
 var noBudgets = regexp.MustCompile(`(?m)^budgets: \[\][ \t]*(?:\n|\z)`)
 
+// The users' own limits section: the tier its users may choose, and how
+// long a snoozed intent may wait for the snooze's end.
+const (
+	tierFewer    = "fewer"
+	userMaxDefer = 24 * time.Hour
+)
+
+// userLimitsPolicy replaces configs/policy.yaml's user_limits (null) in
+// the demo's policy file: the example its comment gives.
+var userLimitsPolicy = fmt.Sprintf(`# capper-demo's users' own limits section (the demo's, in place of
+# configs/policy.yaml's user_limits: null, as its comment suggests).
+user_limits:
+  tiers:
+    - name: %s
+      limits:
+        - {name: daily, window: 24h, max: 1}
+        - {name: weekly, window: 7d, max: 3}
+  channels: [push, sms]
+  channel_window: 7d
+  max_per_channel: 7
+  max_defer: %s
+`, tierFewer, shortHours(userMaxDefer))
+
+// noUserLimits is configs/policy.yaml's user_limits line.
+var noUserLimits = regexp.MustCompile(`(?m)^user_limits: null[ \t]*(?:\n|\z)`)
+
+// shortHours writes whole hours as policies do (24h).
+func shortHours(d time.Duration) string { return strconv.Itoa(int(d/time.Hour)) + "h" }
+
 // withSections is the policy file: configs/policy.yaml with the sections'
-// segments after its own, and the pacing section's budget.
+// segments after its own, the pacing section's budget and the users' own
+// limits section's user_limits.
 func withSections(example []byte) ([]byte, error) {
 	if len(noBudgets.FindAllIndex(example, -1)) != 1 {
 		return nil, fmt.Errorf("demo policy: configs/policy.yaml has no top-level \"budgets: []\" to put the pacing section's budget in")
 	}
 	example = noBudgets.ReplaceAllLiteral(example, []byte(budgetPolicy))
+	if len(noUserLimits.FindAllIndex(example, -1)) != 1 {
+		return nil, fmt.Errorf("demo policy: configs/policy.yaml has no top-level \"user_limits: null\" to put the users' own limits section in")
+	}
+	example = noUserLimits.ReplaceAllLiteral(example, []byte(userLimitsPolicy))
 	at := bytes.Index(example, []byte("\ndefault_policy:"))
 	if at < 0 {
 		return nil, fmt.Errorf("demo policy: configs/policy.yaml has no top-level default_policy to add the sections' segments before")
@@ -155,6 +199,10 @@ type sections struct {
 	refund                   span // refunds (segment shoppers too)
 	reminders, update, flash span // subscribers: deferral, quiet hours, campaign control
 	members                  span // send pacing (segment members)
+	// Users' own limits (segment readers): snoozed for a week (longer
+	// than user_limits.max_defer: cancelled), snoozed until the clock
+	// skips to due (deferred to it), on the tier fewer, and no limits.
+	snoozeLong, snoozeShort, fewer, plain span
 
 	// planStarts and planEnds bound cart-rescue's window; due is when the
 	// clock moves on for the intents held at the blast (start + 4h15m:
@@ -172,6 +220,17 @@ type sections struct {
 	refundsApplied float64                    // capper_refunds_total{result="applied"}
 	fcfs, plan     *replay.PlanStats          // capper replay --plans of the plan's intents
 	pace           paceRun                    // the send pacing section's timeline
+	own            ownRun                     // the users' own limits section's
+}
+
+// ownRun is what happened in the users' own limits section, on the demo's
+// clock (the worker's).
+type ownRun struct {
+	tierRecords, snoozeRecords int       // the records written
+	tierApplied                time.Time // the worker had applied the tier records (the demo saw it)
+	snoozeApplied              time.Time // the worker had applied them (the demo saw it)
+	snoozeBacklog              int       // inputs not yet decided then
+	longUntil, shortUntil      time.Time // the snoozes' ends
 }
 
 // paceRun is what happened in the send pacing section, on the demo's
@@ -197,6 +256,14 @@ func newSections(users int, start time.Time) *sections {
 	s.update = spanAfter(s.reminders, unit)
 	s.flash = spanAfter(s.update, unit)
 	s.members = spanAfter(s.flash, paceUsers)
+	// At most 100 readers: the applier writes users' records one at a
+	// time, and the snoozes come mid-blast.
+	own := spanAfter(s.members, min(unit, 100))
+	q := own.len() / 4
+	s.snoozeLong = own.first(q)
+	s.snoozeShort = spanAfter(s.snoozeLong, q)
+	s.fewer = spanAfter(s.snoozeShort, q)
+	s.plain = span{s.fewer.to, own.to}
 	s.planStarts, s.planEnds = start.Add(9*time.Hour), start.Add(10*time.Hour)
 	s.due = start.Add(4*time.Hour + 15*time.Minute)
 	return s
@@ -205,11 +272,11 @@ func newSections(users int, start time.Time) *sections {
 // segments are the sections' users in the snapshot.
 func (s *sections) segments() []userRange {
 	return []userRange{{segShoppers, s.shoppers.from, s.refund.to}, {segSubscribers, s.reminders.from, s.flash.to},
-		{segMembers, s.members.from, s.members.to}}
+		{segMembers, s.members.from, s.members.to}, {segReaders, s.snoozeLong.from, s.plain.to}}
 }
 
 func isSectionSegment(seg string) bool {
-	return seg == segShoppers || seg == segSubscribers || seg == segMembers
+	return seg == segShoppers || seg == segSubscribers || seg == segMembers || seg == segReaders
 }
 
 // intent is one of the sections' send-intents.
@@ -248,10 +315,11 @@ func (s *sections) intents(campaign, channel, prio string, users span, n int, at
 }
 
 // morning are the intents that come with the blast: the newsletter, the
-// welcome emails, the reminders, the app update and flash-sale's first
-// half (decided before the stop; flashLate is the other half, in the
-// input topic when the stop comes).
-func (s *sections) morning(at time.Time) (early, flashLate []kafka.Message) {
+// welcome emails, the reminders, the app update, flash-sale's first half
+// and the readers' first deals (decided before the stop and the snoozes;
+// late are flash-sale's other half and the readers' second deals, in the
+// second half of the blast).
+func (s *sections) morning(at time.Time) (early, late []kafka.Message) {
 	day := func(int) string { return zoneDay }
 	early = append(early, s.intents(campNewsletter, "email", "low", s.shoppers, 1, at, nil)...)
 	early = append(early, s.intents(campWelcome, "email", "", s.refund, 1, at, nil)...)
@@ -270,7 +338,91 @@ func (s *sections) morning(at time.Time) (early, flashLate []kafka.Message) {
 	}
 	a, b := s.flash.half()
 	early = append(early, s.intents(campFlash, "push", "", a, 2, at, flashZone)...)
-	return early, s.intents(campFlash, "push", "", b, 2, at, flashZone)
+	early = append(early, s.deals(1, at)...)
+	late = append(s.intents(campFlash, "push", "", b, 2, at, flashZone), s.deals(2, at)...)
+	return early, late
+}
+
+// readers are the users' own limits section's users.
+func (s *sections) readers() span { return span{s.snoozeLong.from, s.plain.to} }
+
+// deals are the readers' intents of a wave: an email and a push to each
+// (in New York, where the blast comes at night: the push waits for the
+// segment's quiet hours).
+func (s *sections) deals(wave int, at time.Time) []kafka.Message {
+	var out []kafka.Message
+	for u := s.readers().from; u < s.readers().to; u++ {
+		for _, ch := range []string{"email", "push"} {
+			in := intent{ID: fmt.Sprintf("%s-%d-%s-%d", campDeals, u, ch, wave), User: uint64(u), Campaign: campDeals, Channel: ch,
+				Created: at.UTC().Format(time.RFC3339), TimeZone: zoneNight}
+			v, _ := json.Marshal(in)
+			out = append(out, kafka.Message{Key: []byte(strconv.Itoa(u)), Value: v})
+		}
+	}
+	s.produced[campDeals] += len(out)
+	if _, ok := s.sent[campDeals]; !ok {
+		s.sent[campDeals] = at
+	}
+	return out
+}
+
+// tierRecords are the user-limits records of the readers on the tier
+// fewer, as a preference service writes them (keyed by user id, each the
+// user's whole state).
+func (s *sections) tierRecords(at time.Time) ([]kafka.Message, error) {
+	var out []kafka.Message
+	for u := s.fewer.from; u < s.fewer.to; u++ {
+		m, err := userRecord(uint64(u), capping.UserLimits{Tier: tierFewer}, at)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	s.own.tierRecords = len(out)
+	return out, nil
+}
+
+// snoozeRecords are the snoozes written mid-blast: a week for the first
+// readers (past user_limits.max_defer: what they held back is cancelled),
+// until the clock skips to due for the next (deferred to it).
+func (s *sections) snoozeRecords(at time.Time) ([]kafka.Message, error) {
+	s.own.longUntil = at.Add(7 * 24 * time.Hour).Truncate(time.Second)
+	s.own.shortUntil = s.due.Truncate(time.Second)
+	var out []kafka.Message
+	for _, g := range []struct {
+		users span
+		until time.Time
+	}{{s.snoozeLong, s.own.longUntil}, {s.snoozeShort, s.own.shortUntil}} {
+		for u := g.users.from; u < g.users.to; u++ {
+			m, err := userRecord(uint64(u), capping.UserLimits{SnoozeUntil: g.until}, at)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+		}
+	}
+	s.own.snoozeRecords = len(out)
+	return out, nil
+}
+
+// snoozeOf is the end of a reader's snooze (zero: not snoozed).
+func (s *sections) snoozeOf(u uint64) time.Time {
+	switch {
+	case s.snoozeLong.has(u):
+		return s.own.longUntil
+	case s.snoozeShort.has(u):
+		return s.own.shortUntil
+	}
+	return time.Time{}
+}
+
+// userRecord is a user's record of the user-limits topic.
+func userRecord(uid uint64, l capping.UserLimits, at time.Time) (kafka.Message, error) {
+	v, err := userlimits.Encode(userlimits.Record{UserID: uid, Limits: l, UpdatedAt: at})
+	if err != nil {
+		return kafka.Message{}, fmt.Errorf("demo: user %d's limits: %w", uid, err)
+	}
+	return kafka.Message{Key: userlimits.Key(uid), Value: v}, nil
 }
 
 // The send pacing section's users and campaigns: the same number at every
@@ -399,4 +551,17 @@ func (s *sections) replayPlan(ctx context.Context, replayFn func(ctx context.Con
 		return fmt.Errorf("demo: the replay of the plan's intents has no %s and %s sides", replay.SideFCFS, replay.SidePlans)
 	}
 	return nil
+}
+
+// userFacts are the readers' own limits as the demo wrote them, for the
+// audit: the tier's, then the snoozes.
+func (s *sections) userFacts() map[uint64]userFact {
+	f := map[uint64]userFact{}
+	for u := s.fewer.from; u < s.fewer.to; u++ {
+		f[uint64(u)] = userFact{limits: capping.UserLimits{Tier: tierFewer}, applied: s.own.tierApplied}
+	}
+	for u := s.snoozeLong.from; u < s.snoozeShort.to; u++ {
+		f[uint64(u)] = userFact{limits: capping.UserLimits{SnoozeUntil: s.snoozeOf(uint64(u))}, applied: s.own.snoozeApplied}
+	}
+	return f
 }

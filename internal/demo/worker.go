@@ -40,10 +40,10 @@ func describeSegments(m *segments.Manifest) string {
 }
 
 // demoConfig is configs/capper.yaml pointed at the embedded servers, with
-// configs/policy.yaml, the sections' segments and the pacing section's
-// budget (the demo's caps) as its policy file in dir, the delay tiers, the
-// delivery-status and control topics, the budget's lanes, and the plan
-// store plans. Keys go under their own prefix, so that a demo against a
+// configs/policy.yaml, the sections' segments, the pacing section's budget
+// and users' own limits (the demo's caps) as its policy file in dir, the
+// delay tiers, the delivery-status, control and user-limits topics, the
+// budget's lanes, and the plan store plans. Keys go under their own prefix, so that a demo against a
 // real Redis never touches a production worker's counts.
 func demoConfig(brokers []string, redisAddr, dir, plans string) (*config.Config, error) {
 	cfg, err := config.Parse(configs.Example(), nil)
@@ -69,6 +69,7 @@ func demoConfig(brokers []string, redisAddr, dir, plans string) (*config.Config,
 	cfg.Kafka.Topics.DeliveryStatus = topicStatus
 	cfg.Kafka.Topics.Control = topicControl
 	cfg.Kafka.Topics.Lanes = topicLanes
+	cfg.Kafka.Topics.UserLimits = topicUsers
 	cfg.Plans.Source = plans
 	cfg.Redis.Addrs = []string{redisAddr}
 	cfg.Segments.Source = dir
