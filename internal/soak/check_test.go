@@ -128,7 +128,11 @@ func check(o outputs, versions map[string]capping.Rules, refunded map[uint64]map
 		return r
 	}
 	r.counts["refusals"] = len(refusals)
-	for _, v := range audit.CheckRefusals(rulesOf, sends, refunded, refusals) {
+	// A refusal by a user's own limit (user-tier/..., user-channel/...)
+	// is checked against the user's records (checkUserLimits), not the
+	// policy's limits.
+	policyRefusals := slices.DeleteFunc(slices.Clone(refusals), func(f audit.Refusal) bool { return strings.HasPrefix(f.Limit, "user-") })
+	for _, v := range audit.CheckRefusals(rulesOf, sends, refunded, policyRefusals) {
 		r.add("refusals", "%s", v)
 	}
 	for v, rules := range versions {
@@ -424,7 +428,7 @@ func checkHeld(r *report, o outputs, held []heldWindow) {
 		}
 	}
 	for _, m := range o.suppressed {
-		if header(m, hDecision) == "cancelled" {
+		if header(m, hDecision) == "cancelled" && header(m, "capper-reason") != "snooze-too-long" {
 			r.counts["cancelled by control"]++
 		}
 	}

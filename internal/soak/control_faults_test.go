@@ -74,8 +74,10 @@ func (c *chaos) compaction(ctx context.Context, f fault) {
 	c.broker.compact()
 	left := c.underKey(ctx, "campaign/"+campaign)
 	w := c.workers[f.target%len(c.workers)]
+	down := time.Now()
 	w.signal(syscall.SIGTERM, 20*time.Second)
 	w.start(t, c.bin, c.dir)
+	c.workerDown = append(c.workerDown, downWindow{down, time.Now()})
 	ready := c.waitReady(ctx, w, time.Minute)
 	// Long enough for the restarted worker to get partitions and decide.
 	sleep(ctx, f.length+4*time.Second)

@@ -5,7 +5,10 @@
 // come back only after their replica took over; the kfake broker over
 // TCP with a compacted control topic; a segment snapshot, a plan store and
 // a policy file swapped live, with a provider budget whose two lanes hold
-// part of the pushes), fed a generated workload while faults
+// part of the pushes and a user_limits section; a compacted user-limits
+// topic), fed a generated workload and users' own limits (records for a
+// few dozen of its users: snoozes, tiers, channels turned down, quiet
+// hours, changes, clears and records the policy refuses) while faults
 // chosen by a seed hit every part (workers killed and stopped, Redis shut
 // down, killed, paused and failed over, its script cache flushed, a slot
 // migrated, the broker restarted, campaigns stopped and paused, a foreign
@@ -21,8 +24,12 @@
 // its decision, no user is above any limit, no refusal
 // is one the caps do not explain, nothing is delivered or counted twice
 // without the duplicate flag, nothing undelivered stays counted, no
-// stopped campaign is delivered, and every worker is not ready while Redis
-// cannot decide. Its processes die with it, however it ends.
+// stopped campaign is delivered, no delivery broke a user's own limits in
+// force when it was decided (those of the user's latest record settled by
+// then: acknowledged 2 s before, or seen applied; a delivery decided while
+// a record settles is counted ambiguous), the limits Redis holds at the end
+// are each user's latest record's, and every worker is not ready while
+// Redis cannot decide. Its processes die with it, however it ends.
 //
 // The soak is a test (soak_test.go): `make test` runs a short one with a
 // fixed seed; `make soak SEED=N DURATION=S` runs any other. The seed

@@ -245,6 +245,9 @@ type chaos struct {
 	// brokerDown: when the broker was down (a broker-restart), from its
 	// stop to its start: no write could reach a topic in between.
 	brokerDown []downWindow
+	// workerDown: when a worker was stopped (killed, or stopped and
+	// restarted by a fault), from the signal to its restart.
+	workerDown []downWindow
 }
 
 // downWindow is a span a server was down, on this machine's clock.
@@ -266,6 +269,7 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 	switch f.kind {
 	case "worker-kill", "worker-term":
 		w := c.workers[f.target%len(c.workers)]
+		from := time.Now()
 		if f.kind == "worker-kill" {
 			w.signal(syscall.SIGKILL, 10*time.Second)
 		} else {
@@ -273,6 +277,7 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 		}
 		sleep(ctx, f.length)
 		w.start(t, c.bin, c.dir)
+		c.workerDown = append(c.workerDown, downWindow{from, time.Now()})
 		c.note("%s %s, restarted after %.1fs", f.kind, w.name, f.length.Seconds())
 	case "redis-shutdown", "redis-kill", "redis-pause":
 		r := c.tp.single

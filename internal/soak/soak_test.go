@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/policy"
@@ -96,14 +98,18 @@ func TestSoak(t *testing.T) {
 	if to.Sub(now) < 20*time.Second {
 		to = to.Add(time.Minute)
 	}
-	v1, v2 := policies(from.Format("15:04"), to.Format("15:04"), true)
+	ownLimits := hasUsers(bin)
+	if !ownLimits {
+		t.Logf("soak: %s has no users' own limits: the policies have no user_limits, no records are written, and their check is skipped", bin)
+	}
+	v1, v2 := policies(from.Format("15:04"), to.Format("15:04"), true, ownLimits)
 	policyFile := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(policyFile, v1, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	paced := hasPacing(bin, policyFile)
 	if !paced {
-		v1, v2 = policies(from.Format("15:04"), to.Format("15:04"), false)
+		v1, v2 = policies(from.Format("15:04"), to.Format("15:04"), false, ownLimits)
 		t.Logf("soak: %s has no send pacing: the policies have no budget, and its checks are skipped", bin)
 	}
 	versions := map[string]capping.Rules{}
@@ -123,12 +129,16 @@ func TestSoak(t *testing.T) {
 	if !paced {
 		cfg.Kafka.Topics.Lanes = ""
 	}
+	if !ownLimits {
+		cfg.Kafka.Topics.UserLimits = ""
+	}
 	noControl := !hasControl(bin)
 	if noControl {
 		cfg.Kafka.Topics.Control = ""
 		t.Logf("soak: %s has no campaign control: its faults are skipped", bin)
 	}
 	var ws []*worker
+	workersStart := time.Now()
 	for i := range workers {
 		w := &worker{name: fmt.Sprintf("w%d", i+1), config: filepath.Join(dir, fmt.Sprintf("w%d.yaml", i+1)),
 			http: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
@@ -156,9 +166,22 @@ func TestSoak(t *testing.T) {
 	prod := newProducer(b.addr)
 	defer prod.w.Close()
 	ch.prod = prod
+	uw := &userWriter{addr: b.addr, group: cfg.Kafka.UserLimitsGroup()}
+	var steps []userStep
+	if ownLimits {
+		steps = userPlan(seed, traffic)
+	}
 	t0 := time.Now()
 	t.Logf("soak: traffic starts at %s (the faults' times are from it)", t0.UTC().Format(timeLayout))
 	var wg sync.WaitGroup
+	if ownLimits {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			uw.run(ctx, t0, steps)
+		}()
+		go uw.follow(ctx)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -183,6 +206,13 @@ func TestSoak(t *testing.T) {
 	}
 	t.Logf("soak: %d intents produced (%d bad, %d retries of an earlier id among them, %d paced by budget %s), %d delivery statuses; faults done:\n  %s",
 		g.intents, g.bad, g.intents-g.n, g.paced, paceBudget, g.statuses, strings.Join(ch.log, "\n  "))
+	if ownLimits {
+		var lines []string
+		for _, w := range uw.writes() {
+			lines = append(lines, fmt.Sprintf("user %d: %s", w.user, w))
+		}
+		t.Logf("soak: %d of %d user-limits records written:\n  %s", len(lines), len(steps), strings.Join(lines, "\n  "))
+	}
 
 	// Drain: deferred intents come back within max_defer (1m) and quiet
 	// hours end within two minutes of the start; the budget releases what
@@ -208,8 +238,41 @@ func TestSoak(t *testing.T) {
 	if miss := o.missing(); len(miss) > 0 {
 		stuck(ctx, t, b.addr, miss, ws, logs)
 	}
+	var shown map[uint64]userShown
+	var deferred []kafka.Message
+	if ownLimits {
+		var us []uint64
+		for _, s := range steps {
+			if !slices.Contains(us, s.user) {
+				us = append(us, s.user)
+			}
+		}
+		shown = showUsers(bin, ws[0].config, us)
+		for _, topic := range []string{tTier1, tTier2} {
+			msgs, err := audit.ReadTopic(ctx, []string{b.addr}, topic)
+			if err != nil {
+				t.Logf("soak: read %s: %v", topic, err)
+			}
+			deferred = append(deferred, msgs...)
+		}
+	}
 	cancel()
 	rep := check(o, versions, g.refunded, p, ch.held)
+	if ownLimits {
+		// The applier may lag while its group forms (the workers' start,
+		// until shortly after the traffic starts), and in every fault and
+		// the recovery after it; a decision's script may run late in a
+		// Redis outage and while it recovers.
+		lagging := []downWindow{{workersStart, t0.Add(5 * time.Second)}}
+		var stalls []downWindow
+		for _, w := range slices.Concat(ch.outage.spans(), ch.brokerDown, ch.workerDown) {
+			lagging = append(lagging, downWindow{w.from, w.to.Add(userFaultGlow)})
+		}
+		for _, w := range ch.outage.spans() {
+			stalls = append(stalls, downWindow{w.from, w.to.Add(userFaultGlow)})
+		}
+		checkUserLimits(rep, o, versions, g.refunded, uw.writes(), shown, deferred, lagging, stalls)
+	}
 	if paced {
 		checkPacing(rep, o, budget{name: paceBudget, rate: paceRate, burst: paceBurst}, ch.brokerDown, ch.outage.spans())
 	}

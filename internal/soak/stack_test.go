@@ -55,9 +55,18 @@ const (
 )
 
 // topics: the lanes' topics (as many partitions as the input, like every
-// topic of the soak), and the control topic last (it is created
-// compacted).
-var topics = append(append([]string{tIn, tDeliveries, tSuppressed, tDLQ, tStatus, tTier1, tTier2}, laneTopics()...), tControl)
+// topic of the soak), and the compacted ones last.
+var topics = append(append([]string{tIn, tDeliveries, tSuppressed, tDLQ, tStatus, tTier1, tTier2}, laneTopics()...), compacted...)
+
+// compacted are the topics created compacted, with their configs: the
+// control topic and the user-limits topic (whose tombstones are kept 7
+// days, as capper topics create sets it).
+var compacted = []string{tControl, tUserLimits}
+
+var compactedConfigs = map[string]map[string]string{
+	tControl:    {"cleanup.policy": "compact"},
+	tUserLimits: {"cleanup.policy": "compact", "delete.retention.ms": "604800000"},
+}
 
 // broker is the kfake broker, which a fault may restart: the same port,
 // the same data directory (written synchronously), so nothing it
@@ -87,14 +96,16 @@ func (b *broker) start() error {
 	var err error
 	for range 50 { // the old listener's port may linger a moment
 		b.c, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(b.port), kfake.DataDir(b.dir), kfake.SyncWrites(),
-			kfake.SeedTopics(partitions, topics[:len(topics)-1]...))
+			kfake.SeedTopics(partitions, topics[:len(topics)-len(compacted)]...))
 		if err == nil {
-			// The control topic is compacted, as the docs ask (a restart
-			// finds it in the data directory).
-			if err := b.c.CreateTopic(tControl, partitions, map[string]string{"cleanup.policy": "compact"}); err != nil &&
-				!errors.Is(err, kerr.TopicAlreadyExists) {
-				b.c.Close()
-				return fmt.Errorf("create the control topic %s: %w", tControl, err)
+			// The control and user-limits topics are compacted, as the
+			// docs ask (a restart finds them in the data directory).
+			for _, topic := range compacted {
+				if err := b.c.CreateTopic(topic, partitions, compactedConfigs[topic]); err != nil &&
+					!errors.Is(err, kerr.TopicAlreadyExists) {
+					b.c.Close()
+					return fmt.Errorf("create the compacted topic %s: %w", topic, err)
+				}
 			}
 			return nil
 		}
@@ -103,8 +114,9 @@ func (b *broker) start() error {
 	return fmt.Errorf("start kfake on port %d: %w", b.port, err)
 }
 
-// compact compacts every compacted topic now (the control topic): only the
-// latest record of each key is left (a partition's last batch whole).
+// compact compacts every compacted topic now (the control and user-limits
+// topics): only the latest record of each key is left (a partition's last
+// batch whole).
 func (b *broker) compact() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -348,7 +360,7 @@ func workerConfig(t *testing.T, b *broker, tp *topology, dir string) *config.Con
 	k.Brokers = []string{b.addr}
 	k.GroupID = group
 	k.Topics = config.Topics{Input: tIn, Deliveries: tDeliveries, Suppressed: tSuppressed, DeadLetter: tDLQ, DeliveryStatus: tStatus, Control: tControl,
-		Lanes: tLanes}
+		Lanes: tLanes, UserLimits: tUserLimits}
 	k.DelayTiers = []config.DelayTier{{Delay: config.Duration(2 * time.Second), Topic: tTier1}, {Delay: config.Duration(10 * time.Second), Topic: tTier2}}
 	k.FetchMaxWait = config.Duration(100 * time.Millisecond)
 	k.SessionTimeout = config.Duration(6 * time.Second) // kfake's minimum
@@ -383,8 +395,8 @@ func workerConfig(t *testing.T, b *broker, tp *topology, dir string) *config.Con
 }
 
 // writeConfig writes cfg with addr as its HTTP address. Without campaign
-// control or send pacing (an older build) the keys they added are left
-// out: such a build refuses keys it does not know.
+// control, send pacing or users' own limits (an older build) the keys they
+// added are left out: such a build refuses keys it does not know.
 func writeConfig(t *testing.T, cfg *config.Config, addr, path string) {
 	t.Helper()
 	c := *cfg
@@ -396,7 +408,7 @@ func writeConfig(t *testing.T, cfg *config.Config, addr, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Kafka.Topics.Control == "" || c.Kafka.Topics.Lanes == "" {
+	if c.Kafka.Topics.Control == "" || c.Kafka.Topics.Lanes == "" || c.Kafka.Topics.UserLimits == "" {
 		var doc map[string]any
 		if err := yaml.Unmarshal(y, &doc); err != nil {
 			t.Fatal(err)
@@ -408,6 +420,9 @@ func writeConfig(t *testing.T, cfg *config.Config, addr, path string) {
 		}
 		if c.Kafka.Topics.Lanes == "" {
 			delete(topics, "lanes")
+		}
+		if c.Kafka.Topics.UserLimits == "" {
+			delete(topics, "user_limits")
 		}
 		if y, err = yaml.Marshal(doc); err != nil {
 			t.Fatal(err)

@@ -328,11 +328,15 @@ func budgetsYAML(rate float64) string {
 // for active users and has quiet hours for dormant ones (in UTC, from
 // quietFrom to quietTo, "HH:MM"); v2 tightens one limit, loosens another
 // and has no quiet hours. Both have the budget, unless paced is false (a
-// build without send pacing).
-func policies(quietFrom, quietTo string, paced bool) (v1, v2 []byte) {
+// build without send pacing), and the same user_limits section, unless
+// users is false (a build without users' own limits).
+func policies(quietFrom, quietTo string, paced, users bool) (v1, v2 []byte) {
 	budgets := ""
 	if paced {
 		budgets = budgetsYAML(paceRate)
+	}
+	if users {
+		budgets += userLimitsYAML
 	}
 	head := budgets + `channels: [email, push, sms, inapp]
 categories: [marketing, transactional]
