@@ -169,7 +169,15 @@ func (e *Engine) UserLimits(ctx context.Context, uid uint64) (UserLimits, error)
 
 func (e *Engine) userLimits(ctx context.Context, uid uint64, v, mode string) (UserLimits, string, error) {
 	life := e.set.Load().keyLife + e.set.Load().slack
-	res, err := userLimitsScript.Run(ctx, e.client, []string{e.keys.bucket(uid)}, userField(uid), v, mode, life, field(uid)).Slice()
+	key := e.keys.bucket(uid)
+	args := []any{userField(uid), v, mode, life, field(uid)}
+	var res []any
+	var err error
+	if e.waitReplicas > 0 {
+		res, err = e.userLimitsDurable(ctx, key, args)
+	} else {
+		res, err = userLimitsScript.Run(ctx, e.client, []string{key}, args...).Slice()
+	}
 	if err != nil {
 		return UserLimits{}, "", err
 	}
@@ -181,4 +189,32 @@ func (e *Engine) userLimits(ctx context.Context, uid uint64, v, mode string) (Us
 	}
 	rec, _ := res[1].(string)
 	return before, rec, nil
+}
+
+// userLimitsDurable runs the script on key's master and returns once
+// WaitReplicas replicas acknowledged it (as decisions do, durable.go): a
+// change the applier committed must outlive a failover, or an erased user
+// could come back.
+func (e *Engine) userLimitsDurable(ctx context.Context, key string, args []any) ([]any, error) {
+	node, err := e.masterFor(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("find the master: %w", err)
+	}
+	pipe := node.Pipeline()
+	run := pipe.Eval(ctx, userLimitsSrc, []string{key}, args...)
+	wait := pipe.Do(ctx, "wait", e.waitReplicas, e.waitTimeout.Milliseconds())
+	_, _ = pipe.Exec(ctx) // errors are per command
+	res, err := run.Slice()
+	if err != nil {
+		return nil, err
+	}
+	acked, err := wait.Int64()
+	if err == nil && acked < int64(e.waitReplicas) {
+		err = errNotReplicated{acked, int64(e.waitReplicas), e.waitTimeout}
+	}
+	if err != nil {
+		e.m.waitFailures.Inc()
+		return nil, err
+	}
+	return res, nil
 }

@@ -3,6 +3,7 @@ package capping
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -309,5 +310,28 @@ func TestUserTierExactUnderConcurrency(t *testing.T) {
 		if n := allowed[u].Load(); n != 1 {
 			t.Errorf("user %d: %d allowed, the tier allows 1 a day", 1000+u, n)
 		}
+	}
+}
+
+// TestUserLimitsWaitForReplicas: with WaitReplicas, a user's limits are
+// set once a replica has them, and setting them fails (the applier retries,
+// never commits) while no replica acknowledges.
+func TestUserLimitsWaitForReplicas(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.ReplicaOf(t, master)
+	e := newEngine(t, master.Client(), Options{Rules: userRules(), WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	setLimits(t, e, 7, UserLimits{Tier: "fewer"})
+	if v := replica.Client().HGet(ctx, e.keys.bucket(7), userField(7)).Val(); v != (UserLimits{Tier: "fewer"}).Encode() {
+		t.Fatalf("the replica holds %q once set returned", v)
+	}
+	replica.Pause()
+	defer replica.Resume()
+	_, err := e.SetUserLimits(ctx, 8, UserLimits{Tier: "fewer"})
+	if err == nil || !strings.Contains(err.Error(), "not replicated") {
+		t.Fatalf("set with the replica paused: %v, want not replicated", err)
+	}
+	if _, err := e.ForgetUser(ctx, 7); err == nil {
+		t.Fatal("forget with the replica paused: no error")
 	}
 }
