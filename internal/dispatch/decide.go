@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/capper-dev/capper/internal/capping"
@@ -37,10 +38,11 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.
 	return w.decideEarly(ctx, reqs, nil)
 }
 
-// decideEarly is decide, calling early (when not nil) before each wait for
-// a retry with the answers so far: every request but those in still has
-// its final one in out. The batch's deliveries decided then need not wait
-// for their batch-mates' retries (writeEarly).
+// decideEarly is decide, calling early (when not nil) with the answers so
+// far whenever some requests must wait (for a retry, or for the give-back
+// of a lost answer): every request but those in still has its final one
+// in out. The batch's deliveries decided then need not wait for their
+// batch-mates (writeEarly).
 func (w *Worker) decideEarly(ctx context.Context, reqs []capping.Request, early func(out []capping.Decision, still []int)) ([]capping.Decision, error) {
 	a := newAttempts(reqs)
 	backoff := w.retryBackoff()
@@ -62,7 +64,13 @@ func (w *Worker) decideEarly(ctx context.Context, reqs []capping.Request, early 
 			}
 		}
 		failed, lastErr := a.answer(ds, err, sent, w.o.Logger)
-		if owed := a.owed(); len(owed) > 0 {
+		owed := a.owed()
+		if early != nil && (failed > 0 || len(owed) > 0) {
+			// Batch-mates wait (for a give-back, or a retry): what is
+			// decided for good may go now.
+			early(a.out, append(slices.Clone(a.still), owed...))
+		}
+		if len(owed) > 0 {
 			// Answered for good, undelivered, after a lost answer: given
 			// back before their users' later intents are decided.
 			if err := w.giveBack(ctx, reqs, owed, a.lost); err != nil {
@@ -89,9 +97,6 @@ func (w *Worker) decideEarly(ctx context.Context, reqs []capping.Request, early 
 		if attempt == 1 || attempt%10 == 0 {
 			w.o.Logger.Warn("redis could not decide; waiting and retrying", "intents", len(a.still),
 				"attempt", attempt, "backoff", backoff.current(), "error", lastErr)
-		}
-		if early != nil {
-			early(a.out, a.still)
 		}
 		if err := backoff.wait(ctx); err != nil {
 			return nil, fmt.Errorf("decide: %w (last redis error: %v)", err, lastErr)
