@@ -88,7 +88,7 @@ func (d *Document) DescribeUserLimits() []string {
 func describeTier(t UserTier) string {
 	parts := make([]string, len(t.Limits))
 	for i, l := range t.Limits {
-		parts[i] = l.Name + " " + Describe(l)
+		parts[i] = l.Name + " " + describeIn(l, Holding{})
 	}
 	return strings.Join(parts, "; ")
 }

@@ -22,6 +22,9 @@ func TestUserLimitsSection(t *testing.T) {
 		u.MaxPerChannel != 7 || u.MaxDefer != 24*time.Hour || strings.Join(u.Channels, ",") != "email,push,sms,inapp" {
 		t.Fatalf("rules: %+v", u)
 	}
+	if d, _ := Parse([]byte("user_limits: {tiers: [{name: later, limits: [{name: d, window: 1h, max: 1, on_cap: defer, max_defer: 2h}]}]}\n")); !strings.Contains(strings.Join(d.DescribeUserLimits(), "\n"), `user tier "later": d at most 1 in any 1h, every intent, capped intents deferred for up to 2h`) {
+		t.Fatalf("a tier that defers, described: %q", d.DescribeUserLimits())
+	}
 	if d, _ := Parse([]byte("channels: [push]\n")); d.UserLimits != nil {
 		t.Fatal("a document without the section reads users' limits")
 	}
