@@ -27,8 +27,10 @@ type userLimits struct {
 	// applied waits until the records written before it was called are
 	// in Redis (userlimits.Applied).
 	applied func(context.Context) error
-	// count refreshes capper_user_limits_users.
+	// count refreshes capper_user_limits_users; lag exports the applier
+	// group's lag.
 	count func(context.Context) error
+	lag   *dispatch.LagReporter
 }
 
 // userCountEvery is how often a worker reads the count of users with
@@ -84,6 +86,14 @@ func newUserLimits(cfg *config.Config, engine *capping.Engine, policies *policy.
 			}
 		}
 	}
+	lagGauge := promauto.With(reg).NewGaugeVec(prometheus.GaugeOpts{
+		Name: "capper_user_limits_lag",
+		Help: "Records of the user-limits topic its applier group (<kafka.group_id>-user-limits) has not committed (applied) yet, by partition, from the brokers every kafka.lag_interval.",
+	}, []string{"partition"})
+	if u.lag, err = dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: group, Topic: topic, Interval: cfg.Kafka.LagInterval.D(),
+		Gauge: lagGauge, Logger: log}); err != nil {
+		return nil, err
+	}
 	if policies.Current().Rules.Users == nil {
 		log.Warn("kafka.topics.user_limits is set, but the policy in force has no user_limits section: users' limits are refused until a policy has one (tombstones still erase)",
 			"topic", topic, "policy", policies.Current().Version)
@@ -102,4 +112,5 @@ func (u *userLimits) add(ctx context.Context, g *actors) {
 	g.addLoop(ctx, "user-limits", u.applier.Run)
 	g.addLoop(ctx, "user-limits-cache", u.follower.Run)
 	g.addLoop(ctx, "user-limits-count", u.count)
+	g.addLoop(ctx, "user-limits-lag", u.lag.Run)
 }

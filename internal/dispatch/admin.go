@@ -81,7 +81,11 @@ type LagOptions struct {
 	Interval time.Duration
 	// Registerer receives capper_kafka_consumer_lag; nil registers nothing.
 	Registerer prometheus.Registerer
-	Logger     *slog.Logger // nil discards
+	// Gauge, when set, receives the lag by partition instead of
+	// capper_kafka_consumer_lag (another group's: the user-limits
+	// applier's).
+	Gauge  *prometheus.GaugeVec
+	Logger *slog.Logger // nil discards
 }
 
 // LagReporter exports the consumer group's lag per partition of the input
@@ -122,10 +126,14 @@ func NewLagReporter(o LagOptions) (*LagReporter, error) {
 		}
 		return l, nil
 	}
-	l.lag = promauto.With(o.Registerer).NewGaugeVec(prometheus.GaugeOpts{
-		Name: "capper_kafka_consumer_lag",
-		Help: "Records of the input topic not yet committed by the consumer group (high watermark minus committed offset), by partition, from the brokers every kafka.lag_interval.",
-	}, []string{"partition"})
+	if o.Gauge != nil {
+		l.lag = o.Gauge
+	} else {
+		l.lag = promauto.With(o.Registerer).NewGaugeVec(prometheus.GaugeOpts{
+			Name: "capper_kafka_consumer_lag",
+			Help: "Records of the input topic not yet committed by the consumer group (high watermark minus committed offset), by partition, from the brokers every kafka.lag_interval.",
+		}, []string{"partition"})
+	}
 	l.set = func(p int, lag int64) {
 		if p >= 0 {
 			l.lag.WithLabelValues(strconv.Itoa(p)).Set(float64(lag))
