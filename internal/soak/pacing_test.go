@@ -28,13 +28,15 @@ package soak
 //     duplicate is left out (its capper-decided-at is when its id was
 //     first allowed, not when it was decided), and so is a delivery
 //     decided before the broker came back from a restart and written
-//     after it went down (nothing could be written in between). In a
-//     Redis outage (plus redisAfterglow) a delivery may be up to
-//     outageLate late: the attempt it was decided in waited for a node
-//     that did not answer (the workers' read timeout, times the client's
-//     tries); it does not wait for its batch-mates' retries or
-//     give-backs (written early: docs/concepts/pacing.md). Later is
-//     reported.
+//     after it went down (nothing could be written in between). One
+//     decided before a Redis outage ended (plus redisAfterglow) and
+//     written after it began is counted, not reported, when it is late
+//     by more than outageLate: its own answer was lost or not
+//     acknowledged by a replica, and a later attempt confirmed it (its
+//     capper-decided-at stays when its send was counted); up to
+//     outageLate, the attempt waited for a node that did not answer. A
+//     delivery no longer waits for its batch-mates' retries or give-backs
+//     (written early: docs/concepts/pacing.md).
 
 import (
 	"encoding/json"
@@ -247,11 +249,16 @@ func checkWritten(r *report, o outputs, brokerDown, redisDown []downWindow) {
 			r.counts["pacing: deliveries written late across a broker restart"]++
 			continue
 		}
-		if late <= outageLate && slices.ContainsFunc(redisDown, func(w downWindow) bool {
+		if slices.ContainsFunc(redisDown, func(w downWindow) bool {
 			return at.Before(w.to.Add(redisAfterglow)) && m.Time.After(w.from)
 		}) {
-			// Its attempt waited for a node that did not answer.
-			r.counts["pacing: deliveries written late (at most 5 s), decided in a Redis outage"]++
+			if late <= outageLate {
+				// Its attempt waited for a node that did not answer.
+				r.counts["pacing: deliveries written late (at most 5 s), decided in a Redis outage"]++
+			} else {
+				// Confirmed by a later attempt: its own answer was lost.
+				r.counts["pacing: deliveries written late, their own answer lost in a Redis outage"]++
+			}
 			continue
 		}
 		r.add("written", "%s (lane %s) decided at %s, written at %s: %s after its decision (released at %s, %s, %s/%d/%d)",
