@@ -143,7 +143,7 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message, prev cha
 			byReq = append(byReq, i)
 		}
 	}
-	decisions, err := w.decideEarly(ctx, reqs, func(out []capping.Decision, still []int) {
+	decisions, err := w.decide(ctx, reqs, func(out []capping.Decision, still []int) {
 		w.writeEarly(ctx, b, byReq, out, still)
 	})
 	if err != nil {

@@ -34,16 +34,13 @@ import (
 // Duplicate at one of its times is its first delivery (ownDuplicate); one
 // that ends undelivered is given back before its user's later intents are
 // decided, which wait for that.
-func (w *Worker) decide(ctx context.Context, reqs []capping.Request) ([]capping.Decision, error) {
-	return w.decideEarly(ctx, reqs, nil)
-}
-
-// decideEarly is decide, calling early (when not nil) with the answers so
-// far whenever some requests must wait (for a retry, or for the give-back
-// of a lost answer): every request but those in still has its final one
-// in out. The batch's deliveries decided then need not wait for their
-// batch-mates (writeEarly).
-func (w *Worker) decideEarly(ctx context.Context, reqs []capping.Request, early func(out []capping.Decision, still []int)) ([]capping.Decision, error) {
+//
+// It calls early (when not nil) with the answers so far whenever some
+// requests must wait (for a retry, or for the give-back of a lost answer):
+// every request but those in still has its final one in out. The batch's
+// deliveries decided then need not wait for their batch-mates
+// (writeEarly).
+func (w *Worker) decide(ctx context.Context, reqs []capping.Request, early func(out []capping.Decision, still []int)) ([]capping.Decision, error) {
 	a := newAttempts(reqs)
 	backoff := w.retryBackoff()
 	for attempt := 1; len(a.pending) > 0; attempt++ {
