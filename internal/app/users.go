@@ -22,6 +22,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
+	"github.com/capper-dev/capper/internal/dispatch"
 	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/problems"
 	"github.com/capper-dev/capper/internal/userlimits"
@@ -279,20 +280,9 @@ func SetUser(ctx context.Context, cfg *config.Config, uid uint64, c UserChange, 
 		if r.Waited = time.Since(start); r.Waited >= o.Wait {
 			return r, nil
 		}
-		if sleepCtx(ctx, 20*time.Millisecond) != nil {
+		if dispatch.Sleep(ctx, 20*time.Millisecond) != nil {
 			return r, nil
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

@@ -72,23 +72,11 @@ func (u *UserRules) problems(ps *problems.List, channels, categories map[string]
 			ps.Add(path.Key("name"), "tier %q is listed twice", t.Name)
 		}
 		seen[t.Name] = true
-		if len(t.Limits) == 0 {
-			ps.Add(path.Key("limits"), "at least one limit is required")
-		}
-		names := map[string]bool{}
+		// A tier's limits are checked as a policy's.
+		Policy{Limits: t.Limits}.problems(ps, path, channels, categories)
 		for j, l := range t.Limits {
-			lat := LimitPath(path, j, l.Name)
-			switch {
-			case !validName(l.Name):
-				ps.Add(lat.Key("name"), "%q must be non-empty, at most 64 bytes, without spaces, braces or colons", l.Name)
-			case names[l.Name]:
-				ps.Add(lat.Key("name"), "%q is used by an earlier limit of this tier", l.Name)
-			}
-			names[l.Name] = true
-			l.problems(ps, lat, channels, categories)
-			l.deferProblems(ps, lat)
 			if l.Reserve.Slots > 0 {
-				ps.Add(lat.Key("reserve"), "a user's tier reserves nothing")
+				ps.Add(LimitPath(path, j, l.Name).Key("reserve"), "a user's tier reserves nothing")
 			}
 			n++
 		}

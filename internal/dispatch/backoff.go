@@ -24,7 +24,7 @@ func (b *backoff) current() time.Duration { return b.next }
 // wait sleeps the current wait (or until ctx ends: its error), then
 // doubles it.
 func (b *backoff) wait(ctx context.Context) error {
-	if err := sleep(ctx, b.next); err != nil {
+	if err := Sleep(ctx, b.next); err != nil {
 		return err
 	}
 	b.next = min(2*b.next, b.max)
@@ -34,7 +34,8 @@ func (b *backoff) wait(ctx context.Context) error {
 // reset starts the waits over (a loop that made progress).
 func (b *backoff) reset(initial time.Duration) { b.next = initial }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits d, or until ctx ends (its error then).
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -106,7 +106,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		c.now = time.Now
 	}
 	if c.sleep == nil {
-		c.sleep = sleep
+		c.sleep = Sleep
 	}
 	topics := []string{o.Input}
 	if o.Status != "" {

@@ -96,7 +96,7 @@ func (w *Worker) giveBack(ctx context.Context, reqs []capping.Request, idx []int
 	if wait := time.Until(last.Add(w.giveBackAfter())); wait > 0 {
 		w.o.Logger.Info("intents whose attempts' answers were lost end undelivered: giving them back once no attempt can count them",
 			"intents", len(rs), "wait", wait.Round(time.Millisecond))
-		if err := sleep(ctx, wait); err != nil {
+		if err := Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}

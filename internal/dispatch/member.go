@@ -111,7 +111,7 @@ func (m *member) run(ctx context.Context) {
 				return
 			}
 			m.o.Log.Warn("kafka group: joining failed; retrying", "group", m.o.GroupID, "error", err)
-			if sleep(ctx, time.Second) != nil {
+			if Sleep(ctx, time.Second) != nil {
 				return
 			}
 			continue

@@ -126,7 +126,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		case err != nil:
 			a.o.Metrics.errors.WithLabelValues(stageFetch).Inc()
 			a.log.Warn("read the user-limits topic; retrying", "topic", a.o.Topic, "error", err, "retry_in", wait)
-			if sleep(ctx, wait) != nil {
+			if dispatch.Sleep(ctx, wait) != nil {
 				return nil
 			}
 			wait = min(2*wait, a.o.RetryMax)
@@ -183,7 +183,7 @@ func (a *Applier) apply(ctx context.Context, m kafka.Message) bool {
 			a.log.Warn("write a user's limits to Redis; retrying (the record waits, uncommitted)", "topic", a.o.Topic,
 				"partition", m.Partition, "offset", m.Offset, "failures", failures, "error", redactUser(err, rec.UserID), "retry_in", wait)
 		}
-		if sleep(ctx, wait) != nil {
+		if dispatch.Sleep(ctx, wait) != nil {
 			return false
 		}
 		wait = min(2*wait, a.o.RetryMax)
@@ -222,15 +222,4 @@ func (a *Applier) refuse(m kafka.Message, uid uint64, err error) {
 // name the user).
 func redactUser(err error, uid uint64) string {
 	return strings.ReplaceAll(err.Error(), fmt.Sprintf("user %d", uid), "user (id at debug level)")
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

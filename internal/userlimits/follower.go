@@ -109,7 +109,7 @@ func (f *Follower) ends(ctx context.Context) (map[int]int64, error) {
 		}
 		f.o.Metrics.errors.WithLabelValues(stageFollow).Inc()
 		f.log.Warn("the user-limits topic's ends; retrying", "topic", f.o.Topic, "error", err, "retry_in", wait)
-		if sleep(ctx, wait) != nil {
+		if dispatch.Sleep(ctx, wait) != nil {
 			return nil, ctx.Err()
 		}
 		wait = min(2*wait, 5*time.Second)
@@ -169,7 +169,7 @@ func (f *Follower) follow(ctx context.Context, partition int, offset int64) {
 		if err != nil {
 			f.o.Metrics.errors.WithLabelValues(stageFollow).Inc()
 			f.log.Warn("read the user-limits topic for the refusal cache; retrying", "topic", f.o.Topic, "partition", partition, "error", err)
-			if sleep(ctx, time.Second) != nil {
+			if dispatch.Sleep(ctx, time.Second) != nil {
 				return
 			}
 			continue
