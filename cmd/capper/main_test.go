@@ -590,6 +590,9 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 			Trimmed  *bool   `json:"trimmed"`
 			Booked   []any   `json:"booked"`
 		} `json:"limits"`
+		// UserLimits: null, the example policy reads no users' limits
+		// (TestUserCLI shows them).
+		UserLimits json.RawMessage `json:"user_limits"`
 	}
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.DisallowUnknownFields()
@@ -597,7 +600,7 @@ func checkInspectJSON(t *testing.T, s *stack, segment string, allowed int) {
 		t.Fatalf("inspect -o json: %v\n%s", err, out)
 	}
 	if got.User == nil || *got.User != 42 || got.Segment != segment || got.Snapshot == nil || *got.Snapshot == "" ||
-		got.TimeZone != s.cfg.Capping.TimeZone || got.Campaign != nil {
+		got.TimeZone != s.cfg.Capping.TimeZone || got.Campaign != nil || string(got.UserLimits) != "null" {
 		t.Fatalf("inspect -o json: wrong header:\n%s", out)
 	}
 	at, err := time.Parse(time.RFC3339, got.At)
