@@ -97,7 +97,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	case o.Kafka.StartOffset != "earliest" && o.Kafka.StartOffset != "latest":
 		return nil, fmt.Errorf("kafka start_offset: %q is not earliest or latest", o.Kafka.StartOffset)
 	}
-	c := &Consumer{o: o, dialer: o.Kafka.dialer(), log: o.Kafka.Logger, now: o.Now, sleep: o.Sleep,
+	c := &Consumer{o: o, dialer: o.Kafka.Dialer(), log: o.Kafka.Logger, now: o.Now, sleep: o.Sleep,
 		q: newQueue(4 * o.Kafka.BatchSize), window: 2 * int64(o.Kafka.BatchSize), tiers: map[string]bool{}, tierParts: map[string]int{}}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)

@@ -75,7 +75,7 @@ func (s *ControlSource) Read(ctx context.Context, partition int, offset int64) (
 	pr := s.readers[partition]
 	if pr == nil {
 		pr = &partitionReader{r: kafka.NewReader(kafka.ReaderConfig{
-			Brokers: s.o.Brokers, Topic: s.topic, Partition: partition, Dialer: s.o.dialer(),
+			Brokers: s.o.Brokers, Topic: s.topic, Partition: partition, Dialer: s.o.Dialer(),
 			MinBytes: 1, MaxBytes: 4 << 20, MaxWait: s.o.FetchMaxWait, ReadBackoffMin: 50 * time.Millisecond,
 			// No lag reads: the follower has its own lag gauge, and kafka-go's
 			// would log "failed to read lag ... context canceled" on Close.
@@ -102,7 +102,7 @@ func (s *ControlSource) Read(ctx context.Context, partition int, offset int64) (
 // errorLogger is the readers' error log, quiet once Close began: a reader
 // closed while it dials logs "operation was canceled", which is no failure.
 func (s *ControlSource) errorLogger() kafka.Logger {
-	l := errorLogger(s.o.Logger, "control")
+	l := ErrorLogger(s.o.Logger, "control")
 	if l == nil {
 		return nil
 	}

@@ -99,7 +99,9 @@ func (o KafkaOptions) validate() error {
 	return nil
 }
 
-func (o KafkaOptions) dialer() *kafka.Dialer {
+// Dialer is the connection settings (client id, TLS, SASL) as kafka-go's
+// readers take them.
+func (o KafkaOptions) Dialer() *kafka.Dialer {
 	return &kafka.Dialer{ClientID: o.ClientID, Timeout: 10 * time.Second, DualStack: true, TLS: o.TLS, SASLMechanism: o.SASL}
 }
 
@@ -153,11 +155,13 @@ func newWriter(o KafkaOptions, topic string, balancer kafka.Balancer) (*kafka.Wr
 			// the cluster) that copy grows with the cluster.
 			MetadataTopics: []string{topic},
 		},
-		ErrorLogger: errorLogger(o.Logger, "kafka writer "+topic),
+		ErrorLogger: ErrorLogger(o.Logger, "kafka writer "+topic),
 	}, nil
 }
 
-func errorLogger(l *slog.Logger, component string) kafka.Logger {
+// ErrorLogger is a kafka-go client's error log as WARN lines of l naming
+// component (nil: none).
+func ErrorLogger(l *slog.Logger, component string) kafka.Logger {
 	if l == nil {
 		return nil
 	}

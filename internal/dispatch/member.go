@@ -81,7 +81,7 @@ func newMember(o memberOptions) (*member, error) {
 	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                    o.GroupID,
 		Brokers:               k.Brokers,
-		Dialer:                k.dialer(),
+		Dialer:                k.Dialer(),
 		Topics:                o.Topics,
 		GroupBalancers:        o.Balancers,
 		HeartbeatInterval:     k.HeartbeatInterval,
@@ -90,7 +90,7 @@ func newMember(o memberOptions) (*member, error) {
 		JoinGroupBackoff:      time.Second,
 		WatchPartitionChanges: true,
 		StartOffset:           start,
-		ErrorLogger:           errorLogger(k.Logger, "kafka group "+o.GroupID),
+		ErrorLogger:           ErrorLogger(k.Logger, "kafka group "+o.GroupID),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer group %s: %w", o.GroupID, err)

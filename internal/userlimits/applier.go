@@ -79,7 +79,7 @@ func NewApplier(o ApplierOptions) (*Applier, error) {
 	}
 	k := o.Kafka
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: k.Brokers, GroupID: o.Group, Topic: o.Topic, Dialer: dialer(k),
+		Brokers: k.Brokers, GroupID: o.Group, Topic: o.Topic, Dialer: k.Dialer(),
 		// Small fetches, answered within MaxFetchWait: records are small
 		// and rare, and a user waits for theirs.
 		MinBytes: 1, MaxBytes: 1 << 20, MaxWait: min(k.FetchMaxWait, MaxFetchWait), QueueCapacity: 64,
@@ -91,21 +91,9 @@ func NewApplier(o ApplierOptions) (*Applier, error) {
 		HeartbeatInterval: k.HeartbeatInterval, SessionTimeout: k.SessionTimeout, RebalanceTimeout: k.RebalanceTimeout,
 		JoinGroupBackoff: time.Second, WatchPartitionChanges: true,
 		ReadLagInterval: -1,
-		ErrorLogger:     kafkaLogger(log, "user-limits group "+o.Group),
+		ErrorLogger:     dispatch.ErrorLogger(log, "user-limits group "+o.Group),
 	})
 	return &Applier{o: o, r: r, log: log}, nil
-}
-
-// dialer is the worker's connection settings as kafka-go's readers take
-// them.
-func dialer(k dispatch.KafkaOptions) *kafka.Dialer {
-	return &kafka.Dialer{ClientID: k.ClientID, Timeout: 10 * time.Second, DualStack: true, TLS: k.TLS, SASLMechanism: k.SASL}
-}
-
-func kafkaLogger(l *slog.Logger, component string) kafka.Logger {
-	return kafka.LoggerFunc(func(msg string, args ...any) {
-		l.Warn(fmt.Sprintf(msg, args...), "component", component)
-	})
 }
 
 // Run applies records until ctx ends, then leaves the group. A record

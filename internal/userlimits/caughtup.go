@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/capper-dev/capper/internal/kafkautil"
 )
 
 // Applied waits until group has committed, on every partition of topic,
@@ -21,25 +19,16 @@ import (
 // every record written before then is in Redis. It polls every poll, and
 // returns ctx's error when ctx ends first.
 func Applied(ctx context.Context, c *kafka.Client, group, topic string, poll time.Duration) error {
-	parts, err := kafkautil.Partitions(ctx, c, topic)
+	first, last, err := partitionOffsets(ctx, c, topic)
 	if err != nil {
 		return err
 	}
-	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
-	for _, p := range parts {
-		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
-	}
-	offs, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	if err != nil {
-		return fmt.Errorf("end offsets of %s: %w", topic, err)
-	}
+	parts := make([]int, 0, len(last))
 	ends := map[int]int64{}
-	for _, po := range offs.Topics[topic] {
-		if po.Error != nil {
-			return fmt.Errorf("end offset of %s/%d: %w", topic, po.Partition, po.Error)
-		}
-		if po.LastOffset > po.FirstOffset { // nothing kept: nothing to apply
-			ends[po.Partition] = po.LastOffset
+	for p, end := range last {
+		parts = append(parts, p)
+		if end > first[p] { // nothing kept: nothing to apply
+			ends[p] = end
 		}
 	}
 	for {

@@ -118,36 +118,42 @@ func (f *Follower) ends(ctx context.Context) (map[int]int64, error) {
 
 // partitionEnds is each partition's end offset now.
 func partitionEnds(ctx context.Context, c *kafka.Client, topic string) (map[int]int64, error) {
+	_, ends, err := partitionOffsets(ctx, c, topic)
+	return ends, err
+}
+
+// partitionOffsets are each partition's first and end offsets now.
+func partitionOffsets(ctx context.Context, c *kafka.Client, topic string) (first, end map[int]int64, err error) {
 	parts, err := kafkautil.Partitions(ctx, c, topic)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(parts) == 0 {
-		return nil, fmt.Errorf("%s: %w on the brokers", topic, dispatch.ErrMissingTopic)
+		return nil, nil, fmt.Errorf("%s: %w on the brokers", topic, dispatch.ErrMissingTopic)
 	}
-	var reqs []kafka.OffsetRequest
+	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
 	for _, p := range parts {
-		reqs = append(reqs, kafka.LastOffsetOf(p))
+		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
 	}
 	offs, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
 	if err != nil {
-		return nil, fmt.Errorf("offsets of %s: %w", topic, err)
+		return nil, nil, fmt.Errorf("offsets of %s: %w", topic, err)
 	}
-	ends := map[int]int64{}
+	first, end = map[int]int64{}, map[int]int64{}
 	for _, po := range offs.Topics[topic] {
 		if po.Error != nil {
-			return nil, fmt.Errorf("offsets of %s partition %d: %w", topic, po.Partition, po.Error)
+			return nil, nil, fmt.Errorf("offsets of %s partition %d: %w", topic, po.Partition, po.Error)
 		}
-		ends[po.Partition] = po.LastOffset
+		first[po.Partition], end[po.Partition] = po.FirstOffset, po.LastOffset
 	}
-	return ends, nil
+	return first, end, nil
 }
 
 // follow reads one partition from offset until ctx ends.
 func (f *Follower) follow(ctx context.Context, partition int, offset int64) {
 	k := f.o.Kafka
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: k.Brokers, Topic: f.o.Topic, Partition: partition, Dialer: dialer(k),
+		Brokers: k.Brokers, Topic: f.o.Topic, Partition: partition, Dialer: k.Dialer(),
 		MinBytes: 1, MaxBytes: 1 << 20, MaxWait: min(k.FetchMaxWait, MaxFetchWait), QueueCapacity: 64,
 		ReadBackoffMin: 50 * time.Millisecond, ReadBackoffMax: time.Second, ReadLagInterval: -1,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
