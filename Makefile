@@ -10,7 +10,7 @@ IMAGE     ?= capper
 # make test fails, instead of skipping, when a server binary is missing.
 export CAPPER_REQUIRE_SERVERS := 1
 
-.PHONY: test deps fmt-check vet staticcheck chart rules unit bench soak build image docs
+.PHONY: test deps fmt-check vet staticcheck chart rules unit later bench soak build image docs
 
 test: deps fmt-check vet staticcheck chart unit
 
@@ -49,6 +49,12 @@ rules: deps
 
 unit:
 	$(GO) test -race -timeout 45m $(PKGS)
+
+# The tests as if today were DAYS days later (default 400): both the Go
+# code's clock and every test redis-server's are moved (scripts/later.sh;
+# CONTRIBUTING.md "Dates and clocks in tests"). Not part of `make test`.
+later: deps
+	scripts/later.sh
 
 # The fault soak (internal/soak, CONTRIBUTING.md): the real binaries, real
 # servers and faults chosen by SEED, for DURATION seconds of traffic, then

@@ -151,7 +151,7 @@ func engineAlone(b *testing.B, s *stack, n int) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng, err := app.NewEngine(context.Background(), &cfg, pol, rdb, prometheus.NewRegistry(), nil)
+	eng, err := app.NewEngine(context.Background(), &cfg, pol, rdb, prometheus.NewRegistry(), nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -818,7 +818,7 @@ func checkCancelledUncounted(b *testing.B, cfg *config.Config, sc pacingScale, o
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng, err := app.NewEngine(ctx, cfg, pol, rdb, prometheus.NewRegistry(), nil)
+	eng, err := app.NewEngine(ctx, cfg, pol, rdb, prometheus.NewRegistry(), nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

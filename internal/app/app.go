@@ -158,7 +158,7 @@ func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*pa
 	if err := p.policies.Poll(ctx); err != nil {
 		return nil, fmt.Errorf("no usable cap policy from %s: %w", p.policies.Source(), err)
 	}
-	if p.engine, err = NewEngine(ctx, cfg, p.policies.Current(), rdb, reg, log); err != nil {
+	if p.engine, err = NewEngine(ctx, cfg, p.policies.Current(), rdb, reg, log, o.Now); err != nil {
 		return nil, err
 	}
 	dec, err := newDecoder(cfg, &p.policies.Current().Rules)

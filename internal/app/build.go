@@ -56,8 +56,8 @@ func NewRedisClient(cfg *config.Config) (redis.UniversalClient, error) {
 }
 
 // NewEngine builds the capping engine deciding by pol (and loads its
-// script into Redis).
-func NewEngine(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*capping.Engine, error) {
+// script into Redis); now is the decision clock (nil: time.Now).
+func NewEngine(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*capping.Engine, error) {
 	c := cfg.Capping
 	e, err := capping.New(ctx, capping.Options{
 		Client:            rdb,
@@ -75,6 +75,7 @@ func NewEngine(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb 
 		Fence:             true,
 		Registerer:        reg,
 		Logger:            log,
+		Clock:             now,
 	})
 	if err != nil {
 		if redisFailed(err) {

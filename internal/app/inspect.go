@@ -78,7 +78,7 @@ func Inspect(ctx context.Context, cfg *config.Config, userID uint64, o InspectOp
 		return nil, err
 	}
 	defer rdb.Close()
-	engine, err := NewEngine(ctx, cfg, pol, rdb, prometheus.NewRegistry(), log)
+	engine, err := NewEngine(ctx, cfg, pol, rdb, prometheus.NewRegistry(), log, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ func Migrate(ctx context.Context, cfg *config.Config, o MigrateOptions, log *slo
 		return capping.MigrateReport{}, err
 	}
 	defer rdb.Close()
-	engine, err := NewEngine(ctx, cfg, pol, rdb, prometheus.NewRegistry(), log)
+	engine, err := NewEngine(ctx, cfg, pol, rdb, prometheus.NewRegistry(), log, nil)
 	if err != nil {
 		return capping.MigrateReport{}, err
 	}

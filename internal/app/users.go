@@ -50,7 +50,7 @@ func openUsers(ctx context.Context, cfg *config.Config, write bool, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	engine, err := NewEngine(ctx, cfg, pol, rdb, prometheus.NewRegistry(), log)
+	engine, err := NewEngine(ctx, cfg, pol, rdb, prometheus.NewRegistry(), log, nil)
 	if err != nil {
 		rdb.Close()
 		return nil, err

@@ -55,6 +55,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	Now        func() time.Time // only for the clock-skew check
+	// Clock is the decision clock (nil: time.Now): what is left of a
+	// user's snooze is measured on it, as decisions are (users_store.go).
+	Clock func() time.Time
 }
 
 const defaultSkewInterval = 30 * time.Second
@@ -77,6 +80,7 @@ type Engine struct {
 	m            *metrics
 	log          *slog.Logger
 	now          func() time.Time
+	clock        func() time.Time
 }
 
 // New validates and compiles the rules and loads the script on every node.
@@ -101,6 +105,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		m:            newMetrics(opts.Registerer),
 		log:          opts.Logger,
 		now:          opts.Now,
+		clock:        opts.Clock,
 	}
 	e.health.watch(opts.Client)
 	e.set.Store(set)
@@ -124,6 +129,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	if e.now == nil {
 		e.now = time.Now
+	}
+	if e.clock == nil {
+		e.clock = time.Now
 	}
 	if err := e.Reload(ctx); err != nil {
 		return nil, err

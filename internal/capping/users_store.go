@@ -25,8 +25,12 @@ const noExpiry = "4294967295"
 // userLimitsSrc sets (ARGV[2] not empty) or removes a user's limits, and
 // with ARGV[3] = "forget" their record too; ARGV[1] is their limits'
 // field, ARGV[5] their record's. ARGV[4] is how long a bucket left without
-// lasting limits lives at least, past its last snooze (s). Returns {limits
-// before, record before} (false: none).
+// lasting limits lives at least, past its last snooze (s); ARGV[6] is now
+// on the engine's clock (s), the clock decisions are made by: a snooze's
+// end is a decision time, so what is left of it is measured on that clock,
+// not on the server's (a test that decides at a simulated time expires
+// what it simulates, on any day it runs). Returns {limits before, record
+// before} (false: none).
 const userLimitsSrc = `
 local before = redis.call('HMGET', KEYS[1], ARGV[1], ARGV[5])
 if ARGV[2] ~= '' then
@@ -52,7 +56,7 @@ if lasting then
   redis.call('PERSIST', KEYS[1])
   return before
 end
-local now = tonumber(redis.call('TIME')[1])
+local now = tonumber(ARGV[6])
 if records == 0 and snooze <= now then
   redis.call('DEL', KEYS[1])
   return before
@@ -170,7 +174,7 @@ func (e *Engine) UserLimits(ctx context.Context, uid uint64) (UserLimits, error)
 func (e *Engine) userLimits(ctx context.Context, uid uint64, v, mode string) (UserLimits, string, error) {
 	life := e.set.Load().keyLife + e.set.Load().slack
 	key := e.keys.bucket(uid)
-	args := []any{userField(uid), v, mode, life, field(uid)}
+	args := []any{userField(uid), v, mode, life, field(uid), e.clock().Unix()}
 	var res []any
 	var err error
 	if e.waitReplicas > 0 {

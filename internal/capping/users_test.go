@@ -54,8 +54,10 @@ func setLimits(t *testing.T, e *Engine, uid uint64, u UserLimits) {
 // TestUserLimits: each of a user's own limits, as the script decides it.
 func TestUserLimits(t *testing.T) {
 	rdb := testenv.StartRedis(t, testenv.RedisOptions{})
-	e := newEngine(t, rdb.Client(), Options{Rules: userRules(), IdempotencyWindow: 48 * time.Hour})
+	// A simulated day: the engine's clock is at it too, so what is left
+	// of a snooze is measured there (never against the server's clock).
 	at := time.Date(2026, 11, 27, 15, 0, 0, 0, time.UTC) // 10:00 in New York
+	e := newEngine(t, rdb.Client(), Options{Rules: userRules(), IdempotencyWindow: 48 * time.Hour, Clock: func() time.Time { return at }})
 	n := 0
 	req := func(uid uint64, channel, category string, at time.Time) Request {
 		n++

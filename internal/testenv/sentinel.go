@@ -102,20 +102,47 @@ func (s *Sentinel) waitMaster(name string, exited <-chan struct{}) bool {
 }
 
 // ReplicaOf starts a redis-server that replicates master and waits until
-// the link is up.
+// the link is up on both sides: the replica says so, and the master lists
+// it online (it acknowledges writes: WAIT counts it). The replica reports
+// its link up a moment before the master has its first acknowledgement.
 func ReplicaOf(t testing.TB, master *Redis) *Redis {
 	t.Helper()
 	r := StartRedis(t, RedisOptions{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}})
-	c := r.Client()
+	c, mc := r.Client(), master.Client()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		info, err := c.Info(context.Background(), "replication").Result()
 		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return r
+			var minfo string
+			if minfo, err = mc.Info(context.Background(), "replication").Result(); err == nil && replicaOnline(minfo, r.Port) {
+				return r
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("replica of %s never linked up: %v\n%s", master.Addr(), err, info)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// replicaOnline reports whether a master's INFO replication lists the
+// replica on port online, with a known lag of at most a second.
+func replicaOnline(info string, port int) bool {
+	for _, line := range strings.Split(info, "\n") {
+		_, fields, ok := strings.Cut(strings.TrimSpace(line), ":ip=")
+		if !ok || !strings.HasPrefix(line, "slave") {
+			continue
+		}
+		kv := map[string]string{}
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			kv[k] = v
+		}
+		if kv["port"] != strconv.Itoa(port) {
+			continue
+		}
+		lag, err := strconv.Atoi(kv["lag"])
+		return kv["state"] == "online" && err == nil && lag <= 1
+	}
+	return false
 }
