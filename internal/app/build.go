@@ -72,7 +72,6 @@ func NewEngine(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb 
 		WaitReplicas:      cfg.Redis.WaitReplicas,
 		WaitTimeout:       cfg.Redis.WaitTimeout.D(),
 		StallAfter:        stallAfter(&cfg.Redis),
-		Fence:             true,
 		Registerer:        reg,
 		Logger:            log,
 		Clock:             now,

@@ -88,9 +88,9 @@ func TestStopWhileRedisStalls(t *testing.T) {
 			t.Errorf("%s delivered with capper-duplicate %q: never delivered before", idOf(m), header(m, "capper-duplicate"))
 		}
 	}
-	// Redis ran the queued scripts when it resumed: those it ran within
-	// capping.LateAfter of their sending counted S's intents (given back:
-	// applied), later ones recorded nothing (unknown).
+	// Redis ran the queued scripts when it resumed: those it ran before
+	// the give-back counted S's intents (given back: applied), those it
+	// ran after it were voided and recorded nothing (unknown).
 	applied, unknown := metric(t, a, "capper_given_back_total", "result", "applied"), metric(t, a, "capper_given_back_total", "result", "unknown")
 	t.Logf("given back: %v applied, %v unknown", applied, unknown)
 	if applied+unknown == 0 {

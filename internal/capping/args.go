@@ -57,7 +57,7 @@ const (
 
 var argSpecs = [numArgs]argSpec{
 	argField:    {"field", "the user's field in the bucket (<uid%32>)", 0, nil},
-	argNow:      {"now", "the decision time (unix s, 4 bytes), then, when fenced, the deadline (unix s, 4 bytes: nothing is recorded past it)", 0, nil},
+	argNow:      {"now", "the decision time (unix s, 4 bytes)", 0, nil},
 	argDigest:   {"digest", "the intent id's digest (5 bytes)", 0, nil},
 	argPacked:   {"packed", "the fields below, packed", 0, nil},
 	argPolicy:   {"policy", "the intent's policy (1 = the default one, then the segments in order)", 2, nil},

@@ -11,7 +11,6 @@ package capping
 import (
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/capper-dev/capper/internal/control"
 )
@@ -54,9 +53,6 @@ type assembly struct {
 	// sendBy[i]: the campaign record whose send-by is request i's deadline
 	// (nil: its own), as check found it, for after.
 	sendBy []*control.Entry
-	// sent: the wall clock when this round's calls were made (their
-	// fence's deadline counts from it; zero: no fence, the Go port).
-	sent time.Time
 }
 
 // ErrEarlierUndecided is a request's Decision.Err when an earlier request
@@ -164,7 +160,7 @@ func (a *assembly) answer(k int, rep reply, err error) {
 		*d, err = a.set.decision(rep, r, c.plan)
 	}
 	if err != nil {
-		*d = Decision{Err: err, Sent: a.sent}
+		*d = Decision{Err: err}
 		a.failed[r.UserID] = true
 		// The script may have run (a lost reply, a send whose replicas
 		// did not acknowledge it): what the cache knows of the user may

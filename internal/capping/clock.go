@@ -23,7 +23,6 @@ import (
 func (e *Engine) CheckClock(ctx context.Context) (map[string]time.Duration, error) {
 	var mu sync.Mutex
 	skews := map[string]time.Duration{}
-	var wall []time.Duration // against the wall clock, for the fence
 	measure := func(ctx context.Context, node *redis.Client) error {
 		addr := node.Options().Addr
 		if addr == "FailoverClient" { // sentinel: the client resolves the master itself
@@ -33,9 +32,9 @@ func (e *Engine) CheckClock(ctx context.Context) (map[string]time.Duration, erro
 			}
 			addr = ci.LAddr
 		}
-		t0, w0 := e.now(), time.Now()
+		t0 := e.now()
 		tm, err := node.Time(ctx).Result()
-		t1, w1 := e.now(), time.Now()
+		t1 := e.now()
 		if err != nil {
 			return fmt.Errorf("TIME on %s: %w", addr, err)
 		}
@@ -50,14 +49,10 @@ func (e *Engine) CheckClock(ctx context.Context) (map[string]time.Duration, erro
 		}
 		mu.Lock()
 		skews[addr] = skew
-		wall = append(wall, tm.Sub(w0.Add(w1.Sub(w0)/2)))
 		mu.Unlock()
 		return nil
 	}
 	err := e.forEachMaster(ctx, measure)
-	if err == nil {
-		e.fence.observe(wall)
-	}
 	for addr, skew := range skews {
 		e.m.skew.WithLabelValues(addr).Set(skew.Seconds())
 		if skew > e.skewWarn || skew < -e.skewWarn {

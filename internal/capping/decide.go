@@ -87,7 +87,6 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 		return false, nil
 	}
 	reqs := a.reqs
-	a.sent = time.Now() // before prepare takes the fence's deadline
 	e.prepare(set, reqs, a.calls)
 	if err := ctx.Err(); err != nil {
 		a.fail(fmt.Errorf("decide: %w", err))
@@ -110,8 +109,8 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 			e.health.fail(fmt.Errorf("decide: %w", c.notReplicated))
 			failed = true
 		}
-		if err == nil && rep.code == codeLate {
-			err = ErrLate
+		if err == nil && rep.code == codeVoided {
+			err = ErrVoided
 		}
 		if err != nil {
 			err = fmt.Errorf("decide: %w", err)
@@ -186,9 +185,6 @@ func resendRefused[C any](ctx context.Context, all []C, cmd func(C) *redis.Cmd, 
 func (e *Engine) prepare(set *policySet, reqs []Request, calls []call) {
 	type span struct{ key, field, now, digest, packed, end int }
 	var buf []byte
-	// The fence's deadline is on the wall clock (the decision time may be
-	// a simulated one): until when Redis may record the call (fence.go).
-	deadline := e.fence.deadline()
 	spans := make([]span, len(calls))
 	for k := range calls {
 		c := &calls[k]
@@ -201,9 +197,6 @@ func (e *Engine) prepare(set *policySet, reqs []Request, calls []call) {
 		buf = appendField(buf, r.UserID)
 		s.now = len(buf)
 		buf = binary.BigEndian.AppendUint32(buf, uint32(r.At.Unix()))
-		if e.fenced {
-			buf = binary.BigEndian.AppendUint32(buf, deadline)
-		}
 		s.digest = len(buf)
 		buf = append(buf, d[:digestSize]...)
 		s.packed = len(buf)

@@ -99,10 +99,6 @@ type Decision struct {
 	// Control is the control record that decided it: a stop, a pause, or
 	// the campaign's send-by that is its deadline (nil: none).
 	Control *control.Position
-	// Sent (with Err, from Engine.Decide): the wall clock when the failed
-	// call was made, in whichever round of the batch; a call Redis runs
-	// more than Engine.LateBy after it records nothing (fence.go).
-	Sent time.Time
 	// Err is a per-request failure; the other fields are meaningless then.
 	// Invalid requests wrap ErrInvalidRequest (they will never succeed);
 	// anything else is a Redis failure worth retrying later.

@@ -48,10 +48,6 @@ type Options struct {
 	// Ready fail (the Redis read timeout is a good value); 0: only failed
 	// calls and connections do.
 	StallAfter time.Duration
-	// Fence: a call that Redis runs more than LateAfter after it was sent
-	// (wall clock) records nothing and fails (ErrLate), so that a worker
-	// can give back an intent whose answer it lost. Workers set it.
-	Fence      bool
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	Now        func() time.Time // only for the clock-skew check
@@ -72,8 +68,6 @@ type Engine struct {
 	skewEvery    time.Duration
 	waitReplicas int
 	waitTimeout  time.Duration
-	fenced       bool
-	fence        fenceClock
 	refusals     *refusals // nil: no cache
 	refund       *script
 	health       *health // whether Redis can decide (Ready)
@@ -100,7 +94,6 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		skewEvery:    opts.SkewInterval,
 		waitReplicas: opts.WaitReplicas,
 		waitTimeout:  opts.WaitTimeout,
-		fenced:       opts.Fence,
 		health:       newHealth(opts.StallAfter),
 		m:            newMetrics(opts.Registerer),
 		log:          opts.Logger,

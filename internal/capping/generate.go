@@ -81,23 +81,23 @@ type (
 		Lim limitData
 	}
 	scriptData struct {
-		Version                                   string
-		IdemS, KeyLife, Slack, UnknownRetS, LateS int64
-		L                                         layoutData
-		R                                         replyData
-		Argv, At                                  map[string]int
-		Args                                      []argDoc
-		FlagBypass, FlagWantIdem, OffsetBias      int
-		Packed                                    int // the packed argument's fixed bytes
-		Scopes                                    []scopeData
-		Policies                                  []policyData
-		Users                                     *usersData // nil: users' limits are not read
+		Version                              string
+		IdemS, KeyLife, Slack, UnknownRetS   int64
+		L                                    layoutData
+		R                                    replyData
+		Argv, At                             map[string]int
+		Args                                 []argDoc
+		FlagBypass, FlagWantIdem, OffsetBias int
+		Packed                               int // the packed argument's fixed bytes
+		Scopes                               []scopeData
+		Policies                             []policyData
+		Users                                *usersData // nil: users' limits are not read
 	}
 )
 
 func (ps *policySet) generate() (string, error) {
 	d := scriptData{Version: ps.version(), IdemS: ps.idem, KeyLife: ps.keyLife, Slack: ps.slack,
-		UnknownRetS: unknownRetention, LateS: int64(LateAfter / time.Second), L: layout, R: replyText, FlagBypass: flagBypass, FlagWantIdem: flagWantIdem, OffsetBias: utcOffsetBias, Packed: ps.args.packed}
+		UnknownRetS: unknownRetention, L: layout, R: replyText, FlagBypass: flagBypass, FlagWantIdem: flagWantIdem, OffsetBias: utcOffsetBias, Packed: ps.args.packed}
 	d.Argv, d.At, d.Args = ps.argData()
 	used := map[int]bool{}
 	for pi, p := range ps.pols {

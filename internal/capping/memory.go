@@ -10,6 +10,7 @@ package capping
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -113,6 +114,14 @@ func (m *Memory) run(r *Request, c callPlan, bypass bool) reply {
 	if !bypass {
 		if rep, capped := m.check(r, c, rec, sb, camp); capped {
 			return rep
+		}
+	}
+	// A voided attempt (given back before it ran) records nothing.
+	if e := voidDigest(d5) + packTime(now); strings.Contains(rec[ib:sb], e) {
+		for p := ib; p < sb; p += idemEntrySize {
+			if rec[p:p+idemEntrySize] == e {
+				return reply{code: codeVoided}
+			}
 		}
 	}
 	m.record(r, c, rec, ib, sb, camp)

@@ -10,24 +10,31 @@ func (m *Memory) Refund(r RefundRequest) RefundResult {
 		return RefundUnknown
 	}
 	rec, ok := m.users[r.UserID]
-	if !ok {
+	if !ok && !r.Forget {
 		return RefundUnknown
 	}
 	d := digest(r.IntentID)
 	out, res := refundRecord(rec, string(d[:5]), r.giveBack())
-	if res == RefundApplied || r.Forget && res == RefundNothing {
+	if out != rec || !ok {
 		m.users[r.UserID] = out
 	}
 	return res
 }
 
-// refundRecord is the refund script on one record: what it does for the intent
-// whose digest is d5, and the record after it. giveBack ("" for a refund:
-// "f" and times otherwise) does something only when the id's entry has one
-// of its times, and forgets d5's idempotency entries too. The steps are the
-// script's; keep them in step.
+// refundRecord is the refund script on one record ("": none): what it does
+// for the intent whose digest is d5, and the record after it. giveBack (""
+// for a refund: "f" and times otherwise) removes a send only when the id's
+// entry has one of its times, and forgets d5's idempotency entries too; it
+// voids its attempts unless an entry of the id stays (voidedEntries). The
+// steps are the script's; keep them in step.
 func refundRecord(rec, d5, giveBack string) (string, RefundResult) {
 	forget := giveBack != ""
+	if rec == "" {
+		if !forget {
+			return rec, RefundUnknown
+		}
+		rec = "\x00" // no entries, no sections
+	}
 	cur := cursor{rec: rec}
 	ib, sb := cur.entries()
 	// The newest entry with the digest; times compared as their bytes.
@@ -36,6 +43,9 @@ func refundRecord(rec, d5, giveBack string) (string, RefundResult) {
 		if rec[p:p+digestSize] == d5 {
 			at = p + digestSize
 		}
+	}
+	if at < 0 && forget { // nothing recorded yet: the attempts are voided
+		return string(voidedEntries(nil, rec[ib:sb], d5, giveBack)) + rec[sb:], RefundUnknown
 	}
 	if at < 0 {
 		return rec, RefundUnknown
@@ -86,7 +96,7 @@ func refundRecord(rec, d5, giveBack string) (string, RefundResult) {
 		}
 	}
 	if forget {
-		out = forgetEntries(out, rec[ib:sb], d5)
+		out = append(voidedEntries(make([]byte, 0, len(out)+len(giveBack)*2), rec[ib:sb], d5, giveBack), out[sb:]...)
 	}
 	if !removed {
 		if forget {
@@ -97,19 +107,40 @@ func refundRecord(rec, d5, giveBack string) (string, RefundResult) {
 	return string(out), RefundApplied
 }
 
-// forgetEntries is out (a record whose first sb bytes are the original
-// count and entries) with the entries of digest d5 left out.
-func forgetEntries(out []byte, ents, d5 string) []byte {
-	sb := len(varintPrefix(len(ents)/idemEntrySize)) + len(ents)
-	kept := make([]byte, 0, len(ents))
-	for p := 0; p < len(ents); p += idemEntrySize {
-		if ents[p:p+digestSize] != d5 {
-			kept = append(kept, ents[p:p+idemEntrySize]...)
+// voidedEntries appends to b a give-back's idempotency entries, with their
+// count: those of ents without d5's, and a voided entry per attempt of
+// giveBack (d5 with its first byte inverted, at the attempt's time), in
+// time order, the oldest beyond maxIdem left out (refund.lua.tmpl's voided).
+func voidedEntries(b []byte, ents, d5, giveBack string) []byte {
+	vd := voidDigest(d5)
+	var kept []string
+	q := 1
+	void := func(limit int64, all bool) {
+		for ; q+timeSize <= len(giveBack) && (all || u32(giveBack, q) <= limit); q += timeSize {
+			if e := vd + giveBack[q:q+timeSize]; len(kept) == 0 || kept[len(kept)-1] != e {
+				kept = append(kept, e)
+			}
 		}
 	}
-	b := appendVarint(make([]byte, 0, len(out)), len(kept)/idemEntrySize)
-	b = append(b, kept...)
-	return append(b, out[sb:]...)
+	for p := 0; p < len(ents); p += idemEntrySize {
+		e := ents[p : p+idemEntrySize]
+		if e[:digestSize] == d5 {
+			continue
+		}
+		void(u32(e, digestSize), false)
+		if len(kept) == 0 || kept[len(kept)-1] != e {
+			kept = append(kept, e)
+		}
+	}
+	void(0, true)
+	kept = kept[max(len(kept)-maxIdem, 0):]
+	b = appendVarint(b, len(kept))
+	for _, e := range kept {
+		b = append(b, e...)
+	}
+	return b
 }
 
-func varintPrefix(n int) []byte { return appendVarint(nil, n) }
+// voidDigest is the digest of a voided entry of the intent whose digest is
+// d5: its first byte inverted, so that no duplicate check finds it.
+func voidDigest(d5 string) string { return string([]byte{255 - d5[0]}) + d5[1:] }

@@ -42,7 +42,9 @@ type RefundRequest struct {
 	// waiting). Only a send recorded at one of Attempts (decision times,
 	// to the second) is taken out, and the id's idempotency entry goes too,
 	// so that the intent may be decided again and counted then, rather than
-	// answered Duplicate.
+	// answered Duplicate. The attempts are voided too: one that Redis runs
+	// after the give-back records nothing (ErrVoided), so a give-back need
+	// not wait until no lost attempt can run any more.
 	Forget   bool
 	Attempts []time.Time
 }
@@ -91,7 +93,8 @@ type RefundOutcome struct {
 type refundCall struct {
 	i                  int
 	key, field, digest string
-	giveBack           string
+	giveBack           string // with window: the idempotency window (s)
+	window             int64
 	cmd                *redis.Cmd
 }
 
@@ -118,13 +121,14 @@ type refundCall struct {
 func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutcome, error) {
 	out := make([]RefundOutcome, len(reqs))
 	calls := make([]refundCall, 0, len(reqs))
+	window := e.set.Load().idem
 	for i, r := range reqs {
 		if n := len(r.IntentID); n == 0 || n > MaxIntentID {
 			out[i].Err = fmt.Errorf("refund: %w: intent id of %d bytes (want 1-%d)", ErrInvalidRequest, n, MaxIntentID)
 			continue
 		}
 		d := digest(r.IntentID)
-		calls = append(calls, refundCall{i: i, key: e.keys.bucket(r.UserID), field: field(r.UserID), digest: string(d[:5]), giveBack: r.giveBack()})
+		calls = append(calls, refundCall{i: i, key: e.keys.bucket(r.UserID), field: field(r.UserID), digest: string(d[:5]), giveBack: r.giveBack(), window: window})
 	}
 	if len(calls) == 0 {
 		return out, nil
@@ -154,8 +158,9 @@ func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutc
 		}
 		out[c.i].Result = RefundResult(res)
 		// A refusal remembered for the user may name the limit the refund
-		// just freed: the user's next intent must go to Redis.
-		if out[c.i].Result == RefundApplied && e.refusals != nil {
+		// just freed, or an entry a give-back changed: the user's next
+		// intent must go to Redis.
+		if (out[c.i].Result == RefundApplied || reqs[c.i].Forget) && e.refusals != nil {
 			e.refusals.forgetUser(reqs[c.i].UserID)
 		}
 	}
@@ -187,7 +192,7 @@ func (e *Engine) sendRefunds(ctx context.Context, calls []*refundCall, eval bool
 	pipe := e.client.Pipeline()
 	for _, c := range calls {
 		if c.giveBack != "" {
-			c.cmd = redis.NewCmd(ctx, name, body, 1, c.key, c.field, c.digest, c.giveBack)
+			c.cmd = redis.NewCmd(ctx, name, body, 1, c.key, c.field, c.digest, c.giveBack, c.window)
 		} else {
 			c.cmd = redis.NewCmd(ctx, name, body, 1, c.key, c.field, c.digest)
 		}

@@ -309,22 +309,27 @@ func TestRefundScriptAsGo(t *testing.T) {
 			forget := giveBack != ""
 			args := []any{"f", d5}
 			if forget {
-				args = append(args, giveBack)
+				args = append(args, giveBack, 86400)
 			}
 			res, err := c.c.Eval(ctx, refund.src, []string{"k"}, args...).Int64()
 			if err != nil {
 				t.Fatalf("%s: record %x: %v", c.name, rec, err)
 			}
 			got, _ := c.c.HGet(ctx, "k", "f").Result()
-			want, wantRes := rec, RefundUnknown
-			if rec != "" {
-				want, wantRes = refundRecord(rec, d5, giveBack)
-			}
+			want, wantRes := refundRecord(rec, d5, giveBack)
 			if RefundResult(res) != wantRes || got != want {
 				t.Fatalf("%s: case %d, record %x, digest %x, forget %v: script %d %x, Go %s %x", c.name, i, rec, d5, forget, res, got, wantRes, want)
 			}
 			if forget && wantRes != RefundUnknown && slices.Contains(entriesOf(got), d5) {
 				t.Fatalf("%s: case %d: forgotten digest %x still has an entry in %x", c.name, i, d5, got)
+			}
+			if forget && !slices.Contains(entriesOf(got), d5) {
+				// Nothing answers a late attempt Duplicate: each is voided.
+				for q := 1; q < len(giveBack); q += timeSize {
+					if !slices.Contains(entryStrings(got), voidDigest(d5)+giveBack[q:q+timeSize]) {
+						t.Fatalf("%s: case %d: record %x after a give-back of %x does not void the attempt at %d", c.name, i, got, d5, u32(giveBack, q))
+					}
+				}
 			}
 			results[wantRes]++
 		}
@@ -337,11 +342,20 @@ func TestRefundScriptAsGo(t *testing.T) {
 
 // entriesOf is the digests of a record's idempotency entries.
 func entriesOf(rec string) []string {
+	var out []string
+	for _, e := range entryStrings(rec) {
+		out = append(out, e[:digestSize])
+	}
+	return out
+}
+
+// entryStrings is a record's idempotency entries, digest and time.
+func entryStrings(rec string) []string {
 	cur := cursor{rec: rec}
 	ib, sb := cur.entries()
 	var out []string
 	for p := ib; p < sb; p += idemEntrySize {
-		out = append(out, rec[p:p+digestSize])
+		out = append(out, rec[p:p+idemEntrySize])
 	}
 	return out
 }

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
@@ -49,9 +48,10 @@ const (
 	// had room without them); t as for codeCapped, 0 when the bookings
 	// alone fill it.
 	codeHeld = 3
-	// codeLate: the call reached Redis more than LateAfter after its
-	// decision time and recorded nothing (decide.go: an error, retried).
-	codeLate = 4
+	// codeVoided: an attempt given back before Redis ran it (a voided
+	// entry of the id at its decision time: refund.lua.tmpl) recorded
+	// nothing (decide.go: an error, retried).
+	codeVoided = 4
 	// codeSnoozed: the user's snooze holds it until t; codeUserQuiet:
 	// the user's own quiet hours, until t. Nothing recorded.
 	codeSnoozed   = 5
@@ -62,17 +62,11 @@ const (
 // userLimitBase (policySet.ulimits).
 const userLimitBase = 128
 
-// LateAfter is how long after it was sent (the worker's wall clock) a call
-// may still record a send, with Options.Fence: one that Redis runs later (a
-// stalled server running what was queued before the worker gave up on it)
-// records nothing and answers late. A worker that lost an attempt's answer
-// knows, once LateAfter (and a second of clock resolution, and a second of
-// skew) has passed, that the attempt can no longer count anything, and can
-// give the intent back (dispatch).
-const LateAfter = 10 * time.Second
-
-// ErrLate is the error of a call that reached Redis past LateAfter.
-var ErrLate = errors.New("Redis ran the call more than " + LateAfter.String() + " after it was sent (stalled?) and recorded nothing")
+// ErrVoided is the error of an attempt that Redis ran after the intent was
+// given back at the attempt's decision time (RefundRequest.Forget): it
+// recorded nothing. Only an attempt whose answer was already lost meets
+// it, or one made in the same second as such an attempt: a retry goes on.
+var ErrVoided = errors.New("the attempt was given back before Redis ran it, and recorded nothing")
 
 // On the wire a reply is one integer (a table costs Redis more), code <<
 // replyCodeShift | limit << replyLimitShift | t, and for a refusal with the
@@ -83,14 +77,14 @@ const (
 )
 
 // replyData is the reply's packing as the script template writes it.
-type replyData struct{ Code, Duplicate, Capped, Held, Late, Snoozed, UserQuiet, Limit string }
+type replyData struct{ Code, Duplicate, Capped, Held, Voided, Snoozed, UserQuiet, Limit string }
 
 var replyText = replyData{
 	Code:      fmt.Sprintf("2^%d", replyCodeShift),
 	Duplicate: fmt.Sprintf("%d * 2^%d", codeDuplicate, replyCodeShift),
 	Capped:    fmt.Sprintf("%d * 2^%d", codeCapped, replyCodeShift),
 	Held:      fmt.Sprintf("%d * 2^%d", codeHeld, replyCodeShift),
-	Late:      fmt.Sprintf("%d * 2^%d", codeLate, replyCodeShift),
+	Voided:    fmt.Sprintf("%d * 2^%d", codeVoided, replyCodeShift),
 	Snoozed:   fmt.Sprintf("%d * 2^%d", codeSnoozed, replyCodeShift),
 	UserQuiet: fmt.Sprintf("%d * 2^%d", codeUserQuiet, replyCodeShift),
 	Limit:     fmt.Sprintf("2^%d", replyLimitShift),

@@ -50,12 +50,13 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, early func(
 		var err error
 		var sent lostAttempt // what a lost answer of this attempt leaves
 		if len(sub) > 0 {
-			sent = lostAttempt{at: now, sent: time.Now()}
+			sent = lostAttempt{at: now}
 			if w.o.Policy != nil {
 				sent.policy = w.o.Policy()
 			}
+			began := time.Now()
 			ds, err = w.o.Decider.Decide(ctx, sub)
-			w.m.decision.Observe(time.Since(sent.sent).Seconds())
+			w.m.decision.Observe(time.Since(began).Seconds())
 			if err != nil && ctx.Err() != nil {
 				return nil, fmt.Errorf("decide: %w", err)
 			}
@@ -200,11 +201,6 @@ func (a *attempts) answer(ds []capping.Decision, err error, sent lostAttempt, lo
 			lastErr = d.Err
 			at := sent
 			at.policy = cmp.Or(d.Policy, sent.policy)
-			if !d.Sent.IsZero() {
-				// A later round of the batch than the first: its
-				// call's fence counts from then.
-				at.sent = d.Sent
-			}
 			a.lost[i] = append(a.lost[i], at)
 			if failed < 10 {
 				// Ids only at debug: logs above it never name a user.

@@ -8,11 +8,11 @@ package dispatch
 // user's later intents are decided (decide.go), so that nothing not
 // delivered stays counted. Two things make that exact:
 //
-//   - the worker asks only after the engine's LateBy (capping.LateAfter,
-//     the masters' clock skews, a second of resolution) and a second of
-//     margin have passed since it sent the last lost attempt: a call Redis
-//     runs later records nothing (capping's fence), so no attempt can
-//     record the send after the give-back has run;
+//   - the give-back voids the lost attempts (capping.RefundRequest): one
+//     that Redis runs later, a stalled server running what was queued
+//     before, records nothing. So the worker gives back at once, as soon
+//     as the intent's final answer is in: nobody waits for the give-back
+//     but the user's own later intents, for one call;
 //   - only a send recorded at one of the lost attempts' times is taken out
 //     (the refund script checks the id's entry), never one an earlier
 //     delivery of the same id recorded.
@@ -29,26 +29,12 @@ import (
 	"github.com/capper-dev/capper/internal/capping"
 )
 
-// lateWindow is a Decider with a fence (*capping.Engine): how long after
-// sending a call Redis can still record it.
-type lateWindow interface{ LateBy() time.Duration }
-
-// giveBackAfter is how long after a lost attempt was sent a give-back may
-// be sent (see above).
-func (w *Worker) giveBackAfter() time.Duration {
-	d := capping.LateAfter + time.Second
-	if l, ok := w.o.Decider.(lateWindow); ok {
-		d = l.LateBy()
-	}
-	return d + time.Second
-}
-
 // lostAttempt is an attempt whose answer was lost: its decision time (what
-// Redis records a send at), when it was sent (wall clock) and the policy
-// version that decided it (what its send counted by).
+// Redis records a send at) and the policy version that decided it (what
+// its send counted by).
 type lostAttempt struct {
-	at, sent time.Time
-	policy   string
+	at     time.Time
+	policy string
 }
 
 // ownDuplicate is d, unless it is a Duplicate answer recorded by one of
@@ -75,30 +61,18 @@ func delivered(o capping.Outcome) bool {
 }
 
 // giveBack gives back requests idx (each with lost attempts, ending
-// undelivered) once no lost attempt can record anything any more; retried
-// like refunds.
+// undelivered), voiding their lost attempts; retried like refunds.
 func (w *Worker) giveBack(ctx context.Context, reqs []capping.Request, idx []int, lost [][]lostAttempt) error {
 	var rs []capping.RefundRequest
-	var last time.Time
 	for _, i := range idx {
 		r := capping.RefundRequest{UserID: reqs[i].UserID, IntentID: reqs[i].IntentID, Forget: true}
 		for _, a := range lost[i] {
 			r.Attempts = append(r.Attempts, a.at)
-			if a.sent.After(last) {
-				last = a.sent
-			}
 		}
 		rs = append(rs, r)
 	}
 	if len(rs) == 0 {
 		return nil
-	}
-	if wait := time.Until(last.Add(w.giveBackAfter())); wait > 0 {
-		w.o.Logger.Info("intents whose attempts' answers were lost end undelivered: giving them back once no attempt can count them",
-			"intents", len(rs), "wait", wait.Round(time.Millisecond))
-		if err := Sleep(ctx, wait); err != nil {
-			return err
-		}
 	}
 	results, err := w.applyRefunds(ctx, rs, "give-backs")
 	if err != nil {

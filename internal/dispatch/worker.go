@@ -132,7 +132,8 @@ type Options struct {
 
 	// StatusTopic names the delivery-status topic the Reader also gives
 	// (empty: none); a status of RefundStatuses is a refund, which Refunder
-	// applies.
+	// applies. Refunder also gives back what a lost answer may have
+	// counted (giveback.go); nil: the Decider, when it is one.
 	StatusTopic    string
 	RefundStatuses []string
 	Refunder       Refunder
@@ -172,7 +173,7 @@ func (o Options) validate() error {
 	required(o.Decider != nil, "Decider")
 	required(o.Snapshots != nil, "Snapshots")
 	required(o.Decoder != nil, "Decoder")
-	required(o.StatusTopic == "" || o.Refunder != nil, "Refunder with StatusTopic")
+	required(o.Refunder != nil, "Refunder (refunds and give-backs; the Decider is used when it is one)")
 	required(o.Control == nil || len(o.Tiers) > 0 && o.MaxPause > 0, "Tiers and MaxPause with Control (paused intents wait in a tier)")
 	required(o.Pacer == nil || o.LanePrefix != "" && o.LaneWriter != nil, "LanePrefix and LaneWriter with Pacer")
 	required(o.Parked.Writer == nil || o.Parked.Topic != "" && o.Control != nil, "Parked.Topic and Control with a Parked writer")
@@ -222,6 +223,9 @@ type Worker struct {
 
 // New checks the options and registers the worker's metrics.
 func New(o Options) (*Worker, error) {
+	if r, ok := o.Decider.(Refunder); ok && o.Refunder == nil {
+		o.Refunder = r
+	}
 	if err := o.validate(); err != nil {
 		return nil, err
 	}

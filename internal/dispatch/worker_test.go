@@ -45,14 +45,14 @@ var testRules = capping.Rules{
 }
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	kafka  *testenv.Kafka
 	redis  *testenv.Redis
 	engine *capping.Engine
 	group  string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{t: t, group: "g-" + strings.ReplaceAll(t.Name(), "/", "-")}
 	e.redis = testenv.StartRedis(t, testenv.RedisOptions{})
@@ -61,9 +61,9 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) newEngine(t *testing.T) *capping.Engine { return e.newEngineWith(t, testRules) }
+func (e *env) newEngine(t testing.TB) *capping.Engine { return e.newEngineWith(t, testRules) }
 
-func (e *env) newEngineWith(t *testing.T, rules capping.Rules) *capping.Engine {
+func (e *env) newEngineWith(t testing.TB, rules capping.Rules) *capping.Engine {
 	rdb, err := capping.NewClient(capping.ClientOptions{Mode: capping.ModeSingle, Addrs: []string{e.redis.Addr()},
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, MaxRetries: 1})
 	if err != nil {
@@ -120,7 +120,7 @@ func (e *env) start(mut func(*Options)) *running {
 	r := &running{reader: reader, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	o := Options{
 		Reader: reader, Deliveries: writer(tDel), Suppressed: writer(tSup), DeadLetter: writer(tDLQ),
-		Decider: e.engine, Snapshots: &segments.Current{}, Decoder: testDecoder(e.t, 0),
+		Decider: e.engine, Refunder: e.engine, Snapshots: &segments.Current{}, Decoder: testDecoder(e.t, 0),
 		BatchSize: 50, BatchWait: 20 * time.Millisecond, RetryInitial: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond,
 		ShutdownTimeout: config.Default().Worker.ShutdownTimeout.D(),
 		Registerer:      r.reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -150,7 +150,7 @@ func (e *env) start(mut func(*Options)) *running {
 	return r
 }
 
-func (r *running) wait(t *testing.T) error {
+func (r *running) wait(t testing.TB) error {
 	t.Helper()
 	select {
 	case err := <-r.done:

@@ -74,8 +74,8 @@ const maxLate = time.Second
 const outageLate = 5 * time.Second
 
 // redisAfterglow is how long after a Redis outage ends a batch may still
-// wait for it: the repair (a restart, a failover), the retries' backoff,
-// and a give-back's wait for the lost attempt's fence.
+// wait for it: the repair (a restart, a failover) and the retries'
+// backoff.
 const redisAfterglow = 30 * time.Second
 
 // checkPacing runs the pacing checks on o for budget b; brokerDown are

@@ -49,10 +49,10 @@ const userFaultGlow = 30 * time.Second
 
 // A decision's capper-decided-at is taken when its attempt begins; its
 // script runs a little later (the batch's call: userLead), or, in a Redis
-// outage, as late as the fence lets it (capping.LateAfter, 10 s after the
-// call was sent; a retry of the call within the attempt is sent later:
-// userStallLead). A record written that long after a decision may have
-// decided it.
+// outage, as late as the stalled server runs what was queued (the soak's
+// stalls last at most 9 s; a retry of the call within the attempt is sent
+// later: userStallLead). A record written that long after a decision may
+// have decided it.
 const (
 	userLead      = time.Second
 	userStallLead = 15 * time.Second

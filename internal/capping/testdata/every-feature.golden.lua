@@ -8,7 +8,7 @@
 --          covers every record in it, field "y" = a time no record in it
 --          was last written before (a 0 byte, then 4 bytes)
 -- ARGV[1]  field: the user's field in the bucket (<uid%32>)
--- ARGV[2]  now: the decision time (unix s, 4 bytes), then, when fenced, the deadline (unix s, 4 bytes: nothing is recorded past it)
+-- ARGV[2]  now: the decision time (unix s, 4 bytes)
 -- ARGV[3]  digest: the intent id's digest (5 bytes)
 -- ARGV[4]  packed: the fields below, packed
 --   bytes 1-2  policy: the intent's policy (1 = the default one, then the segments in order)
@@ -29,8 +29,8 @@
 -- (1-based; t: the time of the send that frees a slot when it leaves the
 -- window, 0 for a calendar or max 0 limit); 2: a duplicate allowed at t;
 -- 3: held by that limit, which had room without the slots campaign plans
--- book (t as for 1, 0 when the bookings alone fill it); 4: late, nothing
--- recorded (the call ran past its deadline).
+-- book (t as for 1, 0 when the bookings alone fill it); 4: voided, nothing
+-- recorded (an attempt given back before Redis ran it).
 --
 -- Only the base, string and math libraries are used (no struct, no bit), so
 -- that an embedded Redis (the demo's) runs it too.
@@ -41,7 +41,7 @@ local function u32(s, i) -- the big-endian 4 bytes at i
 end
 local P = ARGV[4]
 local flags = byte(P, 11)
-local nowb = sub(ARGV[2], 1, 4)
+local nowb = ARGV[2]
 local now = u32(nowb, 1)
 local v = redis.call('HMGET', KEYS[1], ARGV[1], 'x', 'y', 'u' .. ARGV[1])
 local rec = v[1] or '\0' -- no record: no entries, no sections
@@ -489,11 +489,20 @@ if utier or ucm then
 end
 end
 
--- Past its deadline (the worker's wall clock when it sent the call plus
--- 10s: the 4 bytes after the decision time in "now") the call records nothing:
--- the worker has given up on its answer and may give the intent back (a
--- stalled server running what was queued long ago).
-if #ARGV[2] > 4 and tonumber(redis.call('TIME')[1]) > u32(ARGV[2], 4 + 1) then return 4 * 2^40 end
+-- A voided attempt records nothing: the worker lost this attempt's answer,
+-- the intent ended undelivered and was given back, and the give-back left
+-- a voided entry, the id's digest with its first byte inverted at this
+-- attempt's decision time (refund.lua.tmpl). Redis runs the attempt only now
+-- (a stalled server running what was queued before the give-back).
+if ni > 0 then
+  local vd, at = char(255 - byte(ARGV[3], 1)) .. sub(ARGV[3], 2) .. nowb, ib
+  while true do
+    local p = string.find(rec, vd, at, true)
+    if not p or p >= sb then break end
+    if (p - ib) % 9 == 0 then return 4 * 2^40 end
+    at = p + 1
+  end
+end
 
 -- Allowed: record it. The idempotency entries lose those past the window
 -- (and the oldest beyond 1000), every section keeps only what a limit on
