@@ -77,68 +77,10 @@ func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, o I
 	if tz == nil {
 		tz = set.rules.TimeZone
 	}
-	now := at.Unix()
+	in := inspection{set: set, rec: rec, o: o, at: at, tz: tz}
 	var out []LimitState
-	add := func(l compiledLimit, bookable bool) {
-		s := set.scopes[l.scope]
-		st := LimitState{Limit: l.Limit, Scope: s.describe(), Reserved: l.Reserve.Slots, From: time.Unix(now-l.window, 0), To: at}
-		until := at.Add(time.Duration(l.window) * time.Second)
-		if l.Calendar != None {
-			st.From, st.To = period(l.Calendar, at, tz, set.rules.WeekStart)
-			until = st.To
-		}
-		for _, p := range o.Planned {
-			if bookable && set.books(&l, &p, at, until) {
-				st.Booked = append(st.Booked, p)
-			}
-		}
-		var secs []section
-		want := campaignHash(o.Campaign)
-		for _, sec := range rec.sections {
-			if sec.id == s.id && (s.per != PerCampaign || o.Campaign == "" || sec.campaign == want) {
-				secs = append(secs, sec)
-			}
-		}
-		if len(secs) == 0 {
-			secs = []section{{id: s.id}}
-		}
-		for _, sec := range secs {
-			row := st
-			row.Trimmed = sec.trimmed
-			switch {
-			case s.per != PerCampaign:
-			case o.Campaign != "":
-				row.Campaign = o.Campaign
-			case len(sec.times) > 0:
-				row.Campaign = hex.EncodeToString(sec.campaign[:])
-			}
-			from := st.From.Unix()
-			for i, t := range sec.times {
-				if t >= from {
-					row.Count = len(sec.times) - i
-					break
-				}
-			}
-			// The decision's view: a trimmed log with fewer sends than the
-			// max counts its dropped ones as at its oldest kept send.
-			full, nth := row.Count >= l.Max, len(sec.times)-l.Max
-			if !full && row.Trimmed && len(sec.times) > 0 && sec.times[0] >= from {
-				full, nth = true, 0
-			}
-			row.NextFree = at
-			switch {
-			case l.Max == 0:
-				row.NextFree = time.Time{}
-			case full && l.Calendar != None:
-				row.NextFree = st.To
-			case full:
-				row.NextFree = time.Unix(sec.times[max(nth, 0)]+l.window+1, 0)
-			}
-			out = append(out, row)
-		}
-	}
 	for _, l := range set.pols[set.policyIndex(segment)].limits {
-		add(l, true)
+		out = append(out, in.rows(l, true)...)
 	}
 	// The user's own limits: their tier's, and the channels they set (at
 	// their max), after the segment's, as the script checks them.
@@ -150,7 +92,7 @@ func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, o I
 		for ti, t := range set.users.Tiers {
 			if t.Name == u.Tier {
 				for _, l := range set.ulimits[set.tiers[ti][0]:set.tiers[ti][1]] {
-					add(l, false)
+					out = append(out, in.rows(l, false)...)
 				}
 			}
 		}
@@ -158,9 +100,89 @@ func (e *Engine) Inspect(ctx context.Context, userID uint64, segment string, o I
 			if m, ok := u.Channels[c]; ok {
 				l := set.ulimits[set.chanBase+i]
 				l.Max = m
-				add(l, false)
+				out = append(out, in.rows(l, false)...)
 			}
 		}
 	}
 	return out, nil
+}
+
+// inspection is one Inspect's record and question.
+type inspection struct {
+	set *policySet
+	rec record
+	o   InspectOptions
+	at  time.Time
+	tz  *time.Location
+}
+
+// rows is limit l's state: a row per section of its scope (per campaign,
+// for a per-campaign limit asked without a campaign); bookable: campaign
+// plans may book it.
+func (in *inspection) rows(l compiledLimit, bookable bool) []LimitState {
+	set, at, now := in.set, in.at, in.at.Unix()
+	s := set.scopes[l.scope]
+	st := LimitState{Limit: l.Limit, Scope: s.describe(), Reserved: l.Reserve.Slots, From: time.Unix(now-l.window, 0), To: at}
+	until := at.Add(time.Duration(l.window) * time.Second)
+	if l.Calendar != None {
+		st.From, st.To = period(l.Calendar, at, in.tz, set.rules.WeekStart)
+		until = st.To
+	}
+	for _, p := range in.o.Planned {
+		if bookable && set.books(&l, &p, at, until) {
+			st.Booked = append(st.Booked, p)
+		}
+	}
+	var secs []section
+	want := campaignHash(in.o.Campaign)
+	for _, sec := range in.rec.sections {
+		if sec.id == s.id && (s.per != PerCampaign || in.o.Campaign == "" || sec.campaign == want) {
+			secs = append(secs, sec)
+		}
+	}
+	if len(secs) == 0 {
+		secs = []section{{id: s.id}}
+	}
+	out := make([]LimitState, 0, len(secs))
+	for _, sec := range secs {
+		row := st
+		row.Trimmed = sec.trimmed
+		switch {
+		case s.per != PerCampaign:
+		case in.o.Campaign != "":
+			row.Campaign = in.o.Campaign
+		case len(sec.times) > 0:
+			row.Campaign = hex.EncodeToString(sec.campaign[:])
+		}
+		row.Count, row.NextFree = sectionState(l, sec, st, at)
+		out = append(out, row)
+	}
+	return out
+}
+
+// sectionState is how many of a section's sends limit l counts in st's
+// window, and when it has a free slot (zero: never, a max of 0).
+func sectionState(l compiledLimit, sec section, st LimitState, at time.Time) (int, time.Time) {
+	from, count := st.From.Unix(), 0
+	for i, t := range sec.times {
+		if t >= from {
+			count = len(sec.times) - i
+			break
+		}
+	}
+	// The decision's view: a trimmed log with fewer sends than the max
+	// counts its dropped ones as at its oldest kept send.
+	full, nth := count >= l.Max, len(sec.times)-l.Max
+	if !full && sec.trimmed && len(sec.times) > 0 && sec.times[0] >= from {
+		full, nth = true, 0
+	}
+	switch {
+	case l.Max == 0:
+		return count, time.Time{}
+	case full && l.Calendar != None:
+		return count, st.To
+	case full:
+		return count, time.Unix(sec.times[max(nth, 0)]+l.window+1, 0)
+	}
+	return count, at
 }
