@@ -1,0 +1,85 @@
+package kafka
+
+// Committing offsets: only of partitions this member owns, each past what
+// it committed, in the generation the coordinator knows it by (a commit of
+// a generation that ended is refused by the coordinator, never applied
+// late).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/segmentio/kafka-go/protocol/offsetcommit"
+)
+
+// Commit commits offsets (the next offset to read, per partition). Those
+// of partitions the member no longer owns are left to their new owner, and
+// an error names them.
+func (g *Group) Commit(ctx context.Context, offsets map[TopicPartition]int64) error {
+	type pending struct {
+		c   *Claim
+		off int64
+	}
+	var todo []pending
+	var moved []string
+	g.mu.Lock()
+	for tp, off := range offsets {
+		c := g.claims[tp]
+		if c == nil {
+			moved = append(moved, fmt.Sprintf("%s/%d", tp.Topic, tp.Partition))
+			continue
+		}
+		if off > c.Committed.Load() {
+			todo = append(todo, pending{c, off})
+		}
+	}
+	req := &offsetcommit.Request{GroupID: g.o.GroupID, GenerationID: g.generation, MemberID: g.memberID, GroupInstanceID: g.o.InstanceID}
+	g.mu.Unlock()
+	var errs []error
+	if len(moved) > 0 {
+		slices.Sort(moved)
+		errs = append(errs, fmt.Errorf("partitions %v of group %s moved to another member: their new owner reads them again", moved, g.o.GroupID))
+	}
+	if len(todo) == 0 {
+		return errors.Join(errs...)
+	}
+	slices.SortFunc(todo, func(a, b pending) int { return comparePartitions(a.c.TopicPartition, b.c.TopicPartition) })
+	for _, p := range todo {
+		if n := len(req.Topics); n == 0 || req.Topics[n-1].Name != p.c.Topic {
+			req.Topics = append(req.Topics, offsetcommit.RequestTopic{Name: p.c.Topic})
+		}
+		t := &req.Topics[len(req.Topics)-1]
+		t.Partitions = append(t.Partitions, offsetcommit.RequestPartition{PartitionIndex: int32(p.c.Partition), CommittedOffset: p.off, CommittedLeaderEpoch: -1})
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := g.roundTrip(ctx, req)
+	if err != nil {
+		g.forgetCoordinator()
+		return errors.Join(append(errs, fmt.Errorf("commit to group %s: %w", g.o.GroupID, err))...)
+	}
+	failed := map[TopicPartition]error{}
+	for _, t := range res.(*offsetcommit.Response).Topics {
+		for _, p := range t.Partitions {
+			if err := codeError(p.ErrorCode); err != nil {
+				failed[TopicPartition{t.Name, int(p.PartitionIndex)}] = err
+			}
+		}
+	}
+	for _, p := range todo {
+		if err := failed[p.c.TopicPartition]; err != nil {
+			errs = append(errs, fmt.Errorf("commit %s/%d to group %s: %w", p.c.Topic, p.c.Partition, g.o.GroupID, err))
+			continue
+		}
+		for {
+			cur := p.c.Committed.Load()
+			if p.off <= cur || p.c.Committed.CompareAndSwap(cur, p.off) {
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
