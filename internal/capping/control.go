@@ -126,7 +126,7 @@ func sendByAfter(r *Request, d *Decision, by *control.Entry) {
 		deadline, d.Control = by.SendBy, &by.Pos
 	}
 	if d.Outcome == Deferred && !deadline.IsZero() && d.NotBefore.After(deadline) {
-		*d = Decision{Outcome: Cancelled, Reason: ReasonExpired, At: d.At,
-			Limit: d.Limit, HeldFor: d.HeldFor, Policy: d.Policy, Control: d.Control}
+		*d = Decision{Outcome: Cancelled, Reason: ReasonExpired, At: d.At, Replaced: d.Reason,
+			Limit: d.Limit, UserLimit: d.UserLimit, HeldFor: d.HeldFor, Policy: d.Policy, Control: d.Control}
 	}
 }

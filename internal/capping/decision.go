@@ -94,8 +94,15 @@ type Decision struct {
 	// slot frees, or quiet hours end (jittered).
 	NotBefore time.Time
 	// Reason says why it was deferred or cancelled, or that a deferred
-	// intent was capped because it would wait past max_defer (reasons.go).
+	// intent was capped because it would wait past max_defer (verdicts.go).
 	Reason Reason
+	// UserLimit: Limit is one of the user's own (a tier's or a channel's,
+	// users.go), not the policy's: shadow mode enforces it (Shadowed).
+	UserLimit bool
+	// Replaced (Cancelled, ReasonExpired) is the reason of the deferral
+	// past the send-by that the cancellation replaced (NoReason: none):
+	// shadow mode treats it as that deferral (Shadowed).
+	Replaced Reason
 	// Control is the control record that decided it: a stop, a pause, or
 	// the campaign's send-by that is its deadline (nil: none).
 	Control *control.Position

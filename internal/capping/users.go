@@ -299,7 +299,7 @@ func (ps *policySet) userCapped(rep reply, r *Request) (Decision, error) {
 		return Decision{}, fmt.Errorf("script named users' limit %d of %d", k, len(ps.ulimits))
 	}
 	l := &ps.ulimits[k]
-	d := Decision{At: r.At, Outcome: Capped, Limit: l.Name}
+	d := Decision{At: r.At, Outcome: Capped, Limit: l.Name, UserLimit: true}
 	switch {
 	case l.Max == 0, rep.t == 0 && l.Calendar == None:
 		d.RetryAfter.Never = true

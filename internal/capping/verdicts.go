@@ -19,8 +19,11 @@ package capping
 //
 // The reasons a verdict gives (capper-reason) are below: each name is the
 // header's value, the metrics' reason label and the docs' word; nothing
-// translates it. CONTRIBUTING.md ("Adding a verdict") lists what a new
-// verdict touches.
+// translates it. Their table also says what shadow mode does with each
+// (Shadowed): it tries the policy, so only the policy's verdicts are
+// marked and delivered; an operator's order and a user's own wish are
+// taken as when enforcing. CONTRIBUTING.md ("Adding a verdict") lists what
+// a new verdict touches.
 
 import (
 	"fmt"
@@ -131,21 +134,71 @@ const (
 	ReasonUserQuietHours
 )
 
-// reasons are the names and the outcome each reason comes with.
+// shadow is what shadow mode (worker.enforce: false) does with a verdict
+// that holds an intent back.
+type shadow uint8
+
+const (
+	// enforce: as when enforcing (an operator's order, the sender's
+	// send-by, the user's own wish).
+	enforce shadow = iota
+	// mark: the policy's verdict: delivered, marked shadow-capped, not
+	// recorded.
+	mark
+	// byLimit: as the limit that capped: marked for the policy's,
+	// enforced for the user's own (Decision.UserLimit).
+	byLimit
+	// asReplaced: as the deferral it replaced (Decision.Replaced), enforced
+	// when it replaced none.
+	asReplaced
+)
+
+// reasons are the names, the outcome each reason comes with, and what
+// shadow mode does with it (NoReason's: a cap that suppresses).
 var reasons = [...]struct {
 	name    string
 	outcome Outcome
+	shadow  shadow
 }{
-	NoReason:              {"", Allowed},
-	ReasonCap:             {"cap", Deferred},
-	ReasonQuietHours:      {"quiet-hours", Deferred},
-	ReasonDeferExpired:    {"defer-expired", Capped},
-	ReasonPaused:          {"paused", Deferred},
-	ReasonCampaignStopped: {"campaign-stopped", Cancelled},
-	ReasonExpired:         {"expired", Cancelled},
-	ReasonSnoozed:         {"snoozed", Deferred},
-	ReasonSnoozeTooLong:   {"snooze-too-long", Cancelled},
-	ReasonUserQuietHours:  {"user-quiet-hours", Deferred},
+	NoReason:              {"", Allowed, byLimit},
+	ReasonCap:             {"cap", Deferred, byLimit},
+	ReasonQuietHours:      {"quiet-hours", Deferred, mark},
+	ReasonDeferExpired:    {"defer-expired", Capped, byLimit},
+	ReasonPaused:          {"paused", Deferred, enforce},
+	ReasonCampaignStopped: {"campaign-stopped", Cancelled, enforce},
+	ReasonExpired:         {"expired", Cancelled, asReplaced},
+	ReasonSnoozed:         {"snoozed", Deferred, enforce},
+	ReasonSnoozeTooLong:   {"snooze-too-long", Cancelled, enforce},
+	ReasonUserQuietHours:  {"user-quiet-hours", Deferred, enforce},
+}
+
+// Shadowed reports whether shadow mode delivers d marked shadow-capped
+// (not recorded) rather than as decided: d holds the intent back
+// (capped, deferred or cancelled) by a verdict of the policy (its caps, its
+// quiet hours), not an operator's (campaign control, the send-by) or the
+// user's own (a snooze, their quiet hours, their tier, a channel they
+// turned down).
+func (d *Decision) Shadowed() bool {
+	if d.Outcome != Capped && d.Outcome != Deferred && d.Outcome != Cancelled {
+		return false
+	}
+	r := d.Reason
+	if int(r) < len(reasons) && reasons[r].shadow == asReplaced {
+		r = d.Replaced
+		if r == NoReason {
+			return false // past the send-by before any deferral
+		}
+	}
+	if int(r) >= len(reasons) {
+		return false
+	}
+	switch reasons[r].shadow {
+	case mark:
+		return true
+	case byLimit:
+		return !d.UserLimit
+	}
+	return false
 }
 
 func (r Reason) String() string {

@@ -72,7 +72,7 @@ type entry struct {
 	truncated bool
 	segment   string
 	// decision is the final one of a decided kind: the engine's, or
-	// Invalid, FailOpen, or ShadowCapped for what the engine capped in
+	// Invalid, FailOpen, or ShadowCapped for what the policy held back in
 	// shadow mode. An unreadable entry's says Invalid.
 	decision capping.Decision
 	// tier is what a delay tier's record says (kindDue, kindHop; what was
@@ -223,9 +223,10 @@ func (w *Worker) settle(e *entry, d capping.Decision) {
 	switch o := &e.decision.Outcome; {
 	case *o == capping.Invalid:
 		e.invalid = engineInvalid(e.decision.Err)
-	case w.o.Shadow && (*o == capping.Capped || *o == capping.Deferred && e.decision.Reason != capping.ReasonPaused):
-		// Campaign control is not a cap: a pause waits and a stop
-		// cancels in shadow mode too.
+	case w.o.Shadow && e.decision.Shadowed():
+		// Shadow mode tries the policy: its verdicts are marked; an
+		// operator's order and a user's own limits hold (capping's reason
+		// table says which is which).
 		*o = capping.ShadowCapped
 	case *o == capping.Deferred && len(w.o.Tiers) == 0:
 		// The app refuses a policy that defers without tiers; should

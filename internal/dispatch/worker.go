@@ -141,8 +141,10 @@ type Options struct {
 	BatchSize int           // intents per batch at most
 	BatchWait time.Duration // a batch closes this long after its first intent
 
-	// Shadow forwards everything; would-be-capped intents are marked
-	// shadow-capped. The zero value enforces.
+	// Shadow is shadow mode: what the policy would have held back is
+	// delivered, marked shadow-capped and not recorded; campaign control,
+	// send-by and users' own limits hold as when enforcing
+	// (capping.Decision.Shadowed). The zero value enforces.
 	Shadow bool
 	// FailOpen forwards intents that Redis could not decide as allowed
 	// (marked capper-unchecked) instead of waiting for Redis.
