@@ -301,3 +301,102 @@ func TestTombstoneIsNull(t *testing.T) {
 		}
 	}
 }
+
+// TestLogsNameNoUser: no line the applier and the follower log above debug
+// names a user id, whatever the record holds: a user_id that is no id (a
+// string, a fraction, a negative or too large number, ...), a key that is
+// none, a user_id that is not the key's, a value that is not JSON, limits
+// the policy refuses, and a write retried while Redis is stopped. At debug,
+// the refusals name them.
+func TestLogsNameNoUser(t *testing.T) {
+	e := newEnv(t)
+	var debug testenv.SyncBuffer
+	logger := slog.New(slog.NewJSONHandler(e.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	m := NewMetrics(prometheus.NewRegistry())
+	a, err := NewApplier(ApplierOptions{Kafka: e.kopts, Topic: tUsers, Group: group, Store: e.engine,
+		Rules: func() capping.Rules { return e.rules }, RetryInitial: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		Metrics: m, Logger: slog.New(teeHandler{slog.NewJSONHandler(&debug, &slog.HandlerOptions{Level: slog.LevelDebug}), logger.Handler()})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFollower(FollowerOptions{Kafka: e.kopts, Topic: tUsers, Metrics: m, Logger: logger, Forget: func(uint64) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = a.Run(ctx) })
+	wg.Go(func() { _ = f.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+
+	const id = "818181805"
+	bad := []kafka.Message{
+		{Key: []byte(id), Value: []byte(`{"user_id": "` + id + `"}`)},
+		{Key: []byte(id), Value: []byte(`{"user_id": ` + id + `.5, "tier": "fewer"}`)},
+		{Key: []byte(id), Value: []byte(`{"user_id": -` + id + `}`)},
+		{Key: []byte(id), Value: []byte(`{"user_id": ` + id + `000000000000}`)},
+		{Key: []byte(id), Value: []byte(`{"user_id": [` + id + `]}`)},
+		{Key: []byte(id), Value: []byte(`{"user_id": {"id": ` + id + `}}`)},
+		{Key: []byte(id), Value: []byte(`{"user_id": 818181806}`)},
+		{Key: []byte("u" + id), Value: []byte(`{"user_id": ` + id + `}`)},
+		{Key: []byte("0" + id), Value: nil},
+		{Key: []byte(id), Value: []byte(`{"user_id": ` + id + `, "tier": `)},
+		{Key: []byte(id), Value: []byte(id)},
+		{Key: []byte(id), Value: []byte(`{"user_id": ` + id + `, "tier": "most"}`)},
+	}
+	e.kafka.Produce(t, tUsers, bad)
+	waitFor(t, 20*time.Second, "every bad record refused", func() bool {
+		n := 0.0
+		for _, r := range Reasons {
+			n += testutil.ToFloat64(m.refused.WithLabelValues(string(r)))
+		}
+		return n == float64(len(bad))
+	})
+	// A write that waits for Redis logs its retries, and its success.
+	e.redis.Pause()
+	e.write(Record{UserID: 818181807, Limits: capping.UserLimits{Tier: "fewer"}})
+	waitFor(t, 20*time.Second, "a failed write", func() bool { return testutil.ToFloat64(m.errors.WithLabelValues(stageRedis)) >= 1 })
+	e.redis.Resume()
+	waitFor(t, 20*time.Second, "the write after Redis is back", func() bool { return testutil.ToFloat64(m.applied) == 1 })
+
+	log := e.log.String()
+	for _, what := range []string{"is not a user id", "does not match the key", "not a user id in decimal", "not a JSON object", "policy in force refuses", "retrying"} {
+		if !strings.Contains(log, what) {
+			t.Errorf("the log does not say %q: the test proves less than it says", what)
+		}
+	}
+	for _, who := range []string{id, "818181806", "818181807", `"user":`} {
+		if strings.Contains(log, who) {
+			t.Errorf("a line above debug names a user (%s):\n%s", who, log)
+		}
+	}
+	if !strings.Contains(debug.String(), `user_id: \"`+id+`\" is not a user id`) {
+		t.Errorf("the debug log does not show the refused user_id:\n%s", debug.String())
+	}
+}
+
+// teeHandler sends every record to both handlers.
+type teeHandler struct{ a, b slog.Handler }
+
+func (h teeHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.a.Enabled(ctx, l) || h.b.Enabled(ctx, l)
+}
+
+func (h teeHandler) Handle(ctx context.Context, r slog.Record) error {
+	for _, x := range []slog.Handler{h.a, h.b} {
+		if x.Enabled(ctx, r.Level) {
+			if err := x.Handle(ctx, r.Clone()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (h teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return teeHandler{h.a.WithAttrs(as), h.b.WithAttrs(as)}
+}
+
+func (h teeHandler) WithGroup(name string) slog.Handler {
+	return teeHandler{h.a.WithGroup(name), h.b.WithGroup(name)}
+}

@@ -168,13 +168,30 @@ func DecodeValue(value []byte) (Record, error) {
 		r.UpdatedAt = d.time(problems.Key("updated_at"), raw)
 	}
 	if len(d.ps) > 0 {
-		return Record{}, &Error{Reason: ReasonField, Err: d.ps.Err()}
+		return Record{}, &Error{Reason: ReasonField, Err: d.ps.Err(), public: d.public().Error()}
 	}
 	return r, nil
 }
 
 // decoder collects the problems of one value.
-type decoder struct{ ps problems.List }
+type decoder struct {
+	ps problems.List
+	// badUserID is the public text of a user_id that is no id (ps quotes
+	// it: it may be the user's id, written wrong).
+	badUserID string
+}
+
+// public is the problems as a log line above debug may show them: the
+// user_id's value left out.
+func (d *decoder) public() error {
+	out := slices.Clone(d.ps)
+	for i := range out {
+		if d.badUserID != "" && out[i].Path.String() == "user_id" {
+			out[i].Msg = d.badUserID
+		}
+	}
+	return out.Err()
+}
 
 func isNull(raw json.RawMessage) bool { return raw == nil || string(raw) == "null" }
 
@@ -202,9 +219,35 @@ func (d *decoder) sub(at problems.Path, raw json.RawMessage, known ...string) ma
 func (d *decoder) userID(raw json.RawMessage) uint64 {
 	uid, err := strconv.ParseUint(string(raw), 10, 64)
 	if err != nil {
-		d.ps.Add(problems.Key("user_id"), "%s is not a user id (a whole number from 0 to %d)", short(raw), uint64(1<<64-1))
+		const want = "is not a user id (a whole number from 0 to 18446744073709551615)"
+		d.ps.Add(problems.Key("user_id"), "%s %s", short(raw), want)
+		d.badUserID = jsonKind(raw) + " " + want
 	}
 	return uid
+}
+
+// jsonKind says what a JSON value is without showing it.
+func jsonKind(raw json.RawMessage) string {
+	v := bytes.TrimSpace(raw)
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "a list"
+	case 't', 'f':
+		return "a boolean"
+	case '-':
+		return "a negative number"
+	}
+	if bytes.ContainsAny(v, ".eE") {
+		return "a number with a fraction or an exponent"
+	}
+	return "a number too large"
 }
 
 func (d *decoder) snooze(raw json.RawMessage) (time.Time, []string) {
@@ -350,45 +393,3 @@ func ParseClock(s string) (int, error) {
 
 // FormatClock writes minutes after midnight as HH:MM.
 func FormatClock(m int) string { return fmt.Sprintf("%02d:%02d", m/60, m%60) }
-
-// wire is a record's value as Encode writes it.
-type wire struct {
-	UserID     uint64         `json:"user_id"`
-	Snooze     *wireSnooze    `json:"snooze,omitempty"`
-	Tier       string         `json:"tier,omitempty"`
-	Channels   map[string]int `json:"channels,omitempty"`
-	QuietHours *wireQuiet     `json:"quiet_hours,omitempty"`
-	UpdatedAt  string         `json:"updated_at,omitempty"`
-}
-
-type wireSnooze struct {
-	Until    string   `json:"until"`
-	Channels []string `json:"channels,omitempty"`
-}
-
-type wireQuiet struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-}
-
-// Encode writes a record's value (nil for Erase: a tombstone). Decode
-// reads it back to the same record.
-func Encode(r Record) ([]byte, error) {
-	if r.Erase {
-		return nil, nil
-	}
-	w := wire{UserID: r.UserID, Tier: r.Limits.Tier, Channels: r.Limits.Channels}
-	if len(w.Channels) == 0 {
-		w.Channels = nil
-	}
-	if u := r.Limits; !u.SnoozeUntil.IsZero() {
-		w.Snooze = &wireSnooze{Until: u.SnoozeUntil.UTC().Format(time.RFC3339Nano), Channels: u.SnoozeChannels}
-	}
-	if q := r.Limits.Quiet; q != nil {
-		w.QuietHours = &wireQuiet{From: FormatClock(q.From), To: FormatClock(q.To)}
-	}
-	if !r.UpdatedAt.IsZero() {
-		w.UpdatedAt = r.UpdatedAt.UTC().Format(time.RFC3339Nano)
-	}
-	return json.Marshal(w)
-}
