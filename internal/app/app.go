@@ -139,6 +139,7 @@ type parts struct {
 	plans       *plans.Watcher // nil: no plan store
 	cons        *consumer
 	users       *userLimits // nil: no user-limits topic
+	usersGate   *usersGate  // nil: no user-limits topic
 	ops         *opsServer
 	consumerErr error // the consumer actor's error, once it stopped
 }
@@ -177,16 +178,18 @@ func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*pa
 	if p.plans != nil {
 		activePlans = p.plans.Current()
 	}
-	if p.cons, err = newConsumer(ctx, cfg, p.engine, dec, &p.current, activePlans, p.policies.Current(), rdb, reg, log, o.Now, o.Sleep); err != nil {
+	// Before the consumer: its groups' first generation is held too.
+	if p.usersGate, err = newUsersGate(cfg, log); err != nil {
+		return nil, err
+	}
+	if p.cons, err = newConsumer(ctx, cfg, p.engine, dec, &p.current, activePlans, p.policies.Current(), rdb, reg, log, o.Now, o.Sleep,
+		p.usersGate.holdFunc()); err != nil {
 		return nil, err
 	}
 	swap.installPacing(p.cons)
 	if p.users, err = newUserLimits(cfg, p.engine, p.policies, reg, log); err != nil {
 		p.cons.close(log)
 		return nil, err
-	}
-	if p.users != nil {
-		p.cons.usersApplied = p.users.applied
 	}
 	if p.ops, err = p.newOps(cfg, o.Registry); err != nil {
 		p.cons.close(log)
@@ -198,9 +201,9 @@ func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*pa
 // newOps is the HTTP endpoint: /metrics of reg, the versions in force,
 // and the readiness checks (internal/docscheck's TestReadyzConditions
 // knows them by these names: engine.Ready, cons.worker.Ready,
-// cons.controlReady).
+// cons.controlReady, usersGate.ready).
 func (p *parts) newOps(cfg *config.Config, reg *prometheus.Registry) (*opsServer, error) {
-	engine, cons, current, planWatcher := p.engine, p.cons, &p.current, p.plans
+	engine, cons, current, planWatcher, usersGate := p.engine, p.cons, &p.current, p.plans, p.usersGate
 	return newOpsServer(cfg.HTTP.Address, reg, cfg.HTTP.Pprof,
 		func() string {
 			s := "policy " + engine.PolicyVersion() + "\nsnapshot " + current.Load().Version()
@@ -212,6 +215,7 @@ func (p *parts) newOps(cfg *config.Config, reg *prometheus.Registry) (*opsServer
 		engine.Ready,
 		cons.worker.Ready,
 		cons.controlReady,
+		usersGate.ready,
 		func() error {
 			if cfg.Segments.Required && current.Load() == nil {
 				return errors.New("no segment snapshot loaded")

@@ -31,20 +31,12 @@ type consumer struct {
 	control *control.Follower
 	source  *dispatch.ControlSource
 	pacer   *pacer // nil: no pacing
-	// usersApplied waits until users' limits written before the worker
-	// started are in Redis (nil: no user-limits topic); the worker decides
-	// nothing before, for at most userLimitsCatchUp.
-	usersApplied func(context.Context) error
 }
 
-// userLimitsCatchUp bounds the wait for users' limits at a start: a topic
-// reset to its beginning may take longer to apply than a worker should
-// wait; it then decides meanwhile, and says so.
-const userLimitsCatchUp = time.Minute
-
 // newConsumer builds the reader, the writers and the worker; on an error it
-// closes what it built.
-func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine, dec *dispatch.Decoder, snaps dispatch.Snapshots, plans dispatch.Plans, pol *policy.Loaded, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, now func() time.Time, sleep func(context.Context, time.Duration) error) (_ *consumer, err error) {
+// closes what it built. hold holds each generation's partitions
+// (dispatch.ConsumerOptions.Hold; nil: none).
+func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine, dec *dispatch.Decoder, snaps dispatch.Snapshots, plans dispatch.Plans, pol *policy.Loaded, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, now func() time.Time, sleep func(context.Context, time.Duration) error, hold func(context.Context)) (_ *consumer, err error) {
 	kopts, err := kafkaOptions(cfg, log)
 	if err != nil {
 		return nil, err
@@ -72,7 +64,7 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 		tiers[i] = t.Topic
 	}
 	copts := dispatch.ConsumerOptions{Kafka: kopts, Input: cfg.Kafka.Topics.Input,
-		Status: cfg.Kafka.Topics.DeliveryStatus, Tiers: tiers, DelayGroupID: cfg.Kafka.DelayGroup(), Now: now, Sleep: sleep}
+		Status: cfg.Kafka.Topics.DeliveryStatus, Tiers: tiers, DelayGroupID: cfg.Kafka.DelayGroup(), Now: now, Sleep: sleep, Hold: hold}
 	pc, err := startPacer(ctx, cfg, pol, rdb, admin, &copts, reg, log, now)
 	if err != nil {
 		return nil, err
@@ -232,18 +224,6 @@ func (c *consumer) run(ctx context.Context, log *slog.Logger) error {
 		if err := c.control.Wait(ctx); err != nil {
 			c.close(log)
 			return nil // stopped before the first decision
-		}
-	}
-	if c.usersApplied != nil {
-		wait, cancel := context.WithTimeout(ctx, userLimitsCatchUp)
-		err := c.usersApplied(wait)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			c.close(log)
-			return nil // stopped before the first decision
-		case err != nil:
-			log.Warn("users' limits written before this worker started are not all applied yet; deciding meanwhile", "waited", userLimitsCatchUp, "error", err)
 		}
 	}
 	err := c.worker.Run(ctx)

@@ -2,12 +2,16 @@ package app
 
 // Users' own limits in the worker (kafka.topics.user_limits): the applier,
 // which writes the topic's records to Redis in the group
-// <group_id>-user-limits, and the follower, which drops from this worker's
-// refusal cache the users whose record changed (internal/userlimits).
+// <group_id>-user-limits, the follower, which drops from this worker's
+// refusal cache the users whose record changed (internal/userlimits), and
+// the gate that holds the worker's partitions until the records written
+// before it got them are applied.
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,9 +28,6 @@ import (
 type userLimits struct {
 	applier  *userlimits.Applier
 	follower *userlimits.Follower
-	// applied waits until the records written before it was called are
-	// in Redis (userlimits.Applied).
-	applied func(context.Context) error
 	// count refreshes capper_user_limits_users; lag exports the applier
 	// group's lag.
 	count func(context.Context) error
@@ -34,8 +35,82 @@ type userLimits struct {
 }
 
 // userCountEvery is how often a worker reads the count of users with
-// limits for its gauge.
+// limits for its gauge (an estimate: a scrape's pace is enough).
 const userCountEvery = 30 * time.Second
+
+// userLimitsCatchUp bounds a generation's wait for users' limits: a topic
+// reset to its beginning may take longer to apply than a worker should
+// wait; it then decides meanwhile, and says so.
+const userLimitsCatchUp = time.Minute
+
+// usersGate holds each generation of the worker's groups (a start, a
+// rejoin, any rebalance) until the users' limits written before it began
+// are in Redis (userlimits.Applied), for at most userLimitsCatchUp: no
+// partition is decided by what Redis held before a record written while
+// it was elsewhere, or while the applier group rebalanced with it.
+type usersGate struct {
+	applied func(context.Context) error
+	log     *slog.Logger
+	waiting atomic.Int32 // generations waiting now
+}
+
+// newUsersGate builds the gate (nil without kafka.topics.user_limits).
+func newUsersGate(cfg *config.Config, log *slog.Logger) (*usersGate, error) {
+	topic := cfg.Kafka.Topics.UserLimits
+	if topic == "" {
+		return nil, nil
+	}
+	kopts, err := kafkaOptions(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := dispatch.NewAdminClient(kopts)
+	if err != nil {
+		return nil, err
+	}
+	group := cfg.Kafka.UserLimitsGroup()
+	return &usersGate{log: log, applied: func(ctx context.Context) error {
+		return userlimits.Applied(ctx, admin, group, topic, 100*time.Millisecond)
+	}}, nil
+}
+
+// holdFunc is the gate's dispatch.ConsumerOptions.Hold (nil: no gate).
+func (g *usersGate) holdFunc() func(context.Context) {
+	if g == nil {
+		return nil
+	}
+	return g.hold
+}
+
+// hold waits until the records written before it was called are applied,
+// the bound passes (logged), or ctx ends (the generation did). A failed
+// look at the offsets is tried again until the bound.
+func (g *usersGate) hold(ctx context.Context) {
+	g.waiting.Add(1)
+	defer g.waiting.Add(-1)
+	wait, cancel := context.WithTimeout(ctx, userLimitsCatchUp)
+	defer cancel()
+	for {
+		err := g.applied(wait)
+		switch {
+		case err == nil, ctx.Err() != nil:
+			return
+		case wait.Err() != nil:
+			g.log.Warn("users' limits written before this worker got its partitions are not all applied yet; deciding meanwhile",
+				"waited", userLimitsCatchUp, "error", err)
+			return
+		}
+		_ = dispatch.Sleep(wait, 500*time.Millisecond)
+	}
+}
+
+// ready fails while a generation waits (a /readyz check).
+func (g *usersGate) ready() error {
+	if g == nil || g.waiting.Load() == 0 {
+		return nil
+	}
+	return errors.New("users' limits: records written before this worker got its partitions are not applied yet")
+}
 
 // newUserLimits builds them (nil without kafka.topics.user_limits). The
 // records are checked against the policy the watcher has in force.
@@ -54,9 +129,7 @@ func newUserLimits(cfg *config.Config, engine *capping.Engine, policies *policy.
 		return nil, err
 	}
 	group := cfg.Kafka.UserLimitsGroup()
-	u := &userLimits{applied: func(ctx context.Context) error {
-		return userlimits.Applied(ctx, admin, group, topic, 100*time.Millisecond)
-	}}
+	u := &userLimits{}
 	if u.applier, err = userlimits.NewApplier(userlimits.ApplierOptions{Kafka: kopts, Topic: topic, Group: cfg.Kafka.UserLimitsGroup(),
 		Store: engine, Rules: func() capping.Rules { return policies.Current().Rules },
 		RetryInitial: cfg.Worker.RetryInitial.D(), RetryMax: cfg.Worker.RetryMax.D(), Metrics: m, Logger: log}); err != nil {
@@ -68,7 +141,7 @@ func newUserLimits(cfg *config.Config, engine *capping.Engine, policies *policy.
 	}
 	users := promauto.With(reg).NewGauge(prometheus.GaugeOpts{
 		Name: "capper_user_limits_users",
-		Help: "About how many users hold limits of their own (every worker reports the same count, kept in Redis; a write retried after a lost answer may be missed).",
+		Help: "About how many users hold limits of their own (every worker reports the same count, kept in Redis and read every 30 s; a write retried after a lost answer may be missed).",
 	})
 	u.count = func(ctx context.Context) error {
 		t := time.NewTicker(userCountEvery)

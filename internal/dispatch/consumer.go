@@ -42,6 +42,10 @@ type ConsumerOptions struct {
 	// delay group too; Park says when its records may go.
 	Parked string
 	Park   ParkCheck
+	// Hold, when set, runs at the start of each generation of either
+	// group, before any record of its partitions is read (memberOptions):
+	// users' limits written before the generation began are applied first.
+	Hold func(ctx context.Context)
 	// Now is the clock of capper-due-at (nil: time.Now); Sleep waits a
 	// duration of that clock (nil: a timer). Tests speed both up.
 	Now   func() time.Time
@@ -113,7 +117,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		topics = append(topics, o.Status)
 	}
 	var err error
-	c.input, err = newMember(memberOptions{Kafka: o.Kafka, GroupID: o.Kafka.GroupID, Topics: topics, Log: c.log,
+	c.input, err = newMember(memberOptions{Kafka: o.Kafka, GroupID: o.Kafka.GroupID, Topics: topics, Log: c.log, Hold: o.Hold,
 		Read: func(ctx context.Context, p *partState, offset int64) {
 			c.readPartition(ctx, p, offset, fetchConfig{maxBytes: inputFetchBytes})
 		}})
@@ -144,7 +148,7 @@ func (c *Consumer) joinDelay(lanes []string) (*member, error) {
 		topics = append(topics, c.o.Parked)
 	}
 	cp := c.cp
-	return newMember(memberOptions{Kafka: c.o.Kafka, GroupID: c.o.DelayGroupID, Topics: topics, Log: c.log,
+	return newMember(memberOptions{Kafka: c.o.Kafka, GroupID: c.o.DelayGroupID, Topics: topics, Log: c.log, Hold: c.o.Hold,
 		Balancers: []kafka.GroupBalancer{cp, kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}},
 		Read: func(ctx context.Context, p *partState, offset int64) {
 			fc := fetchConfig{maxBytes: tierFetchBytes, release: c.releaseLane}

@@ -53,7 +53,11 @@ type memberOptions struct {
 	// runs during it and ends it by returning (a rejoin).
 	Started func(gen *kafka.Generation)
 	Watch   func(ctx context.Context)
-	Log     *slog.Logger
+	// Hold, when set, runs once at the start of each generation that
+	// assigns partitions, before any of them is read: their readers wait
+	// until it returns (or the generation ends).
+	Hold func(ctx context.Context)
+	Log  *slog.Logger
 }
 
 // member is one group membership.
@@ -144,14 +148,29 @@ func (m *member) begin(gen *kafka.Generation) {
 			offsets[topicPartition{topic, a.ID}] = a.Offset
 		}
 	}
+	held := m.held()
 	for _, p := range ps {
 		gen.Start(func(ctx context.Context) {
-			m.o.Read(ctx, p, offsets[p.tp])
+			if held(ctx) {
+				m.o.Read(ctx, p, offsets[p.tp])
+			}
 			m.drain(p)
 		})
 	}
 	if m.o.Watch != nil {
 		gen.Start(m.o.Watch)
+	}
+}
+
+// held is what a generation's readers call before they read: the first
+// runs Hold, the others wait for it; false: the generation ended first.
+func (m *member) held() func(ctx context.Context) bool {
+	var once sync.Once
+	return func(ctx context.Context) bool {
+		if m.o.Hold != nil {
+			once.Do(func() { m.o.Hold(ctx) })
+		}
+		return ctx.Err() == nil
 	}
 }
 

@@ -32,6 +32,7 @@ var readinessChecks = map[string]errorSource{
 	"engine.Ready":      {dir: "internal/capping", method: "health.ready"},
 	"cons.worker.Ready": {dir: "internal/dispatch", call: "setNotReady"},
 	"cons.controlReady": {dir: "internal/control", method: "Follower.Ready"},
+	"usersGate.ready":   {dir: "internal/app", method: "usersGate.ready"},
 }
 
 // errorSource is where a readiness check's errors are made: the body of
