@@ -88,12 +88,16 @@ func (g *usersGate) holdFunc() func(context.Context) {
 func (g *usersGate) hold(ctx context.Context) {
 	g.waiting.Add(1)
 	defer g.waiting.Add(-1)
+	start := time.Now()
 	wait, cancel := context.WithTimeout(ctx, userLimitsCatchUp)
 	defer cancel()
 	for {
 		err := g.applied(wait)
 		switch {
-		case err == nil, ctx.Err() != nil:
+		case err == nil:
+			g.log.Debug("partitions read once the users' limits written before were applied", "waited", time.Since(start))
+			return
+		case ctx.Err() != nil:
 			return
 		case wait.Err() != nil:
 			g.log.Warn("users' limits written before this worker got its partitions are not all applied yet; deciding meanwhile",
