@@ -17,6 +17,7 @@ import (
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/dispatch"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/policy"
 )
@@ -41,6 +42,7 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 	if err != nil {
 		return nil, err
 	}
+	kopts.GroupMetrics = capkafka.NewGroupMetrics(reg)
 	admin, err := dispatch.NewAdminClient(kopts)
 	if err != nil {
 		return nil, err
@@ -278,6 +280,9 @@ func kafkaOptions(cfg *config.Config, log *slog.Logger) (dispatch.KafkaOptions, 
 		HeartbeatInterval: k.HeartbeatInterval.D(),
 		WriteTimeout:      k.WriteTimeout.D(),
 		BatchSize:         cfg.Worker.BatchSize,
+		InstanceID:        k.GroupInstanceID,
+		GroupProtocol:     k.GroupProtocol,
+		LeaveOnClose:      k.LeaveOnShutdown,
 		Logger:            log,
 	}, nil
 }

@@ -48,6 +48,12 @@ type Kafka struct {
 	SASL              SASL     `yaml:"sasl"`
 	Compression       string   `yaml:"compression"`
 	StartOffset       string   `yaml:"start_offset"`
+	// GroupInstanceID makes the worker a static member of its consumer
+	// groups (empty: dynamic); GroupProtocol is cooperative or eager;
+	// LeaveOnShutdown: a static member leaves its groups when it stops.
+	GroupInstanceID string `yaml:"group_instance_id"`
+	GroupProtocol   string `yaml:"group_protocol"`
+	LeaveOnShutdown bool   `yaml:"leave_on_shutdown"`
 	FetchMaxWait      Duration `yaml:"fetch_max_wait"`
 	SessionTimeout    Duration `yaml:"session_timeout"`
 	RebalanceTimeout  Duration `yaml:"rebalance_timeout"`
@@ -265,6 +271,7 @@ func Default() Config {
 			},
 			Compression:       "none",
 			StartOffset:       "earliest",
+			GroupProtocol:     "cooperative",
 			FetchMaxWait:      Duration(250 * time.Millisecond),
 			SessionTimeout:    Duration(8 * time.Second),
 			RebalanceTimeout:  Duration(30 * time.Second),

@@ -105,6 +105,10 @@ func (k *Kafka) validate(p *problems.List) {
 	}
 	oneOf(p, problems.Key("kafka.compression"), k.Compression, "none", "gzip", "snappy", "lz4", "zstd")
 	oneOf(p, problems.Key("kafka.start_offset"), k.StartOffset, "earliest", "latest")
+	oneOf(p, problems.Key("kafka.group_protocol"), k.GroupProtocol, "cooperative", "eager")
+	if id := k.GroupInstanceID; len(id) > 249 || strings.ContainsAny(id, " \t\n/") {
+		p.Add(problems.Key("kafka.group_instance_id"), "%q must be at most 249 characters, without spaces or slashes (e.g. the pod's name)", id)
+	}
 	positive(p, problems.Key("kafka.fetch_max_wait"), k.FetchMaxWait)
 	positive(p, problems.Key("kafka.session_timeout"), k.SessionTimeout)
 	positive(p, problems.Key("kafka.rebalance_timeout"), k.RebalanceTimeout)

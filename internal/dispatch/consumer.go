@@ -149,7 +149,7 @@ func (c *Consumer) joinDelay(lanes []string) (*member, error) {
 	}
 	cp := c.cp
 	return newMember(memberOptions{Kafka: c.o.Kafka, GroupID: c.o.DelayGroupID, Topics: topics, Log: c.log, Hold: c.o.Hold,
-		Balancers: []kafka.GroupBalancer{cp, kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}},
+		Protocols: cp.protocols(c.o.Kafka.GroupProtocol),
 		Read: func(ctx context.Context, p *partState, offset int64) {
 			fc := fetchConfig{maxBytes: tierFetchBytes, release: c.releaseLane}
 			switch {
@@ -160,7 +160,7 @@ func (c *Consumer) joinDelay(lanes []string) (*member, error) {
 			}
 			c.readPartition(ctx, p, offset, fc)
 		},
-		Started: func(*kafka.Generation) { c.countTierPartitions() },
+		Started: c.countTierPartitions,
 		Watch: func(ctx context.Context) {
 			// The input partitions changed: join again, so that the tiers
 			// and lanes follow them.
@@ -266,7 +266,7 @@ func (c *Consumer) FetchBatch(ctx context.Context, dst []kafka.Message, max int)
 
 // CommitMessages commits the records' offsets in the group each came from,
 // for the partitions this worker still has.
-func (c *Consumer) CommitMessages(_ context.Context, msgs ...kafka.Message) error {
+func (c *Consumer) CommitMessages(ctx context.Context, msgs ...kafka.Message) error {
 	in, delay := map[topicPartition]int64{}, map[topicPartition]int64{}
 	for i := range msgs {
 		m := &msgs[i]
@@ -279,10 +279,10 @@ func (c *Consumer) CommitMessages(_ context.Context, msgs ...kafka.Message) erro
 	}
 	var errs []error
 	if len(in) > 0 {
-		errs = append(errs, c.input.commit(in))
+		errs = append(errs, c.input.commit(ctx, in))
 	}
 	if dg := c.delayGroup(); len(delay) > 0 && dg != nil {
-		errs = append(errs, dg.commit(delay))
+		errs = append(errs, dg.commit(ctx, delay))
 	}
 	return errors.Join(errs...)
 }

@@ -13,17 +13,22 @@ import (
 	"sync"
 
 	"github.com/segmentio/kafka-go"
+
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 )
 
-// coPartitionProtocol names the balancer in the group protocol. Members of
-// earlier versions offer only range and round robin: while any is in the
-// group, the group agrees on one of those (the cache then answers only
-// where the assignment happens to be co-partitioned).
-const coPartitionProtocol = "capper-copartition"
+// coPartitionProtocol names the assignor in the group protocol, and
+// coPartitionCooperative its cooperative form (internal/kafka). Members of
+// earlier versions offer only the first (eagerly), range and round robin:
+// while any is in the group, the group agrees on one of those.
+const (
+	coPartitionProtocol    = "capper-copartition"
+	coPartitionCooperative = "capper-copartition-cooperative"
+)
 
 // coPartition assigns tier partition q to the member that reads input
 // partition q (the members say which in their user data), and what no
-// member claims round robin.
+// member claims round robin. It is a kafka.Assignor.
 type coPartition struct {
 	input string
 	// inputs gives the input partitions this member reads now.
@@ -39,15 +44,24 @@ type coPartitionData struct {
 	Partitions []int  `json:"partitions"`
 }
 
-func (b *coPartition) ProtocolName() string { return coPartitionProtocol }
+// protocols are what the delay group's members offer for mode (the
+// group protocol: cooperative or eager).
+func (b *coPartition) protocols(mode string) []capkafka.Protocol {
+	eager := []capkafka.Protocol{{Name: coPartitionProtocol, Assignor: b}, {Name: "range", Assignor: capkafka.RangeAssignor{}}}
+	if mode == capkafka.ProtocolEager {
+		return eager
+	}
+	return append([]capkafka.Protocol{{Name: coPartitionCooperative, Assignor: b, Cooperative: true}}, eager...)
+}
 
-func (b *coPartition) UserData() ([]byte, error) {
+func (b *coPartition) UserData() []byte {
 	ps := b.inputs()
 	slices.Sort(ps)
 	b.mu.Lock()
 	b.sent = ps
 	b.mu.Unlock()
-	return json.Marshal(coPartitionData{Input: b.input, Partitions: ps})
+	data, _ := json.Marshal(coPartitionData{Input: b.input, Partitions: ps}) // ints and a string: cannot fail
+	return data
 }
 
 // stale reports whether the member's input partitions changed since it
@@ -60,12 +74,14 @@ func (b *coPartition) stale() bool {
 	return !slices.Equal(ps, b.sent)
 }
 
-func (b *coPartition) AssignGroups(members []kafka.GroupMember, partitions []kafka.Partition) kafka.GroupMemberAssignments {
+func (b *coPartition) Assign(members []capkafka.Member, parts map[string][]int) map[string][]capkafka.TopicPartition {
 	ids := make([]string, 0, len(members))
 	owner := map[int]string{} // input partition -> member
 	subscribed := map[string]map[string]bool{}
+	data := map[string][]byte{}
 	for _, m := range members {
 		ids = append(ids, m.ID)
+		data[m.ID] = m.UserData
 		subscribed[m.ID] = map[string]bool{}
 		for _, t := range m.Topics {
 			subscribed[m.ID][t] = true
@@ -74,30 +90,30 @@ func (b *coPartition) AssignGroups(members []kafka.GroupMember, partitions []kaf
 	sort.Strings(ids)
 	for _, id := range ids {
 		var d coPartitionData
-		for _, m := range members {
-			if m.ID == id && json.Unmarshal(m.UserData, &d) == nil && d.Input == b.input {
-				for _, p := range d.Partitions {
-					if _, taken := owner[p]; !taken {
-						owner[p] = id
-					}
+		if json.Unmarshal(data[id], &d) == nil && d.Input == b.input {
+			for _, p := range d.Partitions {
+				if _, taken := owner[p]; !taken {
+					owner[p] = id
 				}
 			}
 		}
 	}
-	ps := slices.Clone(partitions)
+	var ps []capkafka.TopicPartition
+	for topic, ids := range parts {
+		for _, p := range ids {
+			ps = append(ps, capkafka.TopicPartition{Topic: topic, Partition: p})
+		}
+	}
 	sort.Slice(ps, func(i, j int) bool {
 		if ps[i].Topic != ps[j].Topic {
 			return ps[i].Topic < ps[j].Topic
 		}
-		return ps[i].ID < ps[j].ID
+		return ps[i].Partition < ps[j].Partition
 	})
-	out := kafka.GroupMemberAssignments{}
-	for _, id := range ids {
-		out[id] = map[string][]int{}
-	}
+	out := map[string][]capkafka.TopicPartition{}
 	next := 0 // round robin over the members that read the topic
 	for _, p := range ps {
-		id, ok := owner[p.ID]
+		id, ok := owner[p.Partition]
 		if !ok || !subscribed[id][p.Topic] {
 			var cands []string
 			for _, m := range ids {
@@ -111,7 +127,7 @@ func (b *coPartition) AssignGroups(members []kafka.GroupMember, partitions []kaf
 			id = cands[next%len(cands)]
 			next++
 		}
-		out[id][p.Topic] = append(out[id][p.Topic], p.ID)
+		out[id] = append(out[id], p)
 	}
 	return out
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
+
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 )
 
 // KafkaOptions are the broker settings shared by the reader and the writers.
@@ -36,7 +38,21 @@ type KafkaOptions struct {
 	// BatchSize is the worker's batch size: a writer batch holds a whole
 	// worker batch so that one WriteMessages is one produce per partition.
 	BatchSize int
-	Logger    *slog.Logger
+	// InstanceID makes the worker a static member of its groups ("":
+	// dynamic); GroupProtocol is "cooperative" or "eager"; LeaveOnClose:
+	// a static member leaves its groups when it stops (scaled down).
+	InstanceID    string
+	GroupProtocol string
+	LeaveOnClose  bool
+	// GroupMetrics are the memberships' metrics (nil: none).
+	GroupMetrics *capkafka.GroupMetrics
+	Logger       *slog.Logger
+}
+
+// Transport is the connection settings (client id, TLS, SASL) as the
+// Kafka room's memberships take them.
+func (o KafkaOptions) Transport() *kafka.Transport {
+	return &kafka.Transport{ClientID: o.ClientID, DialTimeout: 10 * time.Second, TLS: o.TLS, SASL: o.SASL}
 }
 
 // NewSASL returns the kafka-go mechanism for "plain", "scram-sha-256" or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,8 +29,8 @@ func waitingInPut() bool {
 // ever, and the partition's records were never decided).
 func TestQueueDropWakesPut(t *testing.T) {
 	q := newQueue(4)
-	old := &partState{tp: topicPartition{"in", 2}}
-	next := &partState{tp: topicPartition{"in", 2}}
+	old := newPartState(topicPartition{"in", 2})
+	next := newPartState(topicPartition{"in", 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	msgs := func(from int64, n int) []kafka.Message {
@@ -64,4 +65,9 @@ func TestQueueDropWakesPut(t *testing.T) {
 	if h := next.handed.Load(); h != 2 {
 		t.Fatalf("handed = %d, want 2", h)
 	}
+}
+
+// newPartState is a partState of its own (no claim behind it: tests).
+func newPartState(tp topicPartition) *partState {
+	return &partState{tp: tp, start: new(atomic.Int64), handed: new(atomic.Int64), committed: new(atomic.Int64), closed: new(atomic.Bool)}
 }

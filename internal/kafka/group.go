@@ -86,7 +86,11 @@ type GroupOptions struct {
 	Changed func(owned []TopicPartition)
 	// Watch, when set, runs while the member is in a generation and makes
 	// it join again when it returns (e.g. the user data changed).
-	Watch   func(ctx context.Context)
+	Watch func(ctx context.Context)
+	// Hold, when set, runs when partitions are assigned, before any of
+	// them is read: their readers wait until it returns (or they are
+	// revoked). Partitions the member keeps are not held.
+	Hold    func(ctx context.Context)
 	Log     *slog.Logger
 	Metrics *GroupMetrics // nil: none
 }

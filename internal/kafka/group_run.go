@@ -266,6 +266,12 @@ func (g *Group) start(ctx context.Context, added []TopicPartition) error {
 	if err != nil {
 		return err
 	}
+	held := make(chan struct{})
+	if g.o.Hold != nil {
+		go func() { defer close(held); g.o.Hold(ctx) }()
+	} else {
+		close(held)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, tp := range added {
@@ -279,7 +285,11 @@ func (g *Group) start(ctx context.Context, added []TopicPartition) error {
 		}
 		go func() {
 			defer close(c.done)
-			g.o.Read(rctx, c, off)
+			select {
+			case <-held:
+				g.o.Read(rctx, c, off)
+			case <-rctx.Done():
+			}
 		}()
 	}
 	return nil
