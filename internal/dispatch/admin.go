@@ -43,18 +43,29 @@ var ErrMissingTopic = errors.New("topic does not exist")
 // CheckTopics asks the brokers for each topic (by the config key that names
 // it) and reports every one that is missing or not accessible: a worker that
 // starts without its output topic would otherwise stall on its first write.
+// A topic c's answer lacks is asked again through connections of its own
+// before it is reported: c's transport answers metadata from a cache it
+// refreshes every few seconds, which does not know a topic created a moment
+// ago (`capper topics create`, then a policy whose lanes it created).
 func CheckTopics(ctx context.Context, c *kafka.Client, topics map[string]string) error {
-	names := make([]string, 0, len(topics))
-	for _, t := range topics {
-		names = append(names, t)
-	}
-	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
+	found, err := topicErrors(ctx, c, slices.Collect(maps.Values(topics)))
 	if err != nil {
-		return fmt.Errorf("check topics %v: %w", names, err)
+		return err
 	}
-	found := map[string]error{}
-	for _, t := range md.Topics {
-		found[t.Name] = t.Error
+	var again []string
+	for _, t := range topics {
+		if err, ok := found[t]; !ok || errors.Is(err, kafka.UnknownTopicOrPartition) {
+			again = append(again, t)
+		}
+	}
+	if len(again) > 0 {
+		fresh, done := uncached(c, again)
+		refound, err := topicErrors(ctx, fresh, again)
+		done()
+		if err != nil {
+			return err
+		}
+		maps.Copy(found, refound)
 	}
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(topics)) {
@@ -67,6 +78,38 @@ func CheckTopics(ctx context.Context, c *kafka.Client, topics map[string]string)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// topicErrors is each topic c's metadata names, with its error (nil: it
+// exists).
+func topicErrors(ctx context.Context, c *kafka.Client, names []string) (map[string]error, error) {
+	slices.Sort(names)
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
+	if err != nil {
+		return nil, fmt.Errorf("check topics %v: %w", names, err)
+	}
+	found := map[string]error{}
+	for _, t := range md.Topics {
+		found[t.Name] = t.Error
+	}
+	return found, nil
+}
+
+// uncached is a client with c's settings whose transport is new, so that
+// its first metadata (of topics only) comes from the brokers; done closes
+// its connections. A transport that is not kafka-go's own cannot be
+// copied: c itself.
+func uncached(c *kafka.Client, topics []string) (fresh *kafka.Client, done func()) {
+	t := &kafka.Transport{MetadataTopics: topics}
+	switch ct := c.Transport.(type) {
+	case nil: // kafka-go's DefaultTransport: defaults
+	case *kafka.Transport:
+		t = &kafka.Transport{Dial: ct.Dial, DialTimeout: ct.DialTimeout, IdleTimeout: ct.IdleTimeout, TLS: ct.TLS,
+			SASL: ct.SASL, Resolver: ct.Resolver, ClientID: ct.ClientID, Context: ct.Context, MetadataTopics: topics}
+	default:
+		return c, func() {}
+	}
+	return &kafka.Client{Addr: c.Addr, Timeout: c.Timeout, Transport: t}, t.CloseIdleConnections
 }
 
 // LagOptions configures a LagReporter; all are required but the plumbing.

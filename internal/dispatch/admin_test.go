@@ -103,3 +103,29 @@ func sumLag(t *testing.T, l *LagReporter) float64 {
 	}
 	return sum
 }
+
+// TestCheckTopicsJustCreated: a topic created after the client last asked
+// (capper topics create, then a policy naming it) is found at once, not
+// after the transport's metadata cache is next refreshed.
+func TestCheckTopicsJustCreated(t *testing.T) {
+	k := testenv.StartKafka(t, 1, []string{"in"})
+	c, err := NewAdminClient(testKafkaOptions(k.Addrs, "g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lanes := map[string]string{`budget "push" lane "bulk"`: "lanes.push.bulk"}
+	if err := CheckTopics(ctx, c, lanes); !errors.Is(err, ErrMissingTopic) {
+		t.Fatalf("before the topic is created: %v, want it missing", err)
+	}
+	if err := k.Cluster.CreateTopic("lanes.push.bulk", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckTopics(ctx, c, lanes); err != nil {
+		t.Fatalf("just created: %v", err)
+	}
+	if err := CheckTopics(ctx, c, map[string]string{"kafka.topics.input": "in", "kafka.topics.deliveries": "never"}); !errors.Is(err, ErrMissingTopic) ||
+		strings.Contains(err.Error(), "kafka.topics.input") {
+		t.Fatalf("a topic never created: %v, want it alone missing", err)
+	}
+}
