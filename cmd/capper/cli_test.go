@@ -147,7 +147,7 @@ func TestRunFailsInJSON(t *testing.T) {
 			t.Fatalf("exit %d, stdout %q; want 2 (a wrong config) and nothing", code, out)
 		}
 		lines := jsonLines(t, errOut)
-		findLine(t, lines, "ERROR", `line 2: unknown key "batch_sise"`)
+		findLine(t, lines, "ERROR", `line 2: worker.batch_sise: unknown key; did you mean batch_size?`)
 		if len(lines) != 1 {
 			t.Fatalf("want the error once:\n%s", errOut)
 		}
@@ -268,7 +268,7 @@ default_policy:
 	if code != 1 {
 		t.Fatalf("exit %d, want 1:\n%s%s", code, out, errOut)
 	}
-	for _, want := range []string{"configs/policy.yaml: ok", bad + ": time_zone", "Mars/Olympus", bad + ": default_policy.limits[0]"} {
+	for _, want := range []string{"configs/policy.yaml: ok", bad + ": line 1: time_zone", "Mars/Olympus", bad + ": line 4: default_policy.limits[0]"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("check output lacks %q:\n%s", want, out)
 		}

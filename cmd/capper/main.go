@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -34,7 +35,7 @@ var version, revision = "dev", ""
 
 type commands struct {
 	Run         runCmd            `cmd:"" help:"Run the worker (consume, decide, forward)."`
-	CheckConfig checkConfigCmd    `cmd:"" name:"check-config" help:"Validate a config file and print the effective config, secrets masked."`
+	CheckConfig checkConfigCmd    `cmd:"" name:"check-config" help:"Validate a config file and print the effective config, secrets masked. Exit 2 on a problem, or when its policy (a file or inline) needs a key it leaves unset."`
 	Inspect     inspectCmd        `cmd:"" help:"Show a user's segment and caps (read-only)."`
 	Policy      policyCmd         `cmd:"" help:"Check, compare, publish and list cap policies (docs/operations/changing-caps.md)."`
 	Migrate     migrateCmd        `cmd:"" help:"Convert the first version's Redis keys (sorted sets) into records; the workers must be stopped."`
@@ -112,7 +113,7 @@ func (c *runCmd) Run(e *env) error {
 }
 
 type policyCmd struct {
-	Check   policyCheckCmd   `cmd:"" help:"Check policy documents (or worker configs): every problem, with its field path. Exit 1 on any."`
+	Check   policyCheckCmd   `cmd:"" help:"Check policy documents (or worker configs): every problem, with its line and field path; a worker config's policy also against that config. Exit 1 on any."`
 	Diff    policyDiffCmd    `cmd:"" help:"Say what changes from one policy to another, per segment and limit."`
 	Publish policyPublishCmd `cmd:"" help:"Check a policy and publish it to a policy store as a new version; workers switch at their next poll."`
 	History policyHistoryCmd `cmd:"" help:"List a policy store's versions, the one in use marked, with what each changed."`
@@ -187,7 +188,7 @@ func (c *policyPublishCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	err = app.PublishPolicy(e.ctx, e.stdout, c.File, app.PolicyStoreOptions{Store: store, S3: c.options(cfg)})
+	err = app.PublishPolicy(e.ctx, e.stdout, c.File, app.PolicyStoreOptions{Store: store, S3: c.options(cfg), Config: cfg})
 	if errors.Is(err, app.ErrPolicyProblems) {
 		return cli.Reported(err)
 	}
@@ -249,9 +250,36 @@ func (c *checkConfigCmd) Run(e *env) error {
 	for _, msg := range cfg.Deprecations {
 		fmt.Fprintf(e.stderr, "warning: %s\n", msg)
 	}
+	if err := checkConfigPolicy(e, c.Config, cfg); err != nil {
+		return err
+	}
 	fmt.Fprintf(e.stderr, "%s: ok\n", c.Config)
 	_, err = e.stdout.Write(out)
 	return err
+}
+
+// checkConfigPolicy refuses a config that leaves unset a key its policy
+// needs (config.PolicyNeeds), when the policy is on this machine (a file
+// or inline; a store's is checked by capper policy publish --config). A
+// policy that cannot be read or has problems is only warned about: capper
+// policy check says it all.
+func checkConfigPolicy(e *env, path string, cfg *config.Config) error {
+	r, ok, err := cfg.LocalPolicy()
+	switch {
+	case !ok:
+		return nil
+	case err != nil:
+		fmt.Fprintf(e.stderr, "warning: policy not checked against this config: %v\n", err)
+		return nil
+	case len(r.Problems) > 0:
+		fmt.Fprintf(e.stderr, "warning: the policy %s has problems, not checked against this config: capper policy check %s lists them\n", r.File, path)
+		return nil
+	}
+	needs := cfg.PolicyNeeds(r.Document)
+	if len(needs) == 0 {
+		return nil
+	}
+	return cli.UsageError(fmt.Errorf("%s: its policy (%s) needs what it leaves unset; a worker would not start:\n%w", path, cmp.Or(r.File, "inline"), needs.Err()))
 }
 
 type inspectCmd struct {

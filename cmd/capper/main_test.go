@@ -150,12 +150,12 @@ func TestCheckConfig(t *testing.T) {
 	}
 	// A wrong config exits 2, as the CLI reference says, with the usage.
 	_, errOut, code = capper(t, nil, "check-config", "--config", bad)
-	if code != 2 || !strings.Contains(errOut, `line 2: unknown key "batch_sise"`) || !strings.Contains(errOut, "Usage: capper check-config") {
+	if code != 2 || !strings.Contains(errOut, `line 2: worker.batch_sise: unknown key; did you mean batch_size?`) || !strings.Contains(errOut, "Usage: capper check-config") {
 		t.Fatalf("bad config: exit %d, %q", code, errOut)
 	}
 	for _, args := range [][]string{{"inspect", "--user", "1"}, {"campaign", "list"}, {"migrate", "--dry-run"}} {
 		_, errOut, code = capper(t, nil, append(args, "--config", bad)...)
-		if code != 2 || !strings.Contains(errOut, `line 2: unknown key "batch_sise"`) {
+		if code != 2 || !strings.Contains(errOut, `line 2: worker.batch_sise: unknown key; did you mean batch_size?`) {
 			t.Errorf("capper %v with a bad config: exit %d, %q; want 2", args, code, errOut)
 		}
 	}

@@ -49,9 +49,6 @@ type Options struct {
 	Started func(httpAddr string)
 }
 
-// errNoTiers refuses a policy that defers on a worker without delay tiers.
-var errNoTiers = errors.New("the policy defers intents (on_cap: defer or quiet_hours), but this worker has no delay tiers: set kafka.delay_tiers")
-
 // Run starts the worker and blocks until ctx ends (then shuts down in order
 // and returns nil) or a component fails (then returns its error).
 //
@@ -151,7 +148,7 @@ type parts struct {
 func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*parts, error) {
 	cfg, log, reg := o.Config, o.Logger, o.Registerer
 	p := &parts{}
-	swap := newPolicySwap(len(cfg.Kafka.DelayTiers) > 0, cfg.Kafka.Topics.Lanes != "")
+	swap := newPolicySwap(cfg)
 	var err error
 	if p.policies, err = newPolicyWatcher(ctx, cfg, swap.apply, reg, log, o.Now); err != nil {
 		return nil, err

@@ -24,9 +24,6 @@ import (
 	"github.com/capper-dev/capper/internal/policy"
 )
 
-// errNoLanes refuses a policy with budgets on a worker without lanes.
-var errNoLanes = errors.New("the policy has budgets (send pacing), but this worker has no lane topics: set kafka.topics.lanes")
-
 // pacer is a worker's pacing: nil without kafka.topics.lanes.
 type pacer struct {
 	*pacing.Pacer

@@ -6,6 +6,7 @@ package app
 // store (package policy).
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/policy"
+	"github.com/capper-dev/capper/internal/problems"
 )
 
 // ErrPolicyProblems: a document has problems; they were printed.
@@ -23,24 +25,34 @@ var ErrPolicyProblems = errors.New("policy problems")
 
 // CheckPolicies checks each file and prints its verdict: "ok" with what it
 // holds (then one line per budget: its rate, burst, what it covers and its
-// lanes), or every problem with its field path. The error is
-// ErrPolicyProblems when a file has any, after all were printed.
+// lanes), or every problem with its file, line and field path; a worker
+// config's also with what the policy needs of it (config.PolicyNeeds).
+// The error is ErrPolicyProblems when a file has any, after all were
+// printed.
 func CheckPolicies(w io.Writer, paths []string) error {
 	bad := false
 	for _, p := range paths {
-		d, problems, err := config.ReadPolicy(p)
+		r, err := config.ReadPolicyAt(p)
 		if err != nil {
-			fmt.Fprintf(w, "%s: %v\n", p, err)
+			fmt.Fprintln(w, err) // it names the file
 			bad = true
 			continue
 		}
-		if len(problems) > 0 {
-			for _, pr := range problems {
-				fmt.Fprintf(w, "%s: %s\n", p, pr.Error())
-			}
+		var needs problems.List
+		if r.Config != nil && r.Document != nil {
+			needs = r.Config.PolicyNeeds(r.Document)
+		}
+		for _, pr := range needs {
+			fmt.Fprintf(w, "%s: %s\n", p, pr.Error())
+		}
+		for _, pr := range r.Problems {
+			fmt.Fprintf(w, "%s: %s\n", cmp.Or(r.File, p), pr.Error())
+		}
+		if len(needs)+len(r.Problems) > 0 {
 			bad = true
 			continue
 		}
+		d := r.Document
 		limits := len(d.DefaultPolicy.Limits)
 		for _, s := range d.Segments {
 			limits += len(s.Limits)
@@ -97,6 +109,10 @@ type PolicyStoreOptions struct {
 	Store string // a directory, file:///dir or s3://bucket/prefix
 	S3    objstore.S3Options
 	Now   func() time.Time // publication time; nil is time.Now
+	// Config is the workers' config, when known (publish --config): a
+	// policy that needs a key it leaves unset is published with a warning
+	// (the store may serve workers of another config too).
+	Config *config.Config
 }
 
 func openPolicyStore(ctx context.Context, o PolicyStoreOptions) (objstore.Store, error) {
@@ -110,20 +126,20 @@ func openPolicyStore(ctx context.Context, o PolicyStoreOptions) (objstore.Store,
 // PublishPolicy checks a policy document and publishes it to the store as
 // a new version (LATEST last), printing the version and what changed from
 // the version in use. A policy with problems is printed, not published
-// (ErrPolicyProblems).
+// (ErrPolicyProblems); one o.Config cannot run is warned about.
 func PublishPolicy(ctx context.Context, w io.Writer, file string, o PolicyStoreOptions) error {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return fmt.Errorf("read policy: %w", err)
 	}
-	d, err := policy.Parse(data)
+	d, ps, err := policy.Read(data)
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
-	if ps := d.Problems(); len(ps) > 0 {
-		for _, p := range ps {
-			fmt.Fprintf(w, "%s: %s\n", file, p.Error())
-		}
+	for _, p := range ps {
+		fmt.Fprintf(w, "%s: %s\n", file, p.Error())
+	}
+	if len(ps) > 0 {
 		fmt.Fprintf(w, "%s: not published\n", file)
 		return ErrPolicyProblems
 	}
@@ -134,6 +150,11 @@ func PublishPolicy(ctx context.Context, w io.Writer, file string, o PolicyStoreO
 	now := time.Now
 	if o.Now != nil {
 		now = o.Now
+	}
+	if o.Config != nil {
+		for _, p := range o.Config.PolicyNeeds(d) {
+			fmt.Fprintf(w, "warning: workers with --config will refuse it: %s\n", p.Error())
+		}
 	}
 	pub, err := policy.Publish(ctx, st, data, now())
 	if err != nil {

@@ -10,8 +10,10 @@ import (
 	"log/slog"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/dispatch"
 	"github.com/capper-dev/capper/internal/policy"
+	"github.com/capper-dev/capper/internal/problems"
 	"github.com/capper-dev/capper/internal/segments"
 )
 
@@ -20,29 +22,29 @@ import (
 // until install a version is only checked; install wires the later ones
 // into them.
 type policySwap struct {
-	tiers bool // the worker has delay tiers
-	lanes bool // the worker has lane topics (send pacing)
+	// needs are the config keys a version needs and the worker's config
+	// leaves unset (config.PolicyNeeds).
+	needs func(*policy.Document) problems.List
 	// into makes a checked version the one in use: keepFirst, then what
 	// install sets (before the watcher's Run starts, so no lock).
 	into func(context.Context, *policy.Loaded) error
 }
 
-func newPolicySwap(tiers, lanes bool) *policySwap {
-	return &policySwap{tiers: tiers, lanes: lanes, into: keepFirst}
+func newPolicySwap(cfg *config.Config) *policySwap {
+	return &policySwap{needs: cfg.PolicyNeeds, into: keepFirst}
 }
 
 // keepFirst leaves the first version to the engine and the decoder, which
 // are built from it.
 func keepFirst(context.Context, *policy.Loaded) error { return nil }
 
-// apply refuses a version that defers on a worker without delay tiers, and
-// makes any other the one in use.
+// apply refuses a version that needs a config key the worker's config
+// leaves unset (delay tiers to defer, lane topics for budgets): an error
+// in the config, at start (exit 2) as later; it makes any other the one
+// in use.
 func (s *policySwap) apply(ctx context.Context, l *policy.Loaded) error {
-	if l.Rules.Defers() && !s.tiers {
-		return errNoTiers
-	}
-	if l.Budgets.Len() > 0 && !s.lanes {
-		return errNoLanes
+	if ps := s.needs(l.Document); len(ps) > 0 {
+		return configError{fmt.Errorf("the worker's config cannot run it: %w", ps.Err())}
 	}
 	return s.into(ctx, l)
 }

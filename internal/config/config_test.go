@@ -15,7 +15,7 @@ import (
 
 // Every bad file must fail with an error that names what is wrong.
 var badFiles = map[string][]string{
-	"unknown-key.bad.yaml":         {"line 2", `unknown key "adress"`},
+	"unknown-key.bad.yaml":         {"line 2: redis.adress: unknown key"},
 	"inline-secret.bad.yaml":       {"line 2", "secrets are not read from the config file"},
 	"bad-duration.bad.yaml":        {"line 2", `"50 millis" is not a duration`},
 	"missing-max.bad.yaml":         {`capping.segments[0] (segment "new").limits[0] (limit "daily").max: is required`},
@@ -50,7 +50,7 @@ var badFiles = map[string][]string{
 	// The cap policy (package policy, capping.Rules).
 	"sliding-window.bad.yaml": {"capping.algorithm: sliding_window was removed: the packed exact log costs less CPU and memory " +
 		"at every max capper supports (docs/design/one-algorithm.md); remove the key"},
-	"unknown-policy-key.bad.yaml": {"line 9", `unknown key "slot"`},
+	"unknown-policy-key.bad.yaml": {`line 9: capping.segments[0] (segment "new").limits[0] (limit "daily").reserve.slot: unknown key; did you mean slots?`},
 	"window-and-calendar.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "daily"): ` +
 		"has both window and calendar: a limit is rolling or calendar, not both"},
 	"no-window.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "daily").window: ` +
@@ -62,7 +62,7 @@ var badFiles = map[string][]string{
 	"reserve-no-slots.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "daily").reserve.slots: ` +
 		"0 must be from 1 to max-1 (2): reserved slots leave at least one for everyone"},
 	"reserve-below.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "daily").reserve.below: ` +
-		`"urgent" is not low, normal, high or a whole number from 0 to 100 (intents below it may use only max - slots)`},
+		`"urgent" is not low, normal, high or a whole number from 1 to 100 (intents below it may use only max - slots)`},
 	"bad-per.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "daily").per: "channel" is not one of user, campaign`},
 	"bad-tag.bad.yaml": {`capping.segments[0] (segment "new").limits[0] (limit "promo").where.tags[1]: ` +
 		`"summer sale" must be 1 to 64 bytes of printable characters`},
@@ -388,9 +388,9 @@ func TestEnvErrorsNameTheVariable(t *testing.T) {
 	for env, want := range map[string]string{
 		"CAPPER_WORKER_BATCH_SIZE=lots":                               "CAPPER_WORKER_BATCH_SIZE (key worker.batch_size)",
 		"CAPPER_WORKER_BATCH_WAIT=soon":                               `"soon" is not a duration`,
-		"CAPPER_CAPPING_DEFAULT_POLICY_LIMITS=[{name: d, wndow: 1d}]": `unknown key "wndow"`,
+		"CAPPER_CAPPING_DEFAULT_POLICY_LIMITS=[{name: d, wndow: 1d}]": `[0].wndow: unknown key; did you mean window?`,
 		"CAPPER_HTTP_ADDRESS=nowhere":                                 "http.address",
-		"CAPPER_CAPPING_SEGMENTS=[{name: a, limits: [{name: d, window: 1d, max: 1, reserve: {slot: 1}}]}]": `unknown key "slot"`,
+		"CAPPER_CAPPING_SEGMENTS=[{name: a, limits: [{name: d, window: 1d, max: 1, reserve: {slot: 1}}]}]": `[0].limits[0] (limit "d").reserve.slot: unknown key; did you mean slots?`,
 		"CAPPER_CAPPING_TIME_ZONE=Nowhere/Town": "capping.time_zone",
 	} {
 		_, err := Parse(nil, []string{env})

@@ -124,7 +124,7 @@ func setFromEnv(f reflect.Value, value string) error {
 		if errors.Is(err, io.EOF) {
 			return errors.New("empty value")
 		}
-		return yamldoc.CleanError(err)
+		return yamldoc.Explain([]byte(value), fresh.Interface(), err)
 	}
 	f.Set(fresh.Elem())
 	return nil

@@ -41,13 +41,34 @@ func (c *Config) PolicyFile() (string, error) {
 // policy.source names, or the one inline. Problems of a policy document
 // are returned, not an error: the caller shows them all.
 func ReadPolicy(path string) (*policy.Document, problems.List, error) {
+	r, err := ReadPolicyAt(path)
+	return r.Document, r.Problems, err
+}
+
+// PolicyRead is a policy as ReadPolicyAt read it.
+type PolicyRead struct {
+	// Document is nil when a key or a value does not decode (a problem).
+	Document *policy.Document
+	// Problems are the policy's, each at its field's path and line in
+	// File.
+	Problems problems.List
+	// File is the document the policy is in: path, or the policy file the
+	// worker config there names ("": the policy inline in it).
+	File string
+	// Config is the worker config path is (nil: a policy document).
+	Config *Config
+}
+
+// ReadPolicyAt is ReadPolicy, saying which file the policy is in and, when
+// path is a worker config, the config.
+func ReadPolicyAt(path string) (PolicyRead, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read policy: %w", err)
+		return PolicyRead{}, fmt.Errorf("read policy: %w", err)
 	}
 	var top map[string]any
 	if err := yaml.Unmarshal(data, &top); err != nil {
-		return nil, nil, fmt.Errorf("read policy %s: %w", path, err)
+		return PolicyRead{}, fmt.Errorf("read policy %s: %w", path, err)
 	}
 	_, kafka := top["kafka"]
 	_, capping := top["capping"]
@@ -56,26 +77,62 @@ func ReadPolicy(path string) (*policy.Document, problems.List, error) {
 	}
 	cfg, err := LoadWithEnv(path, os.Environ())
 	if err != nil {
-		return nil, nil, fmt.Errorf("worker config %s: %w", path, err)
+		return PolicyRead{}, fmt.Errorf("worker config %s: %w", path, err)
 	}
-	file, err := cfg.PolicyFile()
+	if _, err := cfg.PolicyFile(); err != nil {
+		return PolicyRead{}, fmt.Errorf("worker config %s: %w", path, err)
+	}
+	r, _, err := cfg.LocalPolicy() // a policy document, never a config again
 	if err != nil {
-		return nil, nil, fmt.Errorf("worker config %s: %w", path, err)
+		return PolicyRead{}, fmt.Errorf("worker config %s: %w", path, err)
 	}
-	if file == "" {
-		d := cfg.Capping.Document
-		return &d, nil, nil
-	}
-	if data, err = os.ReadFile(file); err != nil {
-		return nil, nil, fmt.Errorf("worker config %s: read its policy: %w", path, err)
-	}
-	return policyDocument(file, data) // a policy document, never a config again
+	return r, nil
 }
 
-func policyDocument(path string, data []byte) (*policy.Document, problems.List, error) {
-	d, err := policy.Parse(data)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+// LocalPolicy is the policy c's workers read when it is on this machine:
+// the file policy.source names, or the one inline; ok is false for a
+// policy store (read over the network: capper policy history).
+func (c *Config) LocalPolicy() (r PolicyRead, ok bool, err error) {
+	file, err := c.PolicyFile()
+	switch {
+	case c.Policy.Source != "" && !c.Policy.IsFile():
+		return PolicyRead{}, false, nil
+	case err != nil:
+		return PolicyRead{}, true, err
+	case file == "":
+		d := c.Capping.Document
+		return PolicyRead{Document: &d, Config: c}, true, nil
 	}
-	return d, d.Problems(), nil
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return PolicyRead{}, true, fmt.Errorf("read policy: %w", err)
+	}
+	r, err = policyDocument(file, data)
+	r.Config = c
+	return r, true, err
+}
+
+func policyDocument(path string, data []byte) (PolicyRead, error) {
+	d, ps, err := policy.Read(data)
+	if err != nil {
+		return PolicyRead{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return PolicyRead{Document: d, Problems: ps, File: path}, nil
+}
+
+// PolicyNeeds is every key of c that the policy d needs and c leaves
+// unset, each a problem at the key: kafka.topics.lanes for budgets (send
+// pacing), kafka.delay_tiers for a policy that defers. A worker refuses
+// such a policy (at start, it exits 2).
+func (c *Config) PolicyNeeds(d *policy.Document) problems.List {
+	var ps problems.List
+	if len(d.Budgets) > 0 && c.Kafka.Topics.Lanes == "" {
+		ps.Add(problems.Key("kafka.topics.lanes"), "is not set, but the policy has budgets (send pacing): set it "+
+			"(the prefix of the lane topics, e.g. capper-lanes; capper topics create makes them), or remove the budgets")
+	}
+	if r, _ := d.Rules(); r.Defers() && len(c.Kafka.DelayTiers) == 0 {
+		ps.Add(problems.Key("kafka.delay_tiers"), "is empty, but the policy defers intents (on_cap: defer or quiet_hours): "+
+			"add a delay tier, or stop deferring")
+	}
+	return ps
 }

@@ -167,7 +167,7 @@ func TestExamplesCanFail(t *testing.T) {
 		want string
 	}{
 		{"policy without max", "<!-- check: policy -->\n```yaml\ndefault_policy: {limits: [{name: d, window: 24h}]}\n```\n", `max: is required`},
-		{"limits with an unknown key", "<!-- check: limits -->\n```yaml\n- {name: d, window: 24h, max: 1, slot: 2}\n```\n", `unknown key "slot"`},
+		{"limits with an unknown key", "<!-- check: limits -->\n```yaml\n- {name: d, window: 24h, max: 1, slot: 2}\n```\n", `(limit "d").slot: unknown key; the keys here: name, window`},
 		{"config", "<!-- check: config -->\n```yaml\nworker: {batch_size: 0}\n```\n", "worker.batch_size"},
 		{"plan", "<!-- check: plan -->\n```yaml\ncampaign: c\npriority: urgent\n```\n", "priority"},
 		{"intent", "<!-- check: intent -->\n```json\n{\"id\": \"a\", \"user_id\": 1, \"campaign_id\": \"c\", \"channel\": \"fax\"}\n```\n", "channel"},

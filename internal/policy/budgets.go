@@ -174,16 +174,14 @@ func (b Budget) lanes(ps *problems.List, at problems.Path) []pacing.Lane {
 			ps.Add(lp.Key("min_priority"), "the last lane takes every priority the lanes before leave: leave min_priority out")
 		case last:
 		case l.MinPriority == "":
-			ps.Add(lp.Key("min_priority"), "is required on every lane but the last: the lowest priority the lane takes (low, normal, high or 0-100)")
+			ps.Add(lp.Key("min_priority"), "is required on every lane but the last: the lowest priority the lane takes (low, normal, high or 1-100)")
 		default:
 			var err error
-			if p, err = capping.ParsePriority(l.MinPriority); err != nil {
-				ps.Add(lp.Key("min_priority"), "%v", err)
+			if p, err = threshold(l.MinPriority); err != nil {
+				ps.Add(lp.Key("min_priority"), "%v%s", err, orZero(l.MinPriority, ": 0 takes every priority, which only the last lane does (leave min_priority out there)"))
 				break
 			}
 			switch {
-			case p == 0:
-				ps.Add(lp.Key("min_priority"), "0 takes every priority: only the last lane does (leave min_priority out there)")
 			case prevOK && p >= prev:
 				ps.Add(lp.Key("min_priority"), "%s must be below the lane before's (%s): lanes go from the highest priority down", p, prev)
 			default:
@@ -282,4 +280,22 @@ func sortedList(list []string) string {
 	v := slices.Clone(list)
 	slices.Sort(v)
 	return strings.Join(v, "|")
+}
+
+// threshold reads the priority a lane or a reservation starts at: low,
+// normal, high or a whole number from 1 to 100 (0 would take every
+// priority, which is no threshold).
+func threshold(s string) (capping.Priority, error) {
+	if p, err := capping.ParsePriority(s); err == nil && p > 0 {
+		return p, nil
+	}
+	return 0, fmt.Errorf("%q is not low, normal, high or a whole number from 1 to %d", s, capping.MaxPriority)
+}
+
+// orZero is why, for a threshold written 0; "" for any other.
+func orZero(s, why string) string {
+	if s == "0" {
+		return why
+	}
+	return ""
 }

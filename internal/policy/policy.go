@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/problems"
 	"github.com/capper-dev/capper/internal/yamldoc"
 )
 
@@ -153,14 +154,31 @@ func Default() Document {
 
 func intp(v int) *int { return &v }
 
-// Parse reads a policy document strictly over Default: an unknown key is
-// an error naming its line. It does not check the policy; Rules does.
+// Parse reads a policy document strictly over Default: an unknown key or
+// a value of the wrong kind is a problem at its field's path and line
+// (problems.From finds them in the error). It does not check the policy;
+// Rules does.
 func Parse(data []byte) (*Document, error) {
 	d := Default()
 	if err := yamldoc.Decode(data, &d); err != nil {
 		return nil, fmt.Errorf("read policy: %w", err)
 	}
 	return &d, nil
+}
+
+// Read parses a policy document and checks it: every problem, a key or a
+// value that does not decode included, at its field's path and line (the
+// document is nil then). The error is what is no field's problem: YAML
+// that does not parse, a second document.
+func Read(data []byte) (*Document, problems.List, error) {
+	d, err := Parse(data)
+	if ps := problems.From(err); len(ps) > 0 {
+		return nil, ps, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, yamldoc.Locate(data, d.Problems()), nil
 }
 
 // SegmentNames returns the segments that have a policy, in priority order.

@@ -125,13 +125,13 @@ func TestParseOverDefaults(t *testing.T) {
 
 func TestParseErrors(t *testing.T) {
 	for doc, want := range map[string]string{
-		"segments:\n  - name: a\n    limits:\n      - {name: d, windw: 1d, max: 1}\n":                  `line 4: unknown key "windw"`,
-		"default_policy:\n  limits: [{name: d, window: 1.5d, max: 1}]\n":                               `line 2: "1.5d" is not a duration`,
+		"segments:\n  - name: a\n    limits:\n      - {name: d, windw: 1d, max: 1}\n":                  `line 4: segments[0] (segment "a").limits[0] (limit "d").windw: unknown key; did you mean window?`,
+		"default_policy:\n  limits: [{name: d, window: 1.5d, max: 1}]\n":                               `line 2: default_policy.limits[0] (limit "d").window: "1.5d" is not a duration`,
 		"time_zone: UTC\n---\ntime_zone: UTC\n":                                                        "more than one YAML document",
-		"overrides: {campaign: [x]}\n":                                                                 `line 1: unknown key "campaign"`,
-		"segments:\n  - {name: a, limits: [{name: d, window: 1d, max: 1, where: {channel: [sms]}}]}\n": `line 2: unknown key "channel"`,
-		"segments:\n  - {name: a, limits: [{name: d, window: 1d, max: 1, reserve: {slot: 1}}]}\n":      `line 2: unknown key "slot"`,
-		"default_policy:\n  limits: [{name: d, window: 1d, max: lots}]\n":                              "line 2",
+		"overrides: {campaign: [x]}\n":                                                                 `line 1: overrides.campaign: unknown key; did you mean campaigns?`,
+		"segments:\n  - {name: a, limits: [{name: d, window: 1d, max: 1, where: {channel: [sms]}}]}\n": `line 2: segments[0] (segment "a").limits[0] (limit "d").where.channel: unknown key; did you mean channels?`,
+		"segments:\n  - {name: a, limits: [{name: d, window: 1d, max: 1, reserve: {slot: 1}}]}\n":      `line 2: segments[0] (segment "a").limits[0] (limit "d").reserve.slot: unknown key; did you mean slots?`,
+		"default_policy:\n  limits: [{name: d, window: 1d, max: lots}]\n":                              `line 2: default_policy.limits[0] (limit "d").max: "lots" is not a whole number`,
 	} {
 		_, err := Parse([]byte(doc))
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -184,11 +184,11 @@ func TestProblems(t *testing.T) {
 			lim + ".reserve.slots: 0 must be at least 1",
 		}},
 		{one(`{name: d, window: 1d, max: 3, reserve: {slots: 1, below: 0}}`),
-			[]string{lim + `.reserve.below: 0 reserves nothing: no priority is below it`}},
+			[]string{lim + `.reserve.below: "0" is not low, normal, high or a whole number from 1 to 100 (intents below it may use only max - slots): 0 reserves nothing, no priority is below it`}},
 		{one(`{name: d, window: 1d, max: 3, reserve: {slots: 1, below: urgent}}`),
-			[]string{lim + `.reserve.below: "urgent" is not low, normal, high or a whole number from 0 to 100 (intents below it may use only max - slots)`}},
+			[]string{lim + `.reserve.below: "urgent" is not low, normal, high or a whole number from 1 to 100 (intents below it may use only max - slots)`}},
 		{one(`{name: d, window: 1d, max: 3, reserve: {slots: 1, below: 101}}`),
-			[]string{lim + `.reserve.below: "101" is not low, normal, high or a whole number from 0 to 100 (intents below it may use only max - slots)`}},
+			[]string{lim + `.reserve.below: "101" is not low, normal, high or a whole number from 1 to 100 (intents below it may use only max - slots)`}},
 		// per
 		{one(`{name: d, window: 1d, max: 1, per: channel}`), []string{lim + `.per: "channel" is not one of user, campaign`}},
 		// where and the legacy channel

@@ -190,13 +190,9 @@ func (l Limit) limit(ps *problems.List, legacy *[]problems.Path, at problems.Pat
 	if r := l.Reserve; r != nil {
 		c.Reserve.Below = capping.High
 		if r.Below != "" {
-			p, err := capping.ParsePriority(r.Below)
-			switch {
-			case err != nil:
-				ps.Add(at.Key("reserve.below"), "%v (intents below it may use only max - slots)", err)
-			case p == 0:
-				ps.Add(at.Key("reserve.below"), "0 reserves nothing: no priority is below it")
-			default:
+			if p, err := threshold(r.Below); err != nil {
+				ps.Add(at.Key("reserve.below"), "%v (intents below it may use only max - slots)%s", err, orZero(r.Below, ": 0 reserves nothing, no priority is below it"))
+			} else {
 				c.Reserve.Below = p
 			}
 		}

@@ -37,7 +37,7 @@ func TestUserLimitsSection(t *testing.T) {
 		{"user_limits: {channel_window: 30s}", `user_limits.channel_window: 30s out of range`},
 		{"user_limits: {max_per_channel: 10001}", `user_limits.max_per_channel: 10001 out of range [1, 10000]`},
 		{"user_limits: {max_defer: 8d}", `user_limits.max_defer: 192h0m0s out of range`},
-		{"user_limits: {tier: fewer}", `line 1: unknown key "tier"`},
+		{"user_limits: {tier: fewer}", `line 1: user_limits.tier: unknown key; did you mean tiers?`},
 	} {
 		d, err := Parse([]byte(tc.doc))
 		if err != nil {

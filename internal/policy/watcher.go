@@ -21,6 +21,7 @@ import (
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/pacing"
+	"github.com/capper-dev/capper/internal/yamldoc"
 )
 
 // Loaded is a policy that passed every check.
@@ -41,7 +42,7 @@ func Load(data []byte, version string) (*Loaded, error) {
 	}
 	r, ps := d.Rules()
 	budgets, bps := d.Pacing()
-	if err := append(ps, bps...).Err(); err != nil {
+	if err := yamldoc.Locate(data, append(ps, bps...)).Err(); err != nil {
 		return nil, fmt.Errorf("policy %s:\n%w", version, err)
 	}
 	return &Loaded{Version: version, Document: d, Rules: r, Budgets: budgets}, nil
@@ -149,8 +150,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 }
 
 // Poll reads the source once and applies a new version. A version that
-// does not load is refused: counted, logged (once per version) and
-// returned; the policy in use stays.
+// does not load is refused: counted, logged (once per version; not while
+// none is in use: the caller says it) and returned; the policy in use
+// stays.
 func (w *Watcher) Poll(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -163,7 +165,9 @@ func (w *Watcher) Poll(ctx context.Context) error {
 		// Shutting down: not the policy's failure.
 	default:
 		w.failures.Add(1)
-		if version == "" || version != w.refused {
+		// With none in use yet, the caller has the error and says it (a
+		// worker does not start): there is no policy that keeps deciding.
+		if w.current.Load() != nil && (version == "" || version != w.refused) {
 			w.log.Error("policy refused; the policy in use keeps deciding",
 				"source", w.Source(), "version", version, "in_use", w.current.Load().version(), "err", err)
 		}

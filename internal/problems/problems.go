@@ -99,13 +99,26 @@ func (p Path) String() string {
 	return b.String()
 }
 
-// Problem is one thing wrong, at the path of its field.
+// Problem is one thing wrong, at the path of its field and, when the
+// document's text is known (yamldoc.Locate), its line.
 type Problem struct {
 	Path Path
 	Msg  string
+	Line int // 0: not known
 }
 
-func (p Problem) Error() string { return p.Path.String() + ": " + p.Msg }
+// Error writes the problem as every message shows it: "line 12: path: msg",
+// without the parts that are not known.
+func (p Problem) Error() string {
+	s := p.Msg
+	if len(p.Path) > 0 {
+		s = p.Path.String() + ": " + s
+	}
+	if p.Line > 0 {
+		s = fmt.Sprintf("line %d: %s", p.Line, s)
+	}
+	return s
+}
 
 // List collects every problem of a document, in the order they are found.
 type List []Problem
@@ -123,4 +136,26 @@ func (l List) Err() error {
 		errs[i] = p
 	}
 	return errors.Join(errs...)
+}
+
+// From is every Problem in err's tree (Err's, or one wrapped), in order;
+// none when err holds no Problem.
+func From(err error) List {
+	var l List
+	var walk func(error)
+	walk = func(e error) {
+		switch u := e.(type) {
+		case nil:
+		case Problem:
+			l = append(l, u)
+		case interface{ Unwrap() []error }:
+			for _, x := range u.Unwrap() {
+				walk(x)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		}
+	}
+	walk(err)
+	return l
 }

@@ -2,6 +2,7 @@ package problems
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -71,5 +72,25 @@ func TestListErr(t *testing.T) {
 	var p Problem
 	if !errors.As(err, &p) || p.Path.String() != "a" {
 		t.Errorf("errors.As: %v", p)
+	}
+}
+
+// TestProblemLine: the line, when known, comes first; From finds every
+// problem of an error, wrapped or joined.
+func TestProblemLine(t *testing.T) {
+	p := Problem{Path: Key("budgets").Named(0, "budget", "b").Key("rate"), Msg: "is required", Line: 12}
+	if got := p.Error(); got != `line 12: budgets[0] (budget "b").rate: is required` {
+		t.Errorf("got %s", got)
+	}
+	if got := (Problem{Msg: "unknown key", Line: 3}).Error(); got != "line 3: unknown key" {
+		t.Errorf("without a path: %s", got)
+	}
+	l := List{p, {Path: Key("time_zone"), Msg: "is required"}}
+	err := fmt.Errorf("read policy: %w", l.Err())
+	if got := From(err); len(got) != 2 || got[0].Line != 12 || got[1].Path.String() != "time_zone" {
+		t.Errorf("From = %v", got)
+	}
+	if got := From(errors.New("yaml: line 3: bad")); len(got) != 0 {
+		t.Errorf("From(no problem) = %v", got)
 	}
 }

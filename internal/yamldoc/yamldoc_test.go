@@ -25,9 +25,9 @@ func TestDecode(t *testing.T) {
 		t.Errorf("an empty document changed %+v (%v)", d, err)
 	}
 	for in, want := range map[string]string{
-		"name: a\nwindw: 1d\n":    `line 2: unknown key "windw"`,
-		"window: 1.5h\n":          `line 1: "1.5h" is not a duration (write e.g. 50ms, 30s, 24h, 7d)`,
-		"window: [1h]\n":          `line 1: "" is not a duration`,
+		"name: a\nwindw: 1d\n":    `line 2: windw: unknown key; did you mean window?`,
+		"window: 1.5h\n":          `line 1: window: "1.5h" is not a duration (write e.g. 50ms, 30s, 24h, 7d)`,
+		"window: [1h]\n":          `line 1: window: a list is not a duration`,
 		"name: a\n---\nname: b\n": "more than one YAML document; capper reads exactly one",
 	} {
 		err := Decode([]byte(in), &doc{})
