@@ -107,10 +107,11 @@ func (c *userSetCmd) Run(e *env) error {
 
 type userSnoozeCmd struct {
 	userArgs
-	Until    string   `placeholder:"TIME" help:"Until when (RFC 3339)."`
-	For      string   `placeholder:"DURATION" help:"For how long from now (e.g. 12h, 7d)."`
-	Channels []string `help:"Only these channels (comma-separated; default every channel)."`
-	Off      bool     `help:"End the user's snooze."`
+	Until    string       `placeholder:"TIME" help:"Until when: an RFC 3339 time (2026-12-01T08:00:00+01:00), or a local time without offset (2026-12-01T08:00) with --time-zone."`
+	TimeZone cli.TimeZone `name:"time-zone" placeholder:"ZONE" help:"The IANA time zone of an --until without offset (e.g. Europe/Berlin)."`
+	For      string       `placeholder:"DURATION" help:"For how long from now (e.g. 12h, 7d)."`
+	Channels []string     `help:"Only these channels (comma-separated; default every channel)."`
+	Off      bool         `help:"End the user's snooze."`
 	waitFlag
 }
 
@@ -125,9 +126,9 @@ func (c *userSnoozeCmd) Run(e *env) error {
 	case c.Off:
 		ch.NoSnooze = true
 	case c.Until != "":
-		t, err := time.Parse(time.RFC3339Nano, c.Until)
+		t, err := parseUntil(c.Until, c.TimeZone.Location, now)
 		if err != nil {
-			return cli.UsageError(fmt.Errorf("--until: %q is not an RFC 3339 time", c.Until))
+			return cli.UsageError(err)
 		}
 		ch.SnoozeUntil = t
 	default:
@@ -137,11 +138,53 @@ func (c *userSnoozeCmd) Run(e *env) error {
 		}
 		ch.SnoozeUntil = now.Add(time.Duration(d))
 	}
+	if c.TimeZone.Location != nil && c.Until == "" {
+		return cli.UsageError(errors.New("--time-zone is the zone of --until: give --until too"))
+	}
 	if !c.Off && !ch.SnoozeUntil.After(now) {
 		return cli.UsageError(fmt.Errorf("--until: %s is not in the future", ch.SnoozeUntil.Format(time.RFC3339)))
 	}
 	ch.SnoozeChannels = c.Channels
 	return setUser(e, c.Config, c.User, ch, c.Wait)
+}
+
+// localLayouts are the times without offset --until takes with
+// --time-zone.
+var localLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02 15:04", "2006-01-02 15:04:05", "2006-01-02"}
+
+// parseUntil reads --until: an RFC 3339 time, or, with zone, a local time
+// of that zone. An error gives examples (tomorrow 08:00, from now).
+func parseUntil(s string, zone *time.Location, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		if zone != nil {
+			return time.Time{}, fmt.Errorf("--until %q has an offset: leave out --time-zone, or the offset", s)
+		}
+		return t, nil
+	}
+	for _, layout := range localLayouts {
+		if _, err := time.Parse(layout, s); err != nil {
+			continue
+		}
+		if zone == nil {
+			return time.Time{}, fmt.Errorf("--until %q has no offset: give one (%s) or the time zone it is in (--until %s --time-zone Europe/Berlin)",
+				s, tomorrowAt8(now, time.UTC).Format(time.RFC3339), s)
+		}
+		t, _ := time.ParseInLocation(layout, s, zone)
+		return t, nil
+	}
+	name := "Europe/Berlin"
+	if zone != nil {
+		name = zone.String()
+	}
+	ex := tomorrowAt8(now, time.UTC)
+	return time.Time{}, fmt.Errorf("--until %q is not a time: write an RFC 3339 time (%s), or a local time and its time zone (--until %s --time-zone %s)",
+		s, ex.Format(time.RFC3339), ex.Format("2006-01-02T15:04"), name)
+}
+
+// tomorrowAt8 is the next day's 08:00 in zone.
+func tomorrowAt8(now time.Time, zone *time.Location) time.Time {
+	d := now.In(zone).AddDate(0, 0, 1)
+	return time.Date(d.Year(), d.Month(), d.Day(), 8, 0, 0, 0, zone)
 }
 
 func btoi(b bool) int {
@@ -156,7 +199,7 @@ func setUser(e *env, config string, uid uint64, ch app.UserChange, wait time.Dur
 	if err != nil {
 		return err
 	}
-	r, err := app.SetUser(e.ctx, cfg, uid, ch, app.SetUserOptions{Wait: wait}, log)
+	r, err := app.SetUser(e.ctx, cfg, uid, ch, app.SetUserOptions{Wait: wait, ConfigPath: config}, log)
 	if err != nil {
 		return err
 	}
@@ -172,7 +215,7 @@ func (c *userForgetCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	r, err := app.ForgetUser(e.ctx, cfg, c.User, log)
+	r, err := app.ForgetUser(e.ctx, cfg, c.User, app.ForgetUserOptions{ConfigPath: c.Config}, log)
 	if err != nil {
 		return err
 	}

@@ -311,7 +311,7 @@ user_limits:
 	if metric(t, a, "capper_refusal_cache_hits_total") == hits {
 		t.Fatal("the refusal cache did not learn the user again")
 	}
-	r, err := app.ForgetUser(context.Background(), cfg, 42, slog.New(slog.DiscardHandler))
+	r, err := app.ForgetUser(context.Background(), cfg, 42, app.ForgetUserOptions{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,6 +219,9 @@ type SetUserOptions struct {
 	// all).
 	Wait time.Duration
 	Now  time.Time // zero: time.Now
+	// ConfigPath is the config's file, named in the command that creates
+	// a missing topic.
+	ConfigPath string
 }
 
 // UserSet is what SetUser wrote, and whether the workers applied it.
@@ -231,7 +234,12 @@ type UserSet struct {
 	Applied   bool
 	AppliedIn time.Duration
 	Waited    time.Duration
-	window    time.Duration
+	// CancelledBefore: the user's intents decided before it are cancelled,
+	// not deferred, under the snooze (longer than the policy's
+	// user_limits.max_defer); zero when none is.
+	CancelledBefore time.Time
+	window          time.Duration
+	maxDefer        time.Duration
 }
 
 // SetUser reads a user's limits from Redis, applies the change, checks
@@ -245,6 +253,9 @@ func SetUser(ctx context.Context, cfg *config.Config, uid uint64, c UserChange, 
 		return nil, err
 	}
 	defer s.Close()
+	if err := checkUserTopic(ctx, cfg, o.ConfigPath, log); err != nil {
+		return nil, err
+	}
 	before, err := s.engine.UserLimits(ctx, uid)
 	if err != nil {
 		return nil, err
@@ -265,7 +276,11 @@ func SetUser(ctx context.Context, cfg *config.Config, uid uint64, c UserChange, 
 	if err != nil {
 		return nil, err
 	}
-	r := &UserSet{User: uid, Before: before, Limits: next, Position: pos, window: channelWindow(s.pol)}
+	r := &UserSet{User: uid, Before: before, Limits: next, Position: pos, window: channelWindow(s.pol),
+		CancelledBefore: snoozeCancels(s.pol, next, now)}
+	if s.pol.Rules.Users != nil {
+		r.maxDefer = s.pol.Rules.Users.MaxDefer
+	}
 	want := next.Encode()
 	start := time.Now()
 	for {
@@ -292,6 +307,9 @@ func (r *UserSet) WriteText(out io.Writer) error {
 	for _, l := range describeUserLimits(r.Limits, r.window) {
 		fmt.Fprintf(out, "  %s\n", l)
 	}
+	if !r.CancelledBefore.IsZero() {
+		fmt.Fprintf(out, "  %s\n", snoozeNote(r.CancelledBefore, r.maxDefer))
+	}
 	fmt.Fprintf(out, "was: %s\n", strings.Join(describeUserLimits(r.Before, r.window), "; "))
 	fmt.Fprintf(out, "written to %s (acknowledged by every in-sync replica)\n", r.Position)
 	var err error
@@ -302,6 +320,11 @@ func (r *UserSet) WriteText(out io.Writer) error {
 			"capper_user_limits_refused_total counts the records they refused); capper user show tells when\n", r.Waited.Round(time.Millisecond))
 	}
 	return err
+}
+
+// ForgetUserOptions configure ForgetUser.
+type ForgetUserOptions struct {
+	ConfigPath string // named in the command that creates a missing topic
 }
 
 // UserForgotten is what ForgetUser erased.
@@ -320,12 +343,15 @@ type UserForgotten struct {
 // (what a record still in flight, or an intent decided meanwhile, wrote).
 // When Redis fails, the tombstone is written all the same (the workers
 // erase the user when Redis answers) and the error returned.
-func ForgetUser(ctx context.Context, cfg *config.Config, uid uint64, log *slog.Logger) (*UserForgotten, error) {
+func ForgetUser(ctx context.Context, cfg *config.Config, uid uint64, o ForgetUserOptions, log *slog.Logger) (*UserForgotten, error) {
 	s, err := openUsers(ctx, cfg, true, log)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
+	if err := checkUserTopic(ctx, cfg, o.ConfigPath, log); err != nil {
+		return nil, err
+	}
 	kopts, err := kafkaOptions(cfg, log)
 	if err != nil {
 		return nil, err
