@@ -124,7 +124,8 @@ func TestBudgetsCLI(t *testing.T) {
 	want := regexp.MustCompile(`^budget +rate/s +burst +covers +lanes +waiting +drains in\n` +
 		`push-fcm +100 +10 +channels push, routes fcm +2 +150 +1\.5s\n` +
 		`email +0\.5 +1 +channels email, any route +1 +3 +6s\n` +
-		`2 budgets in policy [0-9a-f]+\n$`)
+		`2 budgets in policy [0-9a-f]+\n` +
+		`workers: none reports a policy version \(none running\?\)\n$`)
 	if code != 0 || !want.MatchString(out) {
 		t.Fatalf("budgets: exit %d\n%s%s", code, out, errOut)
 	}
@@ -133,7 +134,7 @@ func TestBudgetsCLI(t *testing.T) {
 	}
 
 	out, errOut, code = capper(t, nil, "budgets", "show", "push-fcm", "--config", s.path)
-	want = regexp.MustCompile(`^budget +push-fcm\npolicy +[0-9a-f]+\nrate +100/s, burst 10\ncovers +channels push, routes fcm\nwaiting +150, drains in 1\.5s\n\n` +
+	want = regexp.MustCompile(`^budget +push-fcm\npolicy +[0-9a-f]+\nworkers +none reports a policy version \(none running\?\)\nrate +100/s, burst 10\ncovers +channels push, routes fcm\nwaiting +150, drains in 1\.5s\n\n` +
 		`lane +takes +topic +waiting +drains in\n` +
 		`urgent +high and up +capper-lanes\.push-fcm\.urgent +20 +200ms\n` +
 		`bulk +the rest +capper-lanes\.push-fcm\.bulk +130 +1\.5s\n$`)

@@ -137,6 +137,7 @@ type parts struct {
 	cons        *consumer
 	users       *userLimits // nil: no user-limits topic
 	usersGate   *usersGate  // nil: no user-limits topic
+	report      *policyReporter
 	ops         *opsServer
 	consumerErr error // the consumer actor's error, once it stopped
 }
@@ -164,6 +165,7 @@ func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*pa
 		return nil, err
 	}
 	swap.install(p.engine, dec, &p.current, log)
+	p.report = newPolicyReporter(rdb, cfg.Capping.KeyPrefix, cfg.Policy.PollInterval.D(), p.policies, log)
 	if p.segments, err = startSegments(ctx, cfg, &p.current, p.policies, reg, log, o.Now); err != nil {
 		return nil, err
 	}
@@ -234,6 +236,7 @@ func (p *parts) actors(ctx context.Context, cfg *config.Config, log *slog.Logger
 	})
 	g.addLoop(ctx, "segments", p.segments.Run)
 	g.addLoop(ctx, "policy", p.policies.Run)
+	g.addLoop(ctx, "policy-report", p.report.run)
 	if p.plans != nil {
 		g.addLoop(ctx, "plans", p.plans.Run)
 	}

@@ -82,7 +82,11 @@ type BudgetsOptions struct {
 type BudgetsReport struct {
 	Policy  string // the policy's version (a --policy file: its path)
 	Budgets []BudgetState
-	fix     string // the command that creates missing lane topics
+	// Workers are the versions the workers report running and refusing
+	// (nil without: --policy, or WorkersErr).
+	Workers    *WorkersPolicy
+	WorkersErr error
+	fix        string // the command that creates missing lane topics
 }
 
 // BudgetState is a budget and what waits in it.
@@ -134,6 +138,9 @@ func Budgets(ctx context.Context, cfg *config.Config, o BudgetsOptions, log *slo
 		list = []pacing.Budget{*b}
 	}
 	r := &BudgetsReport{Policy: p.version, fix: topicsCommand("create", o.ConfigPath, o.PolicyFile)}
+	if o.PolicyFile == "" {
+		r.readWorkers(ctx, cfg)
+	}
 	if len(list) == 0 {
 		return r, nil
 	}
@@ -192,9 +199,13 @@ func drainTime(n int64, rate float64) time.Duration {
 	return time.Duration(float64(n) / rate * float64(time.Second))
 }
 
-// Err names every missing lane topic and the command that creates them
-// (nil: none).
+// Err names every missing lane topic and the command that creates them,
+// and a version the workers refused (nil: neither).
 func (r *BudgetsReport) Err() error {
+	return errors.Join(r.missingErr(), r.refusedErr())
+}
+
+func (r *BudgetsReport) missingErr() error {
 	var missing []string
 	for _, b := range r.Budgets {
 		for _, l := range b.LaneStates {
@@ -223,7 +234,10 @@ func (r *BudgetsReport) WriteList(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d %s in policy %s\n", len(r.Budgets), pluralize(len(r.Budgets), "budget"), r.Policy)
+	_, err := fmt.Fprintf(w, "%d %s in policy %s%s\n", len(r.Budgets), pluralize(len(r.Budgets), "budget"), r.Policy, r.policyMark())
+	if line := r.workersLine(); line != "" && err == nil {
+		_, err = fmt.Fprintln(w, line)
+	}
 	return err
 }
 
@@ -233,7 +247,10 @@ func (r *BudgetsReport) WriteShow(w io.Writer) error {
 	for _, b := range r.Budgets {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "budget\t%s\n", b.Name)
-		fmt.Fprintf(tw, "policy\t%s\n", r.Policy)
+		fmt.Fprintf(tw, "policy\t%s%s\n", r.Policy, r.policyMark())
+		if line := r.workersLine(); line != "" {
+			fmt.Fprintf(tw, "workers\t%s\n", strings.TrimPrefix(line, "workers: "))
+		}
 		fmt.Fprintf(tw, "rate\t%s/s, burst %d\n", formatRate(b.Rate), b.Burst)
 		fmt.Fprintf(tw, "covers\t%s\n", covers(b.Budget))
 		fmt.Fprintf(tw, "waiting\t%d, drains in %s\n", b.Waiting, formatDrain(b.DrainIn))
@@ -328,8 +345,11 @@ type laneJSON struct {
 	DrainSeconds float64 `json:"drain_seconds"`
 }
 
-// WriteJSON writes one JSON document: {"policy", "budgets": [...]}, or,
-// with one (show), {"policy", "budget": {...}}. A budget: name, rate,
+// WriteJSON writes one JSON document: {"policy", "workers", "budgets":
+// [...]}, or, with one (show), {"policy", "workers", "budget": {...}}.
+// workers (null with --policy, or when Redis did not answer): reporting
+// (how many), in_use (workers by version), refused (by version: workers,
+// error). A budget: name, rate,
 // burst, channels and routes ([]: every one), waiting, drain_seconds, and
 // its lanes in precedence order: name, min_priority (0-100; the last
 // lane's 0), topic, exists, waiting, drain_seconds (of the lanes up to
@@ -347,13 +367,15 @@ func (r *BudgetsReport) WriteJSON(w io.Writer, one bool) error {
 	}
 	var doc any = struct {
 		Policy  string       `json:"policy"`
+		Workers *workersJSON `json:"workers"`
 		Budgets []budgetJSON `json:"budgets"`
-	}{r.Policy, list}
+	}{r.Policy, r.workersDoc(), list}
 	if one && len(list) == 1 {
 		doc = struct {
-			Policy string     `json:"policy"`
-			Budget budgetJSON `json:"budget"`
-		}{r.Policy, list[0]}
+			Policy  string       `json:"policy"`
+			Workers *workersJSON `json:"workers"`
+			Budget  budgetJSON   `json:"budget"`
+		}{r.Policy, r.workersDoc(), list[0]}
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

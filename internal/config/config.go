@@ -40,20 +40,20 @@ type Config struct {
 
 // Kafka is the broker connection, topics and consumer settings.
 type Kafka struct {
-	Brokers           []string `yaml:"brokers"`
-	ClientID          string   `yaml:"client_id"`
-	GroupID           string   `yaml:"group_id"`
-	Topics            Topics   `yaml:"topics"`
-	TLS               TLS      `yaml:"tls"`
-	SASL              SASL     `yaml:"sasl"`
-	Compression       string   `yaml:"compression"`
-	StartOffset       string   `yaml:"start_offset"`
+	Brokers     []string `yaml:"brokers"`
+	ClientID    string   `yaml:"client_id"`
+	GroupID     string   `yaml:"group_id"`
+	Topics      Topics   `yaml:"topics"`
+	TLS         TLS      `yaml:"tls"`
+	SASL        SASL     `yaml:"sasl"`
+	Compression string   `yaml:"compression"`
+	StartOffset string   `yaml:"start_offset"`
 	// GroupInstanceID makes the worker a static member of its consumer
 	// groups (empty: dynamic); GroupProtocol is cooperative or eager;
 	// LeaveOnShutdown: a static member leaves its groups when it stops.
-	GroupInstanceID string `yaml:"group_instance_id"`
-	GroupProtocol   string `yaml:"group_protocol"`
-	LeaveOnShutdown bool   `yaml:"leave_on_shutdown"`
+	GroupInstanceID   string   `yaml:"group_instance_id"`
+	GroupProtocol     string   `yaml:"group_protocol"`
+	LeaveOnShutdown   bool     `yaml:"leave_on_shutdown"`
 	FetchMaxWait      Duration `yaml:"fetch_max_wait"`
 	SessionTimeout    Duration `yaml:"session_timeout"`
 	RebalanceTimeout  Duration `yaml:"rebalance_timeout"`

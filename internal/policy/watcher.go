@@ -81,6 +81,8 @@ type Watcher struct {
 	mu      sync.Mutex // serializes polls; guards etag and refused
 	etag    string     // the store's LATEST ETag last read
 	refused string     // the version last refused (logged once)
+	// refusal is the last poll's failure (nil: it did not fail).
+	refusal atomic.Pointer[Refusal]
 
 	current   atomic.Pointer[Loaded]
 	loads     atomic.Uint64
@@ -160,6 +162,7 @@ func (w *Watcher) Poll(ctx context.Context) error {
 	switch {
 	case err == nil:
 		w.refused = ""
+		w.refusal.Store(nil)
 		w.lastCheck.Store(w.o.Now().UnixNano())
 	case ctx.Err() != nil:
 		// Shutting down: not the policy's failure.
@@ -172,9 +175,21 @@ func (w *Watcher) Poll(ctx context.Context) error {
 				"source", w.Source(), "version", version, "in_use", w.current.Load().version(), "err", err)
 		}
 		w.refused = version
+		w.refusal.Store(&Refusal{Version: version, Err: err})
 	}
 	return err
 }
+
+// Refusal is a poll that failed: the version the source holds, refused
+// (the worker keeps the one in use), or "" when it could not be read;
+// and why.
+type Refusal struct {
+	Version string
+	Err     error
+}
+
+// Refused is the last poll's failure; nil when it did not fail.
+func (w *Watcher) Refused() *Refusal { return w.refusal.Load() }
 
 func (l *Loaded) version() string {
 	if l == nil {
