@@ -43,6 +43,7 @@ type commands struct {
 	Campaign    campaignCmd       `cmd:"" help:"Stop, pause and resume campaigns (and every intent at once), and list their states: the workers apply it to every intent they hold, within seconds."`
 	Topics      topicsCmd         `cmd:"" help:"Check the Kafka topics the config names and the lane topics of its policy's budgets (partitions, compaction), and create the missing ones."`
 	Budgets     budgetsCmd        `cmd:"" help:"List the send-pacing budgets of the policy in force, with the intents waiting in their lanes and when they drain."`
+	Group       groupCmd          `cmd:"" help:"Consumer groups: remove static workers that were scaled down (docs/operations/restarts-deploys-scaling.md)."`
 	User        userCmd           `cmd:"" help:"Show and change a user's own limits (snooze, tier, channels, quiet hours) through the user-limits topic, and erase a user."`
 	Version     cli.VersionCmd    `cmd:"" help:"Print the version, VCS revision and Go version."`
 	Completion  cli.CompletionCmd `cmd:"" help:"Print a shell completion script (bash, zsh or fish)."`

@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 
 // capper runs the binary to its exit (a command that should exit but runs on
 // is killed after a minute, failing the test).
-func capper(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+func capper(t testing.TB, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -211,6 +211,7 @@ func (p *parts) newOps(cfg *config.Config, reg *prometheus.Registry) (*opsServer
 			}
 			return s
 		},
+		cons.worker.Live,
 		engine.Ready,
 		cons.worker.Ready,
 		cons.controlReady,

@@ -170,6 +170,7 @@ func workerOptions(cfg *config.Config, reader *dispatch.Consumer, writers *write
 		RetryInitial:    w.RetryInitial.D(),
 		RetryMax:        w.RetryMax.D(),
 		ShutdownTimeout: w.ShutdownTimeout.D(),
+		StuckTimeout:    w.StuckTimeout.D(),
 		Now:             now,
 		Logger:          log,
 		Registerer:      reg,

@@ -24,11 +24,16 @@ type opsServer struct {
 	ln  net.Listener
 }
 
-// info's lines follow "ready" in /readyz's answer (what is in use).
-func newOpsServer(addr string, reg *prometheus.Registry, pprofOn bool, info func() string, ready ...Check) (*opsServer, error) {
+// info's lines follow "ready" in /readyz's answer (what is in use); live
+// fails /healthz (the process should be restarted: a stuck worker).
+func newOpsServer(addr string, reg *prometheus.Registry, pprofOn bool, info func() string, live Check, ready ...Check) (*opsServer, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := live(); err != nil {
+			http.Error(w, "not live: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

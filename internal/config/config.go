@@ -242,6 +242,9 @@ type Worker struct {
 	RetryInitial    Duration `yaml:"retry_initial"`
 	RetryMax        Duration `yaml:"retry_max"`
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// StuckTimeout: a worker holding records whose loops take no step
+	// for this long leaves its consumer groups (0: never).
+	StuckTimeout Duration `yaml:"stuck_timeout"`
 }
 
 // HTTP is the operations endpoint (/metrics, /healthz, /readyz).
@@ -312,6 +315,7 @@ func Default() Config {
 			RetryInitial:    Duration(100 * time.Millisecond),
 			RetryMax:        Duration(5 * time.Second),
 			ShutdownTimeout: Duration(25 * time.Second),
+			StuckTimeout:    Duration(time.Minute),
 		},
 		Refunds: Refunds{Statuses: []string{"failed", "bounced", "rejected"}},
 		HTTP:    HTTP{Address: ":9090"},

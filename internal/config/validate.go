@@ -334,6 +334,9 @@ func (w *Worker) validate(p *problems.List) {
 		p.Add(problems.Key("worker.retry_max"), "must be at least worker.retry_initial (%s)", w.RetryInitial.D())
 	}
 	positive(p, problems.Key("worker.shutdown_timeout"), w.ShutdownTimeout)
+	if w.StuckTimeout < 0 {
+		p.Add(problems.Key("worker.stuck_timeout"), "must be 0 (never) or above, got %s", time.Duration(w.StuckTimeout))
+	}
 }
 
 func (h *HTTP) validate(p *problems.List) {

@@ -343,6 +343,15 @@ func (c *Consumer) Cacheable(m *kafka.Message, home int) bool {
 	return true
 }
 
+// Leave leaves both groups now, static or not (the worker is stuck:
+// stuck.go), and stops reading.
+func (c *Consumer) Leave(why string) {
+	if dg := c.delayGroup(); dg != nil {
+		dg.g.Leave(why)
+	}
+	c.input.g.Leave(why)
+}
+
 // Close leaves both groups and stops reading.
 func (c *Consumer) Close() error {
 	var errs []error

@@ -44,6 +44,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, early func(
 	a := newAttempts(reqs)
 	backoff := w.retryBackoff()
 	for attempt := 1; len(a.pending) > 0; attempt++ {
+		w.step()
 		now := w.o.Now().Truncate(time.Millisecond)
 		sub := a.begin(now, w.campaigns())
 		var ds []capping.Decision

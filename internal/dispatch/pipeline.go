@@ -26,6 +26,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	// finished and committed after a SIGTERM instead of being redelivered.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
+	w.step()
+	watch, stopWatch := context.WithCancel(work)
+	defer stopWatch()
+	go w.watchStuck(watch)
 	stopTimer := context.AfterFunc(ctx, func() {
 		t := time.AfterFunc(w.o.ShutdownTimeout, cancelWork)
 		context.AfterFunc(work, func() { t.Stop() })
@@ -50,6 +54,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 			}
 			close(b.written) // the next batch's early writes may go
+			w.holding(-1)
 			free <- b.msgs[:0]
 		}
 		stage2 <- err
@@ -76,6 +81,7 @@ func (w *Worker) produce(ctx, work context.Context, free chan []kafka.Message, o
 		}
 		msgs, ferr := w.fetch(ctx, buf)
 		if len(msgs) > 0 {
+			w.holding(1)
 			b, err := w.decideBatch(work, msgs, prev)
 			if err != nil {
 				return uncommitted(len(msgs), err)

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -155,6 +156,9 @@ type Options struct {
 	// ShutdownTimeout bounds the batch in flight once Run's context ends;
 	// past it the batch is abandoned uncommitted and will be redelivered.
 	ShutdownTimeout time.Duration
+	// StuckTimeout: a worker with records in hand whose loops take no
+	// step for this long leaves its groups (stuck.go); 0: never.
+	StuckTimeout time.Duration
 
 	Now        func() time.Time // the decision clock; nil is time.Now
 	Logger     *slog.Logger     // nil discards
@@ -221,6 +225,12 @@ type Worker struct {
 
 	mu       sync.Mutex
 	notReady map[string]error // by what fails: "redis", "kafka <topic>"
+
+	// progress: when the loops last took a step (unix ns); busy: the
+	// batches the stages hold; stuck: why the worker left its groups.
+	progress atomic.Int64
+	busy     atomic.Int32
+	stuck    atomic.Pointer[error]
 }
 
 // New checks the options and registers the worker's metrics.

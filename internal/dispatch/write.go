@@ -189,6 +189,7 @@ func (w *Worker) write(ctx context.Context, out output, msgs []kafka.Message) ([
 	var lastErr error
 	backoff := w.retryBackoff()
 	for attempt := 1; len(groups) > 0 || len(temporary) > 0; attempt++ {
+		w.step()
 		if len(groups) == 0 {
 			// Only temporary failures are left: wait, then send them again.
 			w.setNotReady("kafka "+out.topic, fmt.Errorf("writes to %s fail: %s", out.topic, summarize(lastErr)))

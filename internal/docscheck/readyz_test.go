@@ -68,11 +68,11 @@ func readyzMessages(root string) ([]readyzMessage, error) {
 			return true
 		})
 	}
-	if len(calls) != 1 || len(calls[0].Args) < 5 {
-		return nil, fmt.Errorf("internal/app: want one call of newOpsServer(addr, reg, pprof, info, checks...), found %d", len(calls))
+	if len(calls) != 1 || len(calls[0].Args) < 6 {
+		return nil, fmt.Errorf("internal/app: want one call of newOpsServer(addr, reg, pprof, info, live, checks...), found %d", len(calls))
 	}
 	var out []readyzMessage
-	for _, arg := range calls[0].Args[4:] {
+	for _, arg := range calls[0].Args[5:] {
 		var msgs []readyzMessage
 		if lit, ok := arg.(*ast.FuncLit); ok {
 			msgs = messagesIn(fset, lit.Body)

@@ -316,3 +316,29 @@ func TestLeave(t *testing.T) {
 	a.Leave("a test")
 	e.waitOwners(map[string]int{"b": 4})
 }
+
+// TestRemoveMembers: a static member that stopped (and so did not leave) is
+// removed on its behalf: the other member gets its partitions long before
+// its session would time out (a minute).
+func TestRemoveMembers(t *testing.T) {
+	e := newGroupEnv(t, 4)
+	join := func(name, instance string) *Group {
+		g, err := JoinGroup(GroupOptions{Transport: &kafkago.Transport{ClientID: name}, Brokers: e.kafka.Addrs, GroupID: "g", Topics: []string{"in"},
+			InstanceID: instance, Protocols: Protocols(ProtocolCooperative), SessionTimeout: time.Minute, RebalanceTimeout: time.Minute,
+			HeartbeatInterval: 100 * time.Millisecond, StartOffset: kafkago.FirstOffset, Read: e.track.read(name), Log: testLogger(t).With("m", name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Close() })
+		return g
+	}
+	a := join("a", "worker-0")
+	join("b", "worker-1")
+	e.waitOwners(map[string]int{"a": 2, "b": 2})
+	_ = a.Close()
+	res, err := RemoveMembers(context.Background(), &kafkago.Transport{}, e.kafka.Addrs, "g", []string{"worker-0", "worker-7"})
+	if err != nil || res["worker-0"] != nil || !errors.Is(res["worker-7"], ErrNotMember) {
+		t.Fatalf("RemoveMembers = %v, %v; want worker-0 removed, worker-7 not a member", res, err)
+	}
+	e.waitOwners(map[string]int{"b": 4})
+}
