@@ -29,14 +29,16 @@ import (
 //     pause of the other workers' partitions (goal <= 1 s) and how long
 //     after the restarted worker was ready its own partitions moved
 //     again (goal <= 1 s);
+//
 //   - rolling: each worker in turn stopped (SIGTERM), started, and waited
 //     for: the longest pause of any partition (goal <= 2 s);
+//
 //   - scale: a fourth worker started, then stopped (and removed from the
 //     group: `capper group leave`): the longest pause of the partitions
 //     that stayed where they were (goal 0: no pause beyond the stream's
 //     own gaps, about 0.3 s).
 //
-//	go test ./cmd/capper -run '^$' -bench Restarts -benchtime 1x -v
+//     go test ./cmd/capper -run '^$' -bench Restarts -benchtime 1x -v
 func BenchmarkRestarts(b *testing.B) {
 	modes := []struct {
 		name     string
