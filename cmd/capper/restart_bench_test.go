@@ -48,10 +48,14 @@ func BenchmarkRestarts(b *testing.B) {
 	for range b.N {
 		for _, m := range modes {
 			kill, resume := restartKill(b, m.protocol, m.static)
+			gone := restartGone(b, m.protocol, m.static)
 			roll := restartRolling(b, m.protocol, m.static)
 			scale := restartScale(b, m.protocol, m.static)
-			fmt.Printf("BenchmarkRestarts %-20s kill: others paused %5.2f s (%.2fx the 1 s goal), its own moved %5.2f s after it was ready (%.2fx); rolling: %5.2f s (%.2fx the 2 s goal); scale out and in: partitions that stayed paused %5.2f s\n",
-				m.name, kill.Seconds(), kill.Seconds(), resume.Seconds(), resume.Seconds(), roll.Seconds(), roll.Seconds()/2, scale.Seconds())
+			goal := config.Default().Kafka.SessionTimeout.D() + time.Second
+			fmt.Printf("BenchmarkRestarts %-20s kill: others paused %5.2f s (%.2fx the 1 s goal), its own moved %5.2f s after it was ready (%.2fx); "+
+				"killed for good: its partitions moved %5.2f s after (%.2fx session timeout + 1 s); rolling: %5.2f s (%.2fx the 2 s goal); scale out and in: partitions that stayed paused %5.2f s\n",
+				m.name, kill.Seconds(), kill.Seconds(), resume.Seconds(), resume.Seconds(), gone.Seconds(), gone.Seconds()/goal.Seconds(),
+				roll.Seconds(), roll.Seconds()/2, scale.Seconds())
 		}
 	}
 }
@@ -171,18 +175,29 @@ func (r *rig) firstMove(ps []int, t, end time.Time) time.Duration {
 
 // owners is which worker owns each input partition (by instance id, or
 // member id).
+// (A group in a rebalance shows no assignment: it asks again until every
+// partition has an owner.)
 func (r *rig) owners() map[int]string {
-	o, err := capkafka.Owners(context.Background(), &kafka.Transport{}, r.s.kafka.Addrs, r.s.cfg.Kafka.GroupID)
-	if err != nil {
-		r.b.Fatal(err)
-	}
-	out := map[int]string{}
-	for tp, who := range o {
-		if tp.Topic == "send-intents" {
-			out[tp.Partition] = who
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		o, err := capkafka.Owners(context.Background(), &kafka.Transport{}, r.s.kafka.Addrs, r.s.cfg.Kafka.GroupID)
+		if err != nil {
+			r.b.Fatal(err)
 		}
+		out := map[int]string{}
+		for tp, who := range o {
+			if tp.Topic == "send-intents" {
+				out[tp.Partition] = who
+			}
+		}
+		if len(out) == 4 {
+			return out
+		}
+		if time.Now().After(deadline) {
+			r.b.Fatalf("the group's partitions have no owner for 20 s: %v", out)
+		}
+		r.until(100 * time.Millisecond)
 	}
-	return out
 }
 
 func restartKill(b *testing.B, protocol string, static bool) (others, resume time.Duration) {
@@ -215,7 +230,42 @@ func restartKill(b *testing.B, protocol string, static bool) (others, resume tim
 			}
 		}
 	}
+	if len(mine) == 0 || len(theirs) == 0 {
+		b.Fatalf("the killed worker owned %v, the others %v: owners %v", mine, theirs, before)
+	}
 	return r.pause(theirs, killed, end), r.firstMove(mine, ready, end)
+}
+
+// restartGone kills a worker and starts none: how long until its
+// partitions move again (the others take them once its session ends).
+func restartGone(b *testing.B, protocol string, static bool) time.Duration {
+	r := newRig(b, protocol, static)
+	before := r.owners()
+	victim := r.procs[1]
+	var mine []int
+	for p, who := range before {
+		if who == "w-1" { // static: its own partitions
+			mine = append(mine, p)
+		}
+	}
+	killed := time.Now()
+	if err := victim.cmd.Process.Kill(); err != nil {
+		b.Fatal(err)
+	}
+	_ = victim.wait(b, 10*time.Second)
+	r.until(15 * time.Second)
+	if !static { // a member id: the partitions whose owner changed
+		after := r.owners()
+		for p := range 4 {
+			if after[p] != before[p] {
+				mine = append(mine, p)
+			}
+		}
+	}
+	if len(mine) == 0 {
+		b.Fatalf("the killed worker owned no partition: owners %v", before)
+	}
+	return r.firstMove(mine, killed, time.Now())
 }
 
 func restartRolling(b *testing.B, protocol string, static bool) time.Duration {
@@ -234,7 +284,11 @@ func restartRolling(b *testing.B, protocol string, static bool) time.Duration {
 }
 
 func restartScale(b *testing.B, protocol string, static bool) time.Duration {
-	r := newRig(b, protocol, static)
+	return restartScaleOn(b, newRig(b, protocol, static))
+}
+
+func restartScaleOn(b *testing.B, r *rig) time.Duration {
+	static := r.s.cfg.Kafka.GroupInstanceID != ""
 	before := r.owners()
 	began := time.Now()
 	r.add(static, 3)

@@ -186,7 +186,7 @@ func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*pa
 		return nil, err
 	}
 	swap.installPacing(p.cons)
-	if p.users, err = newUserLimits(cfg, p.engine, p.policies, reg, log); err != nil {
+	if p.users, err = newUserLimits(cfg, p.engine, p.policies, p.cons.groups, reg, log); err != nil {
 		p.cons.close(log)
 		return nil, err
 	}

@@ -23,6 +23,9 @@ import (
 )
 
 type consumer struct {
+	// groups are the consumer groups' metrics (the users' limits
+	// applier's group reports there too).
+	groups  *capkafka.GroupMetrics
 	worker  *dispatch.Worker
 	reader  *dispatch.Consumer // the intents, statuses and due tier records
 	writers *writerSet
@@ -81,7 +84,7 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 			pc.close()
 		}
 	}()
-	c := &consumer{writers: writers, lag: lags, pacer: pc}
+	c := &consumer{groups: kopts.GroupMetrics, writers: writers, lag: lags, pacer: pc}
 	var ctl dispatch.Control
 	if t := cfg.Kafka.Topics.Control; t != "" {
 		if c.source, err = dispatch.NewControlSource(kopts, t); err != nil {

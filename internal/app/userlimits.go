@@ -20,6 +20,7 @@ import (
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/dispatch"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/userlimits"
 )
@@ -118,7 +119,7 @@ func (g *usersGate) ready() error {
 
 // newUserLimits builds them (nil without kafka.topics.user_limits). The
 // records are checked against the policy the watcher has in force.
-func newUserLimits(cfg *config.Config, engine *capping.Engine, policies *policy.Watcher, reg prometheus.Registerer, log *slog.Logger) (*userLimits, error) {
+func newUserLimits(cfg *config.Config, engine *capping.Engine, policies *policy.Watcher, groups *capkafka.GroupMetrics, reg prometheus.Registerer, log *slog.Logger) (*userLimits, error) {
 	topic := cfg.Kafka.Topics.UserLimits
 	if topic == "" {
 		return nil, nil
@@ -132,6 +133,7 @@ func newUserLimits(cfg *config.Config, engine *capping.Engine, policies *policy.
 	if err != nil {
 		return nil, err
 	}
+	kopts.GroupMetrics = groups
 	group := cfg.Kafka.UserLimitsGroup()
 	u := &userLimits{}
 	if u.applier, err = userlimits.NewApplier(userlimits.ApplierOptions{Kafka: kopts, Topic: topic, Group: cfg.Kafka.UserLimitsGroup(),

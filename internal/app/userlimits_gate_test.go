@@ -15,6 +15,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/config"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 )
 
 // holdUserLimits makes the broker keep every fetch of the user-limits topic
@@ -125,10 +126,13 @@ func TestReadyzWaitsForUserLimits(t *testing.T) {
 
 // TestRebalanceWaitsForUserLimits: with two workers running, users snooze
 // while the applier reads nothing (their records wait); a third worker
-// joins, and the group rebalances: no worker decides an intent of its new
-// partitions, the two that rejoined as the one that started, before those
-// records are applied. Every user's intent written after the rebalance is
-// cancelled by the snooze, none delivered.
+// joins, and the group rebalances (cooperatively: only the partitions
+// that move change hands). No worker decides an intent of a partition it
+// got, before those records are applied: the newcomer answers /readyz 503
+// saying so, and every user's intent written after the rebalance on a
+// partition that moved is cancelled by the snooze, none delivered. The
+// partitions that stayed are decided throughout, by what Redis holds (a
+// record waits there no longer than the applier's lag).
 func TestRebalanceWaitsForUserLimits(t *testing.T) {
 	e := newE2E(t, "single")
 	e.clock = newFastClock(1)
@@ -143,6 +147,8 @@ func TestRebalanceWaitsForUserLimits(t *testing.T) {
 	}
 	e.produce(msgs)
 	e.waitDrained(30*time.Second, a, b)
+	e.waitGroupStable(cfg.Kafka.GroupID, 2)
+	before := e.owners(cfg.Kafka.GroupID)
 
 	release := e.holdUserLimits()
 	for u := uint64(60); u < 76; u++ {
@@ -150,24 +156,37 @@ func TestRebalanceWaitsForUserLimits(t *testing.T) {
 	}
 	c := e.start("c", cfg)
 	e.waitGroupStable(cfg.Kafka.GroupID, 3)
-	for _, w := range []*worker{a, b, c} {
-		if code, body := w.get("/readyz"); code != 503 || !strings.Contains(body, usersNotApplied) {
-			t.Errorf("worker %s after the rebalance: /readyz answers %d %q, want 503 with %q", w.name, code, body, usersNotApplied)
-		}
+	after := e.owners(cfg.Kafka.GroupID)
+	if code, body := c.get("/readyz"); code != 503 || !strings.Contains(body, usersNotApplied) {
+		t.Errorf("the worker that joined: /readyz answers %d %q, want 503 with %q", code, body, usersNotApplied)
+	}
+	moved := map[int]bool{}
+	for p, who := range after {
+		moved[p] = before[p] != who
 	}
 	msgs = nil
+	var movedUsers []int
 	for u := 60; u < 76; u++ {
 		msgs = append(msgs, userIntents("after", u, "email")...)
+		if moved[userPartition(u, 4)] {
+			movedUsers = append(movedUsers, u)
+		}
+	}
+	if len(movedUsers) == 0 {
+		t.Fatalf("no user's partition moved to the worker that joined: owners %v then %v", before, after)
 	}
 	e.produce(msgs)
 	// Time for a worker that decides too early to do it.
 	time.Sleep(2 * time.Second)
-	if n := len(e.read().sources()); n != 16 {
-		t.Errorf("%d intents decided while the users' records were not applied, want only the 16 before", n-16)
+	o := e.read()
+	for _, u := range movedUsers {
+		if topic, _ := o.outcomeOf(fmt.Sprintf("after-%d-0", u)); topic != "" {
+			t.Errorf("user %d's intent on a partition that moved was decided (%s) before the users' records were applied", u, topic)
+		}
 	}
 	release()
-	o := e.waitDrained(60*time.Second, a, b, c)
-	for u := 60; u < 76; u++ {
+	o = e.waitDrained(60*time.Second, a, b, c)
+	for _, u := range movedUsers {
 		id := fmt.Sprintf("after-%d-0", u)
 		if topic, m := o.outcomeOf(id); topic != tSup || header(m, "capper-reason") != "snooze-too-long" {
 			t.Errorf("user %d's intent after the rebalance: %s %s %q, want cancelled by the snooze written before it", u, topic,
@@ -177,4 +196,30 @@ func TestRebalanceWaitsForUserLimits(t *testing.T) {
 	for _, w := range []*worker{a, b, c} {
 		waitReadyz(t, w, 200, "ready")
 	}
+}
+
+// owners is who owns each input partition of group (member ids).
+func (e *e2e) owners(group string) map[int]string {
+	e.t.Helper()
+	o, err := capkafka.Owners(context.Background(), &kafka.Transport{}, e.kafka.Addrs, group)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[int]string{}
+	for tp, who := range o {
+		if tp.Topic == tIn {
+			out[tp.Partition] = who
+		}
+	}
+	return out
+}
+
+// userPartition is the input partition a user's intents go to (Murmur2 of
+// the key, as the producers write them).
+func userPartition(uid, partitions int) int {
+	ps := make([]int, partitions)
+	for i := range ps {
+		ps[i] = i
+	}
+	return (&kafka.Murmur2Balancer{}).Balance(kafka.Message{Key: fmt.Appendf(nil, "%d", uid)}, ps...)
 }

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,5 +59,36 @@ func TestStuckWorkerLeaves(t *testing.T) {
 	}
 	if err := other.w.Live(); err != nil {
 		t.Errorf("the other worker: %v", err)
+	}
+}
+
+// BenchmarkStuck prints how long after a worker's decision loop hung (its
+// process heartbeating on) the other worker had decided every intent of
+// the hung one's batch, against worker.stuck_timeout (2 s here) + 1 s.
+//
+//	go test ./internal/dispatch -run '^$' -bench Stuck -benchtime 1x
+func BenchmarkStuck(b *testing.B) {
+	for range b.N {
+		e := newEnv(b)
+		e.engine = e.newEngine(b)
+		h := &hangingDecider{Decider: e.engine, hung: make(chan struct{}), release: make(chan struct{})}
+		stuck := e.start(func(o *Options) { o.Decider, o.StuckTimeout = h, 2*time.Second })
+		b.Cleanup(func() { close(h.release) })
+		deadline := time.Now().Add(30 * time.Second)
+		for len(stuck.reader.input.assigned(tIn)) < 4 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		other := e.start(func(o *Options) { o.StuckTimeout = 2 * time.Second })
+		for len(other.reader.input.assigned(tIn)) < 2 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		in := intents(200, 40, "s")
+		e.kafka.Produce(b, tIn, in)
+		<-h.hung
+		hung := time.Now()
+		e.waitOutcomes(len(in))
+		took := time.Since(hung)
+		b.ReportMetric(took.Seconds(), "s")
+		fmt.Printf("BenchmarkStuck: every intent decided %.2f s after a worker's loop hung: %.2fx worker.stuck_timeout (2 s) + 1 s\n", took.Seconds(), took.Seconds()/3)
 	}
 }

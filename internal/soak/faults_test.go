@@ -40,8 +40,8 @@ func (f fault) String() string {
 
 // Kinds of faults, by topology; outages are those Redis cannot decide in.
 var (
-	singleFaults  = []string{"redis-shutdown", "redis-kill", "redis-pause", "script-flush", "worker-kill", "worker-term", "policy-swap", "broker-restart", "campaign-stop", "campaign-pause"}
-	clusterFaults = []string{"master-kill", "replica-pause", "manual-failover", "slot-migration", "script-flush", "worker-kill", "worker-term", "policy-swap", "broker-restart", "campaign-stop", "campaign-pause"}
+	singleFaults  = []string{"redis-shutdown", "redis-kill", "redis-pause", "script-flush", "worker-kill", "worker-term", "worker-scale", "policy-swap", "broker-restart", "campaign-stop", "campaign-pause"}
+	clusterFaults = []string{"master-kill", "replica-pause", "manual-failover", "slot-migration", "script-flush", "worker-kill", "worker-term", "worker-scale", "policy-swap", "broker-restart", "campaign-stop", "campaign-pause"}
 	outages       = map[string]bool{"redis-shutdown": true, "redis-kill": true, "redis-pause": true, "master-kill": true, "replica-pause": true}
 )
 
@@ -241,7 +241,14 @@ type chaos struct {
 	// noControl: the binary has no campaign control (CAPPER_SOAK_BIN of
 	// an older build); its faults are skipped.
 	noControl bool
-	prod      *producer // the workload's, for a blast
+	// scale starts a worker more (a scale-out, worker-scale), on the
+	// workers' config; nil: the binary cannot leave a group on a worker's
+	// behalf (an older build), and the fault is skipped. static: the
+	// workers are static members (kafka.group_instance_id).
+	scale  func(name string) *worker
+	static bool
+	scales int       // workers added so far
+	prod   *producer // the workload's, for a blast
 	// brokerDown: when the broker was down (a broker-restart), from its
 	// stop to its start: no write could reach a topic in between.
 	brokerDown []downWindow
@@ -279,6 +286,8 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 		w.start(t, c.bin, c.dir)
 		c.workerDown = append(c.workerDown, downWindow{from, time.Now()})
 		c.note("%s %s, restarted after %.1fs", f.kind, w.name, f.length.Seconds())
+	case "worker-scale":
+		c.scaleOut(ctx, f)
 	case "redis-shutdown", "redis-kill", "redis-pause":
 		r := c.tp.single
 		c.outage.begin(f.kind)
@@ -592,4 +601,29 @@ func logDir(t *testing.T) string {
 		return dir
 	}
 	return t.TempDir()
+}
+
+// scaleOut runs a worker more for the fault's length (5-9 s): the group
+// shares the partitions out again, then the worker stops (SIGTERM) and,
+// static, is removed from its groups as the chart's hook does (`capper
+// group leave`): its partitions move back at once.
+func (c *chaos) scaleOut(ctx context.Context, f fault) {
+	if c.scale == nil {
+		c.note("worker-scale skipped: the binary has no capper group leave")
+		return
+	}
+	c.scales++
+	name := fmt.Sprintf("w%d", len(c.workers)+c.scales)
+	w := c.scale(name)
+	sleep(ctx, f.length+4*time.Second)
+	w.signal(syscall.SIGTERM, 20*time.Second)
+	how := "it left its groups"
+	if c.static {
+		out, err := exec.Command(c.bin, "group", "leave", "--config", c.workers[0].config, "--instance", name).CombinedOutput()
+		if err != nil {
+			c.t.Errorf("capper group leave --instance %s: %v\n%s", name, err, out)
+		}
+		how = "removed with capper group leave"
+	}
+	c.note("worker-scale %s for %.1fs, stopped, %s", name, (f.length + 4*time.Second).Seconds(), how)
 }

@@ -137,12 +137,25 @@ func TestSoak(t *testing.T) {
 		cfg.Kafka.Topics.Control = ""
 		t.Logf("soak: %s has no campaign control: its faults are skipped", bin)
 	}
+	// Static members (each worker's name its kafka.group_instance_id, as
+	// the chart's pods) for two seeds in three; the binary of an older
+	// build (CAPPER_SOAK_BIN) knows neither that nor capper group leave.
+	groups := hasGroups(bin)
+	static := groups && seed%3 != 0
+	t.Logf("soak: workers are %s members of their groups", map[bool]string{true: "static", false: "dynamic"}[static])
+	newWorker := func(name string) *worker {
+		w := &worker{name: name, config: filepath.Join(dir, name+".yaml"), http: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
+		c := *cfg
+		if static {
+			c.Kafka.GroupInstanceID = name
+		}
+		writeConfig(t, &c, w.http, w.config, !groups)
+		return w
+	}
 	var ws []*worker
 	workersStart := time.Now()
 	for i := range workers {
-		w := &worker{name: fmt.Sprintf("w%d", i+1), config: filepath.Join(dir, fmt.Sprintf("w%d.yaml", i+1)),
-			http: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
-		writeConfig(t, cfg, w.http, w.config)
+		w := newWorker(fmt.Sprintf("w%d", i+1))
 		w.start(t, bin, logs)
 		ws = append(ws, w)
 	}
@@ -159,7 +172,16 @@ func TestSoak(t *testing.T) {
 	var ready readiness
 	go watchReadiness(ctx, ws, &out, &ready)
 	ch := &chaos{t: t, bin: bin, dir: logs, workers: ws, tp: tp, broker: b, outage: &out, policy: policyFile, versions: [2][]byte{v1, v2},
-		noControl: noControl}
+		noControl: noControl, static: static}
+	if groups {
+		ch.scale = func(name string) *worker {
+			w := newWorker(name)
+			w.start(t, bin, logs)
+			t.Cleanup(func() { w.signal(syscall.SIGKILL, 5*time.Second) })
+			waitReady(t, []*worker{w})
+			return w
+		}
+	}
 
 	// Traffic, and the faults beside it.
 	g := newWorkload(seed, users, p)

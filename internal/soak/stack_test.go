@@ -397,7 +397,7 @@ func workerConfig(t *testing.T, b *broker, tp *topology, dir string) *config.Con
 // writeConfig writes cfg with addr as its HTTP address. Without campaign
 // control, send pacing or users' own limits (an older build) the keys they
 // added are left out: such a build refuses keys it does not know.
-func writeConfig(t *testing.T, cfg *config.Config, addr, path string) {
+func writeConfig(t *testing.T, cfg *config.Config, addr, path string, legacyGroups bool) {
 	t.Helper()
 	c := *cfg
 	c.HTTP.Address = addr
@@ -408,12 +408,18 @@ func writeConfig(t *testing.T, cfg *config.Config, addr, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Kafka.Topics.Control == "" || c.Kafka.Topics.Lanes == "" || c.Kafka.Topics.UserLimits == "" {
+	if c.Kafka.Topics.Control == "" || c.Kafka.Topics.Lanes == "" || c.Kafka.Topics.UserLimits == "" || legacyGroups {
 		var doc map[string]any
 		if err := yaml.Unmarshal(y, &doc); err != nil {
 			t.Fatal(err)
 		}
 		topics := doc["kafka"].(map[string]any)["topics"].(map[string]any)
+		if legacyGroups { // an older build: one membership, eager, no watchdog
+			for _, k := range []string{"group_instance_id", "group_protocol", "leave_on_shutdown"} {
+				delete(doc["kafka"].(map[string]any), k)
+			}
+			delete(doc["worker"].(map[string]any), "stuck_timeout")
+		}
 		if c.Kafka.Topics.Control == "" {
 			delete(doc, "control")
 			delete(topics, "control")
@@ -490,6 +496,10 @@ func hasPacing(bin, policy string) bool {
 // campaign`): an older build, run through CAPPER_SOAK_BIN to see what the
 // soak finds there, has not.
 func hasControl(bin string) bool { return exec.Command(bin, "campaign", "--help").Run() == nil }
+
+// hasGroups reports whether the binary has static membership and
+// cooperative rebalancing (`capper group leave`).
+func hasGroups(bin string) bool { return exec.Command(bin, "group", "leave", "--help").Run() == nil }
 
 // buildBinary builds `capper` (or takes CAPPER_SOAK_BIN: a build of
 // another revision, to show what the soak finds there).

@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/dispatch"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 )
 
 // Store is where users' limits live (*capping.Engine).
@@ -58,12 +58,10 @@ const MaxFetchWait = 250 * time.Millisecond
 // until its context ends.
 type Applier struct {
 	o   ApplierOptions
-	r   *kafka.Reader
 	log *slog.Logger
 }
 
-// NewApplier builds the applier's group reader (nothing is read before
-// Run).
+// NewApplier checks the options (nothing is read before Run).
 func NewApplier(o ApplierOptions) (*Applier, error) {
 	switch {
 	case o.Topic == "" || o.Group == "":
@@ -77,62 +75,73 @@ func NewApplier(o ApplierOptions) (*Applier, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	k := o.Kafka
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: k.Brokers, GroupID: o.Group, Topic: o.Topic, Dialer: k.Dialer(),
-		// Small fetches, answered within MaxFetchWait: records are small
-		// and rare, and a user waits for theirs.
-		MinBytes: 1, MaxBytes: 1 << 20, MaxWait: min(k.FetchMaxWait, MaxFetchWait), QueueCapacity: 64,
-		ReadBackoffMin: 50 * time.Millisecond, ReadBackoffMax: time.Second,
-		// A group without a commit starts at the beginning: every user's
-		// state is applied, the latest last.
-		StartOffset:       kafka.FirstOffset,
-		CommitInterval:    0, // each commit synchronous, after its write
-		HeartbeatInterval: k.HeartbeatInterval, SessionTimeout: k.SessionTimeout, RebalanceTimeout: k.RebalanceTimeout,
-		JoinGroupBackoff: time.Second, WatchPartitionChanges: true,
-		ReadLagInterval: -1,
-		ErrorLogger:     dispatch.ErrorLogger(log, "user-limits group "+o.Group),
-	})
-	return &Applier{o: o, r: r, log: log}, nil
+	return &Applier{o: o, log: log}, nil
 }
 
-// Run applies records until ctx ends, then leaves the group. A record
+// Run applies records until ctx ends, then leaves the group (the worker's
+// one membership: static and cooperative as its other groups). A record
 // whose write is in flight when ctx ends is not committed: the group's
 // next member applies it again (a write is idempotent).
 func (a *Applier) Run(ctx context.Context) error {
-	defer func() {
-		if err := a.r.Close(); err != nil {
-			a.log.Warn("close the user-limits reader", "error", err)
-		}
-	}()
-	wait := a.o.RetryInitial
-	for {
-		m, err := a.r.FetchMessage(ctx)
-		switch {
-		case ctx.Err() != nil || errors.Is(err, io.EOF):
-			return nil
-		case err != nil:
-			a.o.Metrics.errors.WithLabelValues(stageFetch).Inc()
-			a.log.Warn("read the user-limits topic; retrying", "topic", a.o.Topic, "error", err, "retry_in", wait)
-			if dispatch.Sleep(ctx, wait) != nil {
-				return nil
+	k := a.o.Kafka
+	joined := make(chan struct{})
+	var g *capkafka.Group
+	var err error
+	g, err = capkafka.JoinGroup(capkafka.GroupOptions{Transport: k.Transport(), Brokers: k.Brokers, GroupID: a.o.Group, Topics: []string{a.o.Topic},
+		InstanceID: k.InstanceID, Protocols: capkafka.Protocols(k.GroupProtocol), LeaveOnClose: k.LeaveOnClose,
+		SessionTimeout: k.SessionTimeout, RebalanceTimeout: k.RebalanceTimeout, HeartbeatInterval: k.HeartbeatInterval,
+		// A group without a commit starts at the beginning: every user's
+		// state is applied, the latest last.
+		StartOffset: kafka.FirstOffset, Log: a.log, Metrics: k.GroupMetrics,
+		Read: func(ctx context.Context, c *capkafka.Claim, offset int64) {
+			select {
+			case <-joined:
+				a.read(ctx, g, c, offset)
+			case <-ctx.Done():
 			}
-			wait = min(2*wait, a.o.RetryMax)
-			continue
-		}
-		wait = a.o.RetryInitial
-		if !a.apply(ctx, m) {
-			return nil // stopped during the write's retries
-		}
-		// Committed even when ctx ended meanwhile: the write is done.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.o.Kafka.WriteTimeout)
-		err = a.r.CommitMessages(cctx, m)
-		cancel()
-		if err != nil {
-			// The next commit covers it; a new member re-applies it.
-			a.o.Metrics.errors.WithLabelValues(stageCommit).Inc()
-			a.log.Warn("commit a user-limits record", "topic", a.o.Topic, "partition", m.Partition, "offset", m.Offset, "error", err)
-		}
+		}})
+	if err != nil {
+		return fmt.Errorf("user-limits applier: %w", err)
+	}
+	close(joined)
+	<-ctx.Done()
+	if err := g.Close(); err != nil {
+		a.log.Warn("leave the user-limits group", "error", err)
+	}
+	return nil
+}
+
+// read applies one partition's records in order, each committed once it
+// is written (or refused).
+func (a *Applier) read(ctx context.Context, g *capkafka.Group, c *capkafka.Claim, offset int64) {
+	k := a.o.Kafka
+	capkafka.PartitionReader{Dialer: k.Dialer(), Brokers: k.Brokers, Topic: c.Topic, Partition: c.Partition,
+		// Small fetches, answered within MaxFetchWait: records are small
+		// and rare, and a user waits for theirs.
+		MaxBytes: 1 << 20, MaxWait: min(k.FetchMaxWait, MaxFetchWait), Log: a.log,
+		Started: func(off int64) { c.Start.Store(off) },
+		Failed:  func(error) { a.o.Metrics.errors.WithLabelValues(stageFetch).Inc() },
+		Hand: func(ctx context.Context, msgs []kafka.Message, _ int64) error {
+			for _, m := range msgs {
+				c.Handed.Store(m.Offset + 1)
+				if !a.apply(ctx, m) {
+					return ctx.Err() // stopped during the write's retries
+				}
+				a.commit(ctx, g, c, m)
+			}
+			return nil
+		},
+	}.Read(ctx, offset)
+}
+
+// commit commits m, even when ctx ended meanwhile: the write is done.
+func (a *Applier) commit(ctx context.Context, g *capkafka.Group, c *capkafka.Claim, m kafka.Message) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.o.Kafka.WriteTimeout)
+	defer cancel()
+	if err := g.Commit(cctx, map[capkafka.TopicPartition]int64{c.TopicPartition: m.Offset + 1}); err != nil {
+		// The next commit covers it; a new member re-applies it.
+		a.o.Metrics.errors.WithLabelValues(stageCommit).Inc()
+		a.log.Warn("commit a user-limits record", "topic", a.o.Topic, "partition", m.Partition, "offset", m.Offset, "error", err)
 	}
 }
 
