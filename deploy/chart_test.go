@@ -43,15 +43,16 @@ func TestHelmLint(t *testing.T) {
 	}
 }
 
-// TestChartDefaults renders the default values: the worker Deployment, its
-// ConfigMap and its policy's, metrics Service, ServiceAccount and PodDisruptionBudget, the
-// test hook, and nothing optional: no segment-builder CronJob, since no
+// TestChartDefaults renders the default values: the worker StatefulSet, its
+// ConfigMap and its policy's, metrics Service, ServiceAccount and
+// PodDisruptionBudget, the test hook, the scale-in hook Job, and nothing
+// optional: no segment-builder CronJob, since no
 // input is set (a nightly build of a placeholder would fail, or publish
 // what nobody meant). With an input, the CronJob.
 func TestChartDefaults(t *testing.T) {
 	m := mustRender(t, nil)
-	want := map[string]int{"ConfigMap": 2, "Deployment": 1, "Service": 1, "ServiceAccount": 1,
-		"PodDisruptionBudget": 1, "Pod": 1}
+	want := map[string]int{"ConfigMap": 2, "StatefulSet": 1, "Service": 1, "ServiceAccount": 1,
+		"PodDisruptionBudget": 1, "Pod": 1, "Job": 1}
 	if got := m.kinds(); !reflect.DeepEqual(got, want) {
 		t.Errorf("kinds = %v, want %v", got, want)
 	}
@@ -65,7 +66,7 @@ func TestChartDefaults(t *testing.T) {
 		t.Errorf("segmentBuilder.enabled=false: %d CronJobs", n)
 	}
 	checkRelease(t, m)
-	d := one[appsv1.Deployment](t, m, "Deployment")
+	d := one[appsv1.StatefulSet](t, m, "StatefulSet")
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {
 		t.Errorf("replicas = %v, want 3", d.Spec.Replicas)
 	}
@@ -90,7 +91,7 @@ func TestChartAllOn(t *testing.T) {
 			m := mustRender(t, []string{f})
 			checkRelease(t, m)
 			k := m.kinds()
-			for _, kind := range []string{"ConfigMap", "Deployment", "Service", "ServiceAccount", "PodDisruptionBudget",
+			for _, kind := range []string{"ConfigMap", "StatefulSet", "Service", "ServiceAccount", "PodDisruptionBudget",
 				"CronJob", "Pod", "ServiceMonitor", "PrometheusRule"} {
 				if k[kind] == 0 {
 					t.Errorf("no %s rendered", kind)
@@ -99,7 +100,7 @@ func TestChartAllOn(t *testing.T) {
 			if k["HorizontalPodAutoscaler"]+k["ScaledObject"] != 1 {
 				t.Errorf("want exactly one of HorizontalPodAutoscaler and ScaledObject, got %v", k)
 			}
-			d := one[appsv1.Deployment](t, m, "Deployment")
+			d := one[appsv1.StatefulSet](t, m, "StatefulSet")
 			pod := d.Spec.Template.Spec
 			// Every secret reaches the pod from a Secret, never as a literal.
 			var fromSecrets []string
@@ -136,20 +137,20 @@ func checkRelease(t *testing.T, m *manifests) {
 		checkLabels(t, o)
 	}
 	cm := one[corev1.ConfigMap](t, m, "ConfigMap")
-	d := one[appsv1.Deployment](t, m, "Deployment")
+	d := one[appsv1.StatefulSet](t, m, "StatefulSet")
 	svc := one[corev1.Service](t, m, "Service")
 	cfg := workerConfig(t, m)
 	podLabels := d.Spec.Template.Labels
 
-	// Deployment.
+	// StatefulSet.
 	if d.Spec.Selector == nil || !selects(d.Spec.Selector.MatchLabels, podLabels) {
-		t.Errorf("Deployment selector %v does not select its pods %v", d.Spec.Selector, podLabels)
+		t.Errorf("StatefulSet selector %v does not select its pods %v", d.Spec.Selector, podLabels)
 	}
 	if sum := d.Spec.Template.Annotations["checksum/config"]; !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(sum) {
 		t.Errorf("checksum/config annotation = %q, want a sha256", sum)
 	}
 	pod := d.Spec.Template.Spec
-	checkPod(t, "Deployment", pod, cm.Name)
+	checkPod(t, "StatefulSet", pod, cm.Name)
 	if len(pod.Containers) != 1 {
 		t.Fatalf("worker pod has %d containers, want 1", len(pod.Containers))
 	}
@@ -201,7 +202,7 @@ func checkRelease(t *testing.T, m *manifests) {
 	}
 	autoscaled := len(m.ofKind("HorizontalPodAutoscaler"))+len(m.ofKind("ScaledObject")) > 0
 	if autoscaled != (d.Spec.Replicas == nil) {
-		t.Errorf("autoscaled=%v but Deployment replicas=%v: the autoscaler must own replicas alone", autoscaled, d.Spec.Replicas)
+		t.Errorf("autoscaled=%v but StatefulSet replicas=%v: the autoscaler must own replicas alone", autoscaled, d.Spec.Replicas)
 	}
 
 	// The Service exposes the metrics port of the worker pods.
@@ -236,8 +237,8 @@ func checkRelease(t *testing.T, m *manifests) {
 	for _, o := range m.ofKind("HorizontalPodAutoscaler") {
 		h := o.value.(*autoscalingv2.HorizontalPodAutoscaler)
 		ref := h.Spec.ScaleTargetRef
-		if ref.APIVersion != "apps/v1" || ref.Kind != "Deployment" || ref.Name != d.Name {
-			t.Errorf("HPA targets %+v, want Deployment %s", ref, d.Name)
+		if ref.APIVersion != "apps/v1" || ref.Kind != "StatefulSet" || ref.Name != d.Name {
+			t.Errorf("HPA targets %+v, want StatefulSet %s", ref, d.Name)
 		}
 		if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas > h.Spec.MaxReplicas {
 			t.Errorf("HPA replicas %v..%d", h.Spec.MinReplicas, h.Spec.MaxReplicas)
@@ -404,8 +405,8 @@ func checkTestPod(t *testing.T, p *corev1.Pod, cmap *corev1.ConfigMap, worker co
 func checkScaledObject(t *testing.T, so *scaledObject, deployment string, cfg *config.Config) {
 	t.Helper()
 	ref := so.Spec.ScaleTargetRef
-	if ref.Name != deployment || ref.Kind != "Deployment" {
-		t.Errorf("ScaledObject targets %+v, want Deployment %s", ref, deployment)
+	if ref.Name != deployment || ref.Kind != "StatefulSet" {
+		t.Errorf("ScaledObject targets %+v, want StatefulSet %s", ref, deployment)
 	}
 	if len(so.Spec.Triggers) != 1 || so.Spec.Triggers[0].Type != "kafka" {
 		t.Fatalf("ScaledObject triggers %+v, want one kafka trigger", so.Spec.Triggers)
@@ -521,7 +522,7 @@ func TestChartGracePeriodFollowsDurations(t *testing.T) {
 func TestChartConfigChecksum(t *testing.T) {
 	sum := func(sets ...string) (worker, builder string) {
 		m := mustRender(t, nil, append(sets, "segmentBuilder.inputs[0]=s3://capper-input/segments.csv.gz")...)
-		d := one[appsv1.Deployment](t, m, "Deployment")
+		d := one[appsv1.StatefulSet](t, m, "StatefulSet")
 		cj := one[batchv1.CronJob](t, m, "CronJob")
 		return d.Spec.Template.Annotations["checksum/config"], cj.Spec.JobTemplate.Spec.Template.Annotations["checksum/config"]
 	}
@@ -609,8 +610,8 @@ func TestChartNotes(t *testing.T) {
 // environment, as capper run would in the pod.
 func workerConfig(t *testing.T, m *manifests) *config.Config {
 	t.Helper()
-	d := one[appsv1.Deployment](t, m, "Deployment")
-	return parseConfig(t, "Deployment", cm(t, m), d.Spec.Template.Spec.Containers[0].Env)
+	d := one[appsv1.StatefulSet](t, m, "StatefulSet")
+	return parseConfig(t, "StatefulSet", cm(t, m), d.Spec.Template.Spec.Containers[0].Env)
 }
 
 func cm(t *testing.T, m *manifests) *corev1.ConfigMap {
@@ -633,12 +634,16 @@ func parseConfig(t *testing.T, what string, c *corev1.ConfigMap, env []corev1.En
 			continue
 		}
 		v := e.Value
-		if e.ValueFrom != nil {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			v = "capper-0" // the pod's name: its instance id
+		case e.ValueFrom != nil:
 			if e.ValueFrom.SecretKeyRef == nil {
 				t.Errorf("%s: %s comes from %+v, want a secretKeyRef", what, e.Name, e.ValueFrom)
+				continue
 			}
 			v = "secret-from-" + e.ValueFrom.SecretKeyRef.Name
-		} else if strings.HasSuffix(e.Name, "PASSWORD") {
+		case strings.HasSuffix(e.Name, "PASSWORD"):
 			t.Errorf("%s: %s is a literal value, want a secretKeyRef", what, e.Name)
 		}
 		environ = append(environ, e.Name+"="+v)
@@ -765,7 +770,7 @@ func TestChartPolicyConfigMap(t *testing.T) {
 	if cfg := workerConfig(t, m); cfg.Policy.Source != "file:///etc/capper-policy/policy.yaml" || len(cfg.Capping.InlinePolicy) > 0 {
 		t.Fatalf("policy.source %q, inline %v", cfg.Policy.Source, cfg.Capping.InlinePolicy)
 	}
-	dep := one[appsv1.Deployment](t, m, "Deployment")
+	dep := one[appsv1.StatefulSet](t, m, "StatefulSet")
 	mounted := false
 	for _, v := range dep.Spec.Template.Spec.Containers[0].VolumeMounts {
 		mounted = mounted || v.MountPath == "/etc/capper-policy" && v.SubPath == ""
@@ -786,7 +791,7 @@ func TestChartPolicyConfigMap(t *testing.T) {
 	stricter := mustRender(t, nil, "policy.default_policy.limits[0].name=daily",
 		"policy.default_policy.limits[0].window=24h", "policy.default_policy.limits[0].max=0")
 	sum := func(m *manifests) string {
-		return one[appsv1.Deployment](t, m, "Deployment").Spec.Template.Annotations["checksum/config"]
+		return one[appsv1.StatefulSet](t, m, "StatefulSet").Spec.Template.Annotations["checksum/config"]
 	}
 	if sum(m) == "" || sum(m) != sum(stricter) {
 		t.Fatalf("checksum/config %q -> %q: a policy change would restart the pods", sum(m), sum(stricter))

@@ -240,9 +240,10 @@ var (
 			o := &corev1.ServiceAccount{}
 			return o, &o.ObjectMeta
 		},
-		"v1/Pod":             func() (any, *metav1.ObjectMeta) { o := &corev1.Pod{}; return o, &o.ObjectMeta },
-		"apps/v1/Deployment": func() (any, *metav1.ObjectMeta) { o := &appsv1.Deployment{}; return o, &o.ObjectMeta },
-		"batch/v1/CronJob":   func() (any, *metav1.ObjectMeta) { o := &batchv1.CronJob{}; return o, &o.ObjectMeta },
+		"v1/Pod":              func() (any, *metav1.ObjectMeta) { o := &corev1.Pod{}; return o, &o.ObjectMeta },
+		"apps/v1/StatefulSet": func() (any, *metav1.ObjectMeta) { o := &appsv1.StatefulSet{}; return o, &o.ObjectMeta },
+		"batch/v1/CronJob":    func() (any, *metav1.ObjectMeta) { o := &batchv1.CronJob{}; return o, &o.ObjectMeta },
+		"batch/v1/Job":        func() (any, *metav1.ObjectMeta) { o := &batchv1.Job{}; return o, &o.ObjectMeta },
 		"policy/v1/PodDisruptionBudget": func() (any, *metav1.ObjectMeta) {
 			o := &policyv1.PodDisruptionBudget{}
 			return o, &o.ObjectMeta

@@ -57,6 +57,7 @@ func (gm *GroupMetrics) forGroup(group string) *groupMetrics {
 		v.WithLabelValues(group)
 	}
 	gm.owned.WithLabelValues(group)
+	gm.duration.WithLabelValues(group)
 	return &groupMetrics{m: gm, group: group, since: time.Now()}
 }
 

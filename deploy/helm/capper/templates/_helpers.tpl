@@ -679,6 +679,13 @@ for the worker, then the extra variables. Call with (dict "ctx" $ "extra"
 LIST "container" NAME "memLimit" BOOL "redis" BOOL). */}}
 {{- define "capper.containerEnv" -}}
 {{- include "capper.secretEnv" (dict "ctx" .ctx "redis" .redis) | trim }}
+{{- if .instance }}
+# The pod's name: a static member of the consumer groups.
+- name: CAPPER_KAFKA_GROUP_INSTANCE_ID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- end }}
 {{- if and .memLimit .ctx.Values.goMemLimitFromResources (dig "limits" "memory" "" (.ctx.Values.resources | default dict)) }}
 - name: GOMEMLIMIT
   valueFrom:
