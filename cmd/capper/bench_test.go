@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capper-dev/capper/internal/kafka"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/capping"

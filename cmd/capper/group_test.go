@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capper-dev/capper/internal/kafka"
 	kafkago "github.com/segmentio/kafka-go"
-
-	capkafka "github.com/capper-dev/capper/internal/kafka"
 )
 
 // TestGroupLeaveCLI: `capper group leave` removes a static worker that
@@ -17,10 +16,10 @@ import (
 func TestGroupLeaveCLI(t *testing.T) {
 	s := newStack(t)
 	s.writeConfig(t)
-	g, err := capkafka.JoinGroup(capkafka.GroupOptions{Transport: &kafkago.Transport{}, Brokers: s.kafka.Addrs, GroupID: s.cfg.Kafka.GroupID,
-		Topics: []string{s.cfg.Kafka.Topics.Input}, InstanceID: "capper-2", Protocols: capkafka.Protocols(capkafka.ProtocolCooperative),
+	g, err := kafka.JoinGroup(kafka.GroupOptions{Transport: &kafkago.Transport{}, Brokers: s.kafka.Addrs, GroupID: s.cfg.Kafka.GroupID,
+		Topics: []string{s.cfg.Kafka.Topics.Input}, InstanceID: "capper-2", Protocols: kafka.Protocols(kafka.ProtocolCooperative),
 		SessionTimeout: time.Minute, RebalanceTimeout: time.Minute, HeartbeatInterval: 100 * time.Millisecond, StartOffset: kafkago.FirstOffset,
-		Read: func(ctx context.Context, _ *capkafka.Claim, _ int64) { <-ctx.Done() }})
+		Read: func(ctx context.Context, _ *kafka.Claim, _ int64) { <-ctx.Done() }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,15 +62,14 @@ func BenchmarkRestarts(b *testing.B) {
 
 // rig is a benchmark's three workers on a steady stream.
 type rig struct {
-	b       *testing.B
-	s       *stack
-	procs   []*proc
-	paths   []string
-	moved   map[int][]time.Time
-	last    map[int]int64
-	cancel  context.CancelFunc
-	done    chan struct{}
-	started time.Time
+	b      *testing.B
+	s      *stack
+	procs  []*proc
+	paths  []string
+	moved  map[int][]time.Time
+	last   map[int]int64
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 func newRig(b *testing.B, protocol string, static bool) *rig {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/capping"
-	"github.com/capper-dev/capper/internal/dispatch"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 	"github.com/capper-dev/capper/internal/testenv"
 	"github.com/capper-dev/capper/internal/userlimits"
 )
@@ -54,7 +54,7 @@ func BenchmarkUserLimitsApply(b *testing.B) {
 	ctx := context.Background()
 	rdb := s.redis.Client()
 	k := s.cfg.Kafka
-	kopts := dispatch.KafkaOptions{Brokers: s.kafka.Addrs, ClientID: k.ClientID, GroupID: k.GroupID, StartOffset: k.StartOffset,
+	kopts := capkafka.Options{Brokers: s.kafka.Addrs, ClientID: k.ClientID, GroupID: k.GroupID, StartOffset: k.StartOffset,
 		FetchMaxWait: k.FetchMaxWait.D(), SessionTimeout: k.SessionTimeout.D(), RebalanceTimeout: k.RebalanceTimeout.D(),
 		HeartbeatInterval: k.HeartbeatInterval.D(), WriteTimeout: k.WriteTimeout.D(), BatchSize: 1, Compression: k.Compression}
 	var lags []time.Duration

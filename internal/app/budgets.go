@@ -17,10 +17,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/config"
-	"github.com/capper-dev/capper/internal/dispatch"
 	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/topics"
 )
@@ -117,7 +116,7 @@ type LaneState struct {
 
 // Budgets reads the budgets of the policy in force (or of o.PolicyFile)
 // and, from the brokers, the intents waiting in each lane: the delay
-// group's lag on the lane's topic (dispatch.PartitionLags: records past
+// group's lag on the lane's topic (the Kafka room's Admin.Lags: records past
 // its committed offset, or past the start of a partition with no commit;
 // what the worker exports as capper_pacing_waiting). A missing lane topic
 // is in the report (Missing), and in its Err.
@@ -153,9 +152,9 @@ func Budgets(ctx context.Context, cfg *config.Config, o BudgetsOptions, log *slo
 	for _, b := range list {
 		for _, l := range b.Lanes {
 			topic := pacing.Topic(prefix, b.Name, l.Name)
-			lags, err := dispatch.PartitionLags(ctx, admin, cfg.Kafka.DelayGroup(), topic)
+			lags, err := admin.Lags(ctx, cfg.Kafka.DelayGroup(), topic)
 			switch {
-			case errors.Is(err, kafka.UnknownTopicOrPartition):
+			case errors.Is(err, kafka.ErrUnknownTopic):
 				missing[topic] = true
 			case err != nil:
 				return nil, fmt.Errorf("budget %q lane %q: %w", b.Name, l.Name, err)

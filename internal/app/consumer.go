@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
@@ -46,7 +45,7 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 		return nil, err
 	}
 	kopts.GroupMetrics = capkafka.NewGroupMetrics(reg)
-	admin, err := dispatch.NewAdminClient(kopts)
+	admin, err := capkafka.NewAdmin(kopts)
 	if err != nil {
 		return nil, err
 	}
@@ -125,8 +124,8 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 
 // newLagReporters are the lag reporters of the input (the worker's group)
 // and of each delay tier (the delay group's; their records waiting).
-func newLagReporters(admin *kafka.Client, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]*dispatch.LagReporter, error) {
-	lag, err := dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: cfg.Kafka.GroupID, Topic: cfg.Kafka.Topics.Input,
+func newLagReporters(admin *capkafka.Admin, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]*dispatch.LagReporter, error) {
+	lag, err := dispatch.NewLagReporter(dispatch.LagOptions{Admin: admin, Group: cfg.Kafka.GroupID, Topic: cfg.Kafka.Topics.Input,
 		Interval: cfg.Kafka.LagInterval.D(), Registerer: reg, Logger: log})
 	if err != nil {
 		return nil, err
@@ -134,7 +133,7 @@ func newLagReporters(admin *kafka.Client, cfg *config.Config, reg prometheus.Reg
 	lags := []*dispatch.LagReporter{lag}
 	dispatch.RegisterDeferredWaiting(reg)
 	for _, t := range cfg.Kafka.DelayTiers {
-		l, err := dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: cfg.Kafka.DelayGroup(), Topic: t.Topic, Waiting: true,
+		l, err := dispatch.NewLagReporter(dispatch.LagOptions{Admin: admin, Group: cfg.Kafka.DelayGroup(), Topic: t.Topic, Waiting: true,
 			Interval: cfg.Kafka.LagInterval.D(), Registerer: reg, Logger: log})
 		if err != nil {
 			return nil, err
@@ -190,7 +189,7 @@ func (configError) ExitCode() int   { return 2 }
 
 // checkTopics refuses to start when a configured topic is missing: the
 // worker would stall on its first write to it.
-func checkTopics(ctx context.Context, admin *kafka.Client, k *config.Kafka) error {
+func checkTopics(ctx context.Context, admin *capkafka.Admin, k *config.Kafka) error {
 	t := k.Topics
 	topics := map[string]string{"kafka.topics.input": t.Input, "kafka.topics.deliveries": t.Deliveries, "kafka.topics.dead_letter": t.DeadLetter}
 	if t.Suppressed != "" {
@@ -211,8 +210,8 @@ func checkTopics(ctx context.Context, admin *kafka.Client, k *config.Kafka) erro
 	for i, d := range k.DelayTiers {
 		topics[fmt.Sprintf("kafka.delay_tiers[%d].topic", i)] = d.Topic
 	}
-	err := dispatch.CheckTopics(ctx, admin, topics)
-	if errors.Is(err, dispatch.ErrMissingTopic) {
+	err := admin.CheckTopics(ctx, topics)
+	if errors.Is(err, capkafka.ErrMissingTopic) {
 		return configError{fmt.Errorf("kafka topics (create them: capper topics create --config FILE; or fix the config): %w", err)}
 	}
 	if err != nil {
@@ -260,17 +259,17 @@ func (c *consumer) close(log *slog.Logger) {
 	c.pacer.close()
 }
 
-func kafkaOptions(cfg *config.Config, log *slog.Logger) (dispatch.KafkaOptions, error) {
+func kafkaOptions(cfg *config.Config, log *slog.Logger) (capkafka.Options, error) {
 	k := cfg.Kafka
 	tlsCfg, err := k.TLS.Build()
 	if err != nil {
-		return dispatch.KafkaOptions{}, fmt.Errorf("kafka.tls: %w", err)
+		return capkafka.Options{}, fmt.Errorf("kafka.tls: %w", err)
 	}
-	mech, err := dispatch.NewSASL(k.SASL.Mechanism, k.SASL.Username, string(k.SASL.Password))
+	mech, err := capkafka.NewSASL(k.SASL.Mechanism, k.SASL.Username, string(k.SASL.Password))
 	if err != nil {
-		return dispatch.KafkaOptions{}, err
+		return capkafka.Options{}, err
 	}
-	return dispatch.KafkaOptions{
+	return capkafka.Options{
 		Brokers:           k.Brokers,
 		ClientID:          k.ClientID,
 		GroupID:           k.GroupID,
@@ -304,7 +303,7 @@ type writerSet struct {
 
 // newWriters builds a writer per output topic; on an error it closes the
 // ones it built.
-func newWriters(o dispatch.KafkaOptions, t config.Topics, tiers []config.DelayTier) (_ *writerSet, err error) {
+func newWriters(o capkafka.Options, t config.Topics, tiers []config.DelayTier) (_ *writerSet, err error) {
 	ws := &writerSet{}
 	defer func() {
 		if err != nil {
@@ -318,19 +317,19 @@ func newWriters(o dispatch.KafkaOptions, t config.Topics, tiers []config.DelayTi
 		if w.topic == "" {
 			continue // suppressed is optional
 		}
-		kw, err := dispatch.NewWriter(o, w.topic)
+		kw, err := capkafka.NewWriter(o, w.topic)
 		if err != nil {
 			return nil, fmt.Errorf("writer for %s: %w", w.topic, err)
 		}
 		*w.dst = kw
 	}
 	if t.Parked != "" {
-		if ws.parked, err = dispatch.NewTierWriter(o, t.Parked); err != nil {
+		if ws.parked, err = capkafka.NewTierWriter(o, t.Parked); err != nil {
 			return nil, fmt.Errorf("writer for %s: %w", t.Parked, err)
 		}
 	}
 	for _, d := range tiers {
-		kw, err := dispatch.NewTierWriter(o, d.Topic)
+		kw, err := capkafka.NewTierWriter(o, d.Topic)
 		if err != nil {
 			return nil, fmt.Errorf("writer for %s: %w", d.Topic, err)
 		}

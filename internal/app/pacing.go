@@ -16,10 +16,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/dispatch"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/policy"
 )
@@ -29,13 +29,13 @@ type pacer struct {
 	*pacing.Pacer
 	prefix string
 	gate   *pacing.Gate
-	admin  *kafka.Client
+	admin  *capkafka.Admin
 
 	mu      sync.Mutex
 	writers []closingWriter
 }
 
-func newPacer(cfg *config.Config, rdb redis.UniversalClient, admin *kafka.Client, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*pacer, error) {
+func newPacer(cfg *config.Config, rdb redis.UniversalClient, admin *capkafka.Admin, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*pacer, error) {
 	prefix := cfg.Kafka.Topics.Lanes
 	if prefix == "" {
 		return nil, nil
@@ -53,7 +53,7 @@ func newPacer(cfg *config.Config, rdb redis.UniversalClient, admin *kafka.Client
 // startPacer is the worker's pacing (nil without kafka.topics.lanes) with
 // the budgets of the first policy version, and the delay group's lanes and
 // gate in copts.
-func startPacer(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb redis.UniversalClient, admin *kafka.Client,
+func startPacer(ctx context.Context, cfg *config.Config, pol *policy.Loaded, rdb redis.UniversalClient, admin *capkafka.Admin,
 	copts *dispatch.ConsumerOptions, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*pacer, error) {
 	pc, err := newPacer(cfg, rdb, admin, reg, log, now)
 	if pc == nil || err != nil {
@@ -94,8 +94,8 @@ func (p *pacer) checkLanes(ctx context.Context, set *pacing.Set) error {
 	if len(topics) == 0 {
 		return nil
 	}
-	err := dispatch.CheckTopics(ctx, p.admin, topics)
-	if errors.Is(err, dispatch.ErrMissingTopic) {
+	err := p.admin.CheckTopics(ctx, topics)
+	if errors.Is(err, capkafka.ErrMissingTopic) {
 		return fmt.Errorf("lane topics (create them: capper topics create --config FILE --policy FILE): %w", err)
 	}
 	return err
@@ -103,9 +103,9 @@ func (p *pacer) checkLanes(ctx context.Context, set *pacing.Set) error {
 
 // writer makes a lane topic's writer (a tier's kind: the record goes to
 // the partition of its user's input partition).
-func (p *pacer) writer(o dispatch.KafkaOptions) func(topic string) (dispatch.Writer, error) {
+func (p *pacer) writer(o capkafka.Options) func(topic string) (dispatch.Writer, error) {
 	return func(topic string) (dispatch.Writer, error) {
-		w, err := dispatch.NewTierWriter(o, topic)
+		w, err := capkafka.NewTierWriter(o, topic)
 		if err != nil {
 			return nil, fmt.Errorf("writer for lane %s: %w", topic, err)
 		}
@@ -146,14 +146,14 @@ func (p *pacer) apply(ctx context.Context, reader *dispatch.Consumer, version st
 // dropped, or renamed: what waits there drains, unpaced).
 func (p *pacer) toRead(ctx context.Context, set *pacing.Set) ([]string, error) {
 	lanes := set.Topics(p.prefix)
-	md, err := p.admin.Metadata(ctx, &kafka.MetadataRequest{})
+	names, err := p.admin.TopicNames(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list the lane topics: %w", err)
 	}
 	var other []string
-	for _, t := range md.Topics {
-		if t.Error == nil && strings.HasPrefix(t.Name, p.prefix+".") && !slices.Contains(lanes, t.Name) {
-			other = append(other, t.Name)
+	for _, t := range names {
+		if strings.HasPrefix(t, p.prefix+".") && !slices.Contains(lanes, t) {
+			other = append(other, t)
 		}
 	}
 	all := append(lanes, other...)
@@ -191,7 +191,7 @@ func (p *pacer) refreshWaiting(ctx context.Context, group string) error {
 	for _, b := range p.Budgets().Budgets() {
 		lanes := make([]int64, len(b.Lanes))
 		for i, l := range b.Lanes {
-			lags, err := dispatch.PartitionLags(ctx, p.admin, group, pacing.Topic(p.prefix, b.Name, l.Name))
+			lags, err := p.admin.Lags(ctx, group, pacing.Topic(p.prefix, b.Name, l.Name))
 			if err != nil {
 				errs = append(errs, err)
 				continue

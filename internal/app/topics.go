@@ -11,10 +11,8 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/capper-dev/capper/internal/config"
-	"github.com/capper-dev/capper/internal/dispatch"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/topics"
 )
@@ -96,12 +94,12 @@ func topicsBudgets(ctx context.Context, cfg *config.Config, policy string, log *
 	return p.budgets, nil
 }
 
-func topicsAdmin(cfg *config.Config, log *slog.Logger) (*kafka.Client, error) {
+func topicsAdmin(cfg *config.Config, log *slog.Logger) (*capkafka.Admin, error) {
 	kopts, err := kafkaOptions(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	return dispatch.NewAdminClient(kopts)
+	return capkafka.NewAdmin(kopts)
 }
 
 // checkTopicSettings refuses to start on a topic that exists but is wrong

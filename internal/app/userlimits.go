@@ -65,7 +65,7 @@ func newUsersGate(cfg *config.Config, log *slog.Logger) (*usersGate, error) {
 	if err != nil {
 		return nil, err
 	}
-	admin, err := dispatch.NewAdminClient(kopts)
+	admin, err := capkafka.NewAdmin(kopts)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ func newUserLimits(cfg *config.Config, engine *capping.Engine, policies *policy.
 		return nil, err
 	}
 	m := userlimits.NewMetrics(reg)
-	admin, err := dispatch.NewAdminClient(kopts)
+	admin, err := capkafka.NewAdmin(kopts)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +169,7 @@ func newUserLimits(cfg *config.Config, engine *capping.Engine, policies *policy.
 		Name: "capper_user_limits_lag",
 		Help: "Records of the user-limits topic its applier group (<kafka.group_id>-user-limits) has not committed (applied) yet, by partition, from the brokers every kafka.lag_interval.",
 	}, []string{"partition"})
-	if u.lag, err = dispatch.NewLagReporter(dispatch.LagOptions{Client: admin, Group: group, Topic: topic, Interval: cfg.Kafka.LagInterval.D(),
+	if u.lag, err = dispatch.NewLagReporter(dispatch.LagOptions{Admin: admin, Group: group, Topic: topic, Interval: cfg.Kafka.LagInterval.D(),
 		Gauge: lagGauge, Logger: log}); err != nil {
 		return nil, err
 	}

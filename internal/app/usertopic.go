@@ -14,7 +14,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
-	"github.com/capper-dev/capper/internal/dispatch"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 	"github.com/capper-dev/capper/internal/policy"
 )
 
@@ -25,8 +25,8 @@ func checkUserTopic(ctx context.Context, cfg *config.Config, configPath string, 
 	if err != nil {
 		return err
 	}
-	err = dispatch.CheckTopics(ctx, admin, map[string]string{"kafka.topics.user_limits": cfg.Kafka.Topics.UserLimits})
-	if errors.Is(err, dispatch.ErrMissingTopic) {
+	err = admin.CheckTopics(ctx, map[string]string{"kafka.topics.user_limits": cfg.Kafka.Topics.UserLimits})
+	if errors.Is(err, capkafka.ErrMissingTopic) {
 		return configError{fmt.Errorf("%w; nothing changed: create it (%s) and run this again", err,
 			topicsCommand("create", cmp.Or(configPath, "FILE"), ""))}
 	}

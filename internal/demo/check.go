@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/capping"

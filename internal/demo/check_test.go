@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/configs"
 	"github.com/capper-dev/capper/internal/audit"

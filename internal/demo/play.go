@@ -14,7 +14,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/audit"

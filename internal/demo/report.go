@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/capper-dev/capper/internal/kafka"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/segmentio/kafka-go"
 )
 
 // row is one segment's line of the report.

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/objstore"
 	"github.com/capper-dev/capper/internal/segbuild"

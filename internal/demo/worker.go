@@ -17,10 +17,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capper-dev/capper/internal/kafka"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/schollz/progressbar/v3"
-	"github.com/segmentio/kafka-go"
 	"golang.org/x/term"
 
 	"github.com/capper-dev/capper/configs"
@@ -95,8 +95,10 @@ func demoRules(cfg *config.Config) (capping.Rules, error) {
 }
 
 func produce(ctx context.Context, brokers []string, topic string, msgs []kafka.Message) error {
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll,
-		Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, BatchSize: 1000}
+	w, err := kafka.NewWriter(kafka.ToolOptions(brokers), topic)
+	if err != nil {
+		return err
+	}
 	defer w.Close()
 	for lo := 0; lo < len(msgs); lo += 1000 { // a stream, not one lump
 		chunk := msgs[lo:min(lo+1000, len(msgs))]

@@ -1,122 +1,27 @@
 package dispatch
 
-// What the worker asks the brokers besides consuming and producing: that
-// its topics exist (at start), and the consumer group's lag (on a timer, so
-// that the gauge stays true while the worker is stalled).
+// The consumer groups' lag as gauges, from the brokers on a timer (the
+// Kafka room's Admin), so that they stay true while the worker is stalled.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	"github.com/segmentio/kafka-go"
 
-	"github.com/capper-dev/capper/internal/kafkautil"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 )
-
-// NewAdminClient returns a client for metadata, offsets and group requests
-// with the worker's connection settings.
-func NewAdminClient(o KafkaOptions) (*kafka.Client, error) {
-	if err := o.validate(); err != nil {
-		return nil, err
-	}
-	return &kafka.Client{
-		Addr:    kafka.TCP(o.Brokers...),
-		Timeout: o.WriteTimeout,
-		Transport: &kafka.Transport{
-			ClientID: o.ClientID, DialTimeout: 10 * time.Second, TLS: o.TLS, SASL: o.SASL,
-		},
-	}, nil
-}
-
-// ErrMissingTopic is wrapped by CheckTopics for a topic the brokers do not
-// have.
-var ErrMissingTopic = errors.New("topic does not exist")
-
-// CheckTopics asks the brokers for each topic (by the config key that names
-// it) and reports every one that is missing or not accessible: a worker that
-// starts without its output topic would otherwise stall on its first write.
-// A topic c's answer lacks is asked again through connections of its own
-// before it is reported: c's transport answers metadata from a cache it
-// refreshes every few seconds, which does not know a topic created a moment
-// ago (`capper topics create`, then a policy whose lanes it created).
-func CheckTopics(ctx context.Context, c *kafka.Client, topics map[string]string) error {
-	found, err := topicErrors(ctx, c, slices.Collect(maps.Values(topics)))
-	if err != nil {
-		return err
-	}
-	var again []string
-	for _, t := range topics {
-		if err, ok := found[t]; !ok || errors.Is(err, kafka.UnknownTopicOrPartition) {
-			again = append(again, t)
-		}
-	}
-	if len(again) > 0 {
-		fresh, done := uncached(c, again)
-		refound, err := topicErrors(ctx, fresh, again)
-		done()
-		if err != nil {
-			return err
-		}
-		maps.Copy(found, refound)
-	}
-	var errs []error
-	for _, key := range slices.Sorted(maps.Keys(topics)) {
-		t := topics[key]
-		switch err, ok := found[t]; {
-		case !ok || errors.Is(err, kafka.UnknownTopicOrPartition):
-			errs = append(errs, fmt.Errorf("%s: %q: %w on the brokers", key, t, ErrMissingTopic))
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %q: %w", key, t, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// topicErrors is each topic c's metadata names, with its error (nil: it
-// exists).
-func topicErrors(ctx context.Context, c *kafka.Client, names []string) (map[string]error, error) {
-	slices.Sort(names)
-	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
-	if err != nil {
-		return nil, fmt.Errorf("check topics %v: %w", names, err)
-	}
-	found := map[string]error{}
-	for _, t := range md.Topics {
-		found[t.Name] = t.Error
-	}
-	return found, nil
-}
-
-// uncached is a client with c's settings whose transport is new, so that
-// its first metadata (of topics only) comes from the brokers; done closes
-// its connections. A transport that is not kafka-go's own cannot be
-// copied: c itself.
-func uncached(c *kafka.Client, topics []string) (fresh *kafka.Client, done func()) {
-	t := &kafka.Transport{MetadataTopics: topics}
-	switch ct := c.Transport.(type) {
-	case nil: // kafka-go's DefaultTransport: defaults
-	case *kafka.Transport:
-		t = &kafka.Transport{Dial: ct.Dial, DialTimeout: ct.DialTimeout, IdleTimeout: ct.IdleTimeout, TLS: ct.TLS,
-			SASL: ct.SASL, Resolver: ct.Resolver, ClientID: ct.ClientID, Context: ct.Context, MetadataTopics: topics}
-	default:
-		return c, func() {}
-	}
-	return &kafka.Client{Addr: c.Addr, Timeout: c.Timeout, Transport: t}, t.CloseIdleConnections
-}
 
 // LagOptions configures a LagReporter; all are required but the plumbing.
 type LagOptions struct {
-	Client *kafka.Client
-	Group  string
-	Topic  string
+	Admin *capkafka.Admin
+	Group string
+	Topic string
 	// Waiting: Topic is a delay tier's, and the gauge is
 	// capper_deferred_waiting{topic}, the intents waiting in it (its
 	// partitions' lag summed), instead of capper_kafka_consumer_lag.
@@ -144,8 +49,8 @@ type LagReporter struct {
 
 // NewLagReporter checks the options and registers the gauge.
 func NewLagReporter(o LagOptions) (*LagReporter, error) {
-	if o.Client == nil || o.Group == "" || o.Topic == "" || o.Interval <= 0 {
-		return nil, fmt.Errorf("dispatch: lag reporter: Client, Group, Topic and a positive Interval are required")
+	if o.Admin == nil || o.Group == "" || o.Topic == "" || o.Interval <= 0 {
+		return nil, fmt.Errorf("dispatch: lag reporter: Admin, Group, Topic and a positive Interval are required")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -234,7 +139,7 @@ func (l *LagReporter) Run(ctx context.Context) error {
 
 // Refresh reads the high watermarks and the committed offsets once.
 func (l *LagReporter) Refresh(ctx context.Context) error {
-	lags, err := PartitionLags(ctx, l.o.Client, l.o.Group, l.o.Topic)
+	lags, err := l.o.Admin.Lags(ctx, l.o.Group, l.o.Topic)
 	if err != nil {
 		return err
 	}
@@ -243,50 +148,4 @@ func (l *LagReporter) Refresh(ctx context.Context) error {
 		l.set(p, n)
 	}
 	return nil
-}
-
-// PartitionLags is a group's lag on each partition of topic: the high
-// watermark minus the group's committed offset (all that is kept, where
-// nothing is committed).
-func PartitionLags(ctx context.Context, c *kafka.Client, group, topic string) (map[int]int64, error) {
-	parts, err := kafkautil.Partitions(ctx, c, topic)
-	if err != nil {
-		return nil, err
-	}
-	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
-	for _, p := range parts {
-		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
-	}
-	offs, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	if err != nil {
-		return nil, fmt.Errorf("offsets of %s: %w", topic, err)
-	}
-	committed, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
-	if err != nil {
-		return nil, fmt.Errorf("committed offsets of group %s: %w", group, err)
-	}
-	switch {
-	case errors.Is(committed.Error, kafka.GroupIdNotFound):
-		// No member has joined yet: nothing is committed.
-	case committed.Error != nil:
-		return nil, fmt.Errorf("committed offsets of group %s: %w", group, committed.Error)
-	}
-	done := map[int]int64{}
-	for _, p := range committed.Topics[topic] {
-		if p.Error == nil {
-			done[p.Partition] = p.CommittedOffset
-		}
-	}
-	lags := map[int]int64{}
-	for _, po := range offs.Topics[topic] {
-		if po.Error != nil {
-			continue
-		}
-		start, ok := done[po.Partition]
-		if !ok || start < 0 {
-			start = po.FirstOffset // nothing committed: all that is kept is behind
-		}
-		lags[po.Partition] = max(po.LastOffset-start, 0)
-	}
-	return lags, nil
 }

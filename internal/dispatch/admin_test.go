@@ -2,34 +2,14 @@ package dispatch
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/capper-dev/capper/internal/testenv"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 )
-
-// TestCheckTopics: every missing topic is named by its config key.
-func TestCheckTopics(t *testing.T) {
-	k := testenv.StartKafka(t, 1, []string{"in", "out"})
-	c, err := NewAdminClient(testKafkaOptions(k.Addrs, "g"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := CheckTopics(ctx, c, map[string]string{"kafka.topics.input": "in", "kafka.topics.deliveries": "out"}); err != nil {
-		t.Fatalf("existing topics: %v", err)
-	}
-	err = CheckTopics(ctx, c, map[string]string{"kafka.topics.input": "in", "kafka.topics.deliveries": "nope", "kafka.topics.dead_letter": "gone"})
-	if !errors.Is(err, ErrMissingTopic) || !strings.Contains(err.Error(), `kafka.topics.deliveries: "nope": topic does not exist`) ||
-		!strings.Contains(err.Error(), `kafka.topics.dead_letter: "gone"`) {
-		t.Fatalf("missing topics: %v", err)
-	}
-}
 
 // TestLagReporter: the lag comes from the brokers (high watermark minus the
 // group's committed offset), so it is right while no worker consumes at all,
@@ -38,12 +18,12 @@ func TestLagReporter(t *testing.T) {
 	e := newEnv(t)
 	in := intents(100, 20, "l")
 	e.kafka.Produce(t, tIn, in)
-	c, err := NewAdminClient(testKafkaOptions(e.kafka.Addrs, e.group))
+	c, err := capkafka.NewAdmin(testKafkaOptions(e.kafka.Addrs, e.group))
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	l, err := NewLagReporter(LagOptions{Client: c, Group: e.group, Topic: tIn, Interval: time.Hour, Registerer: reg})
+	l, err := NewLagReporter(LagOptions{Admin: c, Group: e.group, Topic: tIn, Interval: time.Hour, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +55,7 @@ func TestLagReporter(t *testing.T) {
 
 	// Run refreshes on its timer alone: with no worker (no batch moves),
 	// the gauge still follows what producers add.
-	timed, err := NewLagReporter(LagOptions{Client: c, Group: e.group, Topic: tIn, Interval: 50 * time.Millisecond,
+	timed, err := NewLagReporter(LagOptions{Admin: c, Group: e.group, Topic: tIn, Interval: 50 * time.Millisecond,
 		Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
@@ -102,30 +82,4 @@ func sumLag(t *testing.T, l *LagReporter) float64 {
 		sum += testutil.ToFloat64(l.lag.WithLabelValues(p))
 	}
 	return sum
-}
-
-// TestCheckTopicsJustCreated: a topic created after the client last asked
-// (capper topics create, then a policy naming it) is found at once, not
-// after the transport's metadata cache is next refreshed.
-func TestCheckTopicsJustCreated(t *testing.T) {
-	k := testenv.StartKafka(t, 1, []string{"in"})
-	c, err := NewAdminClient(testKafkaOptions(k.Addrs, "g"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	lanes := map[string]string{`budget "push" lane "bulk"`: "lanes.push.bulk"}
-	if err := CheckTopics(ctx, c, lanes); !errors.Is(err, ErrMissingTopic) {
-		t.Fatalf("before the topic is created: %v, want it missing", err)
-	}
-	if err := k.Cluster.CreateTopic("lanes.push.bulk", 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := CheckTopics(ctx, c, lanes); err != nil {
-		t.Fatalf("just created: %v", err)
-	}
-	if err := CheckTopics(ctx, c, map[string]string{"kafka.topics.input": "in", "kafka.topics.deliveries": "never"}); !errors.Is(err, ErrMissingTopic) ||
-		strings.Contains(err.Error(), "kafka.topics.input") {
-		t.Fatalf("a topic never created: %v, want it alone missing", err)
-	}
 }

@@ -31,9 +31,6 @@ func (b *backoff) wait(ctx context.Context) error {
 	return nil
 }
 
-// reset starts the waits over (a loop that made progress).
-func (b *backoff) reset(initial time.Duration) { b.next = initial }
-
 // Sleep waits d, or until ctx ends (its error then).
 func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

@@ -9,7 +9,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/plans"
@@ -144,7 +144,7 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message, prev cha
 		}
 	}
 	decisions, err := w.decide(ctx, reqs, func(out []capping.Decision, still []int) {
-		w.writeEarly(ctx, b, byReq, out, still)
+		w.writeEarly(ctx, b, reqs, byReq, out, still)
 	})
 	if err != nil {
 		return nil, err
@@ -258,8 +258,8 @@ type topicPartition struct {
 }
 
 // rebalanceCounter is a Reader that counts its groups' rebalances
-// (*Consumer: Stats counts them since the last call).
-type rebalanceCounter interface{ Stats() kafka.ReaderStats }
+// (*Consumer: Rebalanced counts them since the last call).
+type rebalanceCounter interface{ Rebalanced() int64 }
 
 // refusalForgetter is a Decider that remembers refusals (*capping.Engine).
 type refusalForgetter interface{ ForgetRefusals() }
@@ -269,7 +269,7 @@ type refusalForgetter interface{ ForgetRefusals() }
 // counts): users of a partition it lost are decided elsewhere now.
 func (w *Worker) noteRebalance() {
 	r, ok := w.o.Reader.(rebalanceCounter)
-	if !ok || r.Stats().Rebalances == 0 {
+	if !ok || r.Rebalanced() == 0 {
 		return
 	}
 	if f, ok := w.o.Decider.(refusalForgetter); ok {
@@ -306,8 +306,10 @@ func (w *Worker) misplaced(m *kafka.Message, home int) bool {
 // most a second older than its record). Stage 2 writes the rest and commits
 // the whole batch, as before; a delivery this write failed is written
 // there. A user's later intents in the batch wait for an earlier one that
-// is undecided (capping), so a user's outcomes stay in order.
-func (w *Worker) writeEarly(ctx context.Context, b *batch, byReq []int, out []capping.Decision, still []int) {
+// is undecided (capping), and a user's deliveries go early only up to
+// their first outcome written with the batch, so a user's outcomes stay in
+// order even when the batch is never written (its partition moved on).
+func (w *Worker) writeEarly(ctx context.Context, b *batch, reqs []capping.Request, byReq []int, out []capping.Decision, still []int) {
 	if b.prev == nil {
 		return // not in the pipeline (a test's batch): written by its caller
 	}
@@ -317,9 +319,18 @@ func (w *Worker) writeEarly(ctx context.Context, b *batch, byReq []int, out []ca
 	}
 	var sub batch
 	var picked []int
+	// A user's deliveries go early only up to their first outcome that
+	// does not (one written with the batch, or still undecided): should the
+	// batch never be written (its partition moved on), the next owner
+	// decides that one again, and it would come after a later delivery.
+	held := map[uint64]bool{}
 	for j, i := range byReq {
 		e := &b.entries[i]
-		if waiting[j] || e.early {
+		if e.early {
+			continue
+		}
+		if waiting[j] || held[reqs[j].UserID] {
+			held[reqs[j].UserID] = true
 			continue
 		}
 		if !e.settled {
@@ -327,6 +338,7 @@ func (w *Worker) writeEarly(ctx context.Context, b *batch, byReq []int, out []ca
 		}
 		switch e.decision.Outcome {
 		case capping.Invalid, capping.Capped, capping.Cancelled, capping.Deferred:
+			held[reqs[j].UserID] = true
 			continue
 		}
 		picked = append(picked, i)

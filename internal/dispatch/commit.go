@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 )
 
 // commit commits the batch's offsets in one call. A failed commit is not

@@ -15,15 +15,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
-	"github.com/capper-dev/capper/internal/kafkautil"
+	"github.com/capper-dev/capper/internal/kafka"
 )
 
 // ConsumerOptions configure NewConsumer.
 type ConsumerOptions struct {
-	Kafka KafkaOptions // GroupID is the intents' group
-	Input string       // the intents' topic
+	Kafka kafka.Options // GroupID is the intents' group
+	Input string        // the intents' topic
 	// Status is the delivery statuses' topic, read with the intents (empty:
 	// none).
 	Status string
@@ -63,6 +61,7 @@ const (
 type Consumer struct {
 	o      ConsumerOptions
 	dialer *kafka.Dialer
+	admin  *kafka.Admin // partition counts
 	log    *slog.Logger
 	q      *queue
 	now    func() time.Time
@@ -84,7 +83,7 @@ type Consumer struct {
 
 // NewConsumer joins the groups and starts reading.
 func NewConsumer(o ConsumerOptions) (*Consumer, error) {
-	if err := o.Kafka.validate(); err != nil {
+	if err := o.Kafka.Validate(); err != nil {
 		return nil, err
 	}
 	switch {
@@ -106,6 +105,10 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	var err error
+	if c.admin, err = kafka.NewAdmin(o.Kafka); err != nil {
+		return nil, err
+	}
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -116,7 +119,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	if o.Status != "" {
 		topics = append(topics, o.Status)
 	}
-	var err error
+
 	c.input, err = newMember(memberOptions{Kafka: o.Kafka, GroupID: o.Kafka.GroupID, Topics: topics, Log: c.log, Hold: o.Hold,
 		Read: func(ctx context.Context, p *partState, offset int64) {
 			c.readPartition(ctx, p, offset, fetchConfig{maxBytes: inputFetchBytes})
@@ -234,7 +237,7 @@ func (c *Consumer) countTierPartitions() {
 	defer cancel()
 	counts := map[string]int{}
 	for t := range c.tiers {
-		if ps, err := kafkautil.LookupPartitions(ctx, c.dialer, c.o.Kafka.Brokers, t); err == nil {
+		if ps, err := c.admin.Partitions(ctx, t); err == nil {
 			counts[t] = len(ps)
 		}
 	}
@@ -287,14 +290,14 @@ func (c *Consumer) CommitMessages(ctx context.Context, msgs ...kafka.Message) er
 	return errors.Join(errs...)
 }
 
-// Stats reports the generations of either group since the last call (the
-// worker empties its refusal cache after a rebalance).
-func (c *Consumer) Stats() kafka.ReaderStats {
+// Rebalanced reports the generations of either group since the last call
+// (the worker empties its refusal cache after a rebalance).
+func (c *Consumer) Rebalanced() int64 {
 	n := c.input.rebalanced()
 	if dg := c.delayGroup(); dg != nil {
 		n += dg.rebalanced()
 	}
-	return kafka.ReaderStats{Rebalances: n}
+	return n
 }
 
 // Cacheable reports whether the refusal cache may answer m (an intent, or a

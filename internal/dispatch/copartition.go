@@ -12,8 +12,6 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/segmentio/kafka-go"
-
 	capkafka "github.com/capper-dev/capper/internal/kafka"
 )
 
@@ -130,12 +128,4 @@ func (b *coPartition) Assign(members []capkafka.Member, parts map[string][]int) 
 		out[id] = append(out[id], p)
 	}
 	return out
-}
-
-// homeBalancer puts a record in the partition of its Partition field's
-// index, modulo the topic's partitions (NewTierWriter).
-type homeBalancer struct{}
-
-func (homeBalancer) Balance(m kafka.Message, partitions ...int) int {
-	return partitions[max(m.Partition, 0)%len(partitions)]
 }

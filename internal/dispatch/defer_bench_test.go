@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capper-dev/capper/internal/kafka"
 	"github.com/redis/go-redis/v9"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"

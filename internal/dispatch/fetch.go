@@ -7,9 +7,7 @@ package dispatch
 import (
 	"context"
 
-	"github.com/segmentio/kafka-go"
-
-	capkafka "github.com/capper-dev/capper/internal/kafka"
+	"github.com/capper-dev/capper/internal/kafka"
 )
 
 // fetchConfig is how one partition is read.
@@ -26,7 +24,7 @@ type fetchConfig struct {
 // readPartition reads p from offset until ctx ends, putting every record
 // on the queue in order (the Kafka room's partition reader).
 func (c *Consumer) readPartition(ctx context.Context, p *partState, offset int64, fc fetchConfig) {
-	capkafka.PartitionReader{Dialer: c.dialer, Brokers: c.o.Kafka.Brokers, Topic: p.tp.topic, Partition: p.tp.partition,
+	kafka.PartitionReader{Dialer: c.dialer, Brokers: c.o.Kafka.Brokers, Topic: p.tp.topic, Partition: p.tp.partition,
 		MaxBytes: fc.maxBytes, MaxWait: c.o.Kafka.FetchMaxWait, Log: c.log,
 		Started: func(offset int64) {
 			if p.start.Load() < 0 {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capper-dev/capper/internal/kafka"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/capping"

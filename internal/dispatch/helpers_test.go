@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/config"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 )
 
 // testKafkaOptions are the configuration's defaults (internal/config owns
 // them) with the short timeouts the in-process broker allows.
-func testKafkaOptions(brokers []string, group string) KafkaOptions {
+func testKafkaOptions(brokers []string, group string) capkafka.Options {
 	k := config.Default().Kafka
-	return KafkaOptions{
+	return capkafka.Options{
 		Brokers: brokers, GroupID: group, ClientID: k.ClientID,
 		Compression: k.Compression, StartOffset: k.StartOffset,
 		FetchMaxWait:      100 * time.Millisecond,

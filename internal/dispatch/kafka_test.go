@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/capper-dev/capper/internal/testenv"
@@ -36,12 +36,12 @@ func TestKafkaSecurity(t *testing.T) {
 				o.TLS = ca.Client
 			}
 			var err error
-			if o.SASL, err = NewSASL(tc.mechanism, "capper", "s3cret"); err != nil {
+			if o.SASL, err = kafka.NewSASL(tc.mechanism, "capper", "s3cret"); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			w, err := NewWriter(o, "in")
+			w, err := kafka.NewWriter(o, "in")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,10 +63,10 @@ func TestKafkaSecurity(t *testing.T) {
 			}
 
 			bad := o
-			if bad.SASL, err = NewSASL(tc.mechanism, "capper", "wrong"); err != nil {
+			if bad.SASL, err = kafka.NewSASL(tc.mechanism, "capper", "wrong"); err != nil {
 				t.Fatal(err)
 			}
-			bw, err := NewWriter(bad, "out")
+			bw, err := kafka.NewWriter(bad, "out")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,29 +81,29 @@ func TestKafkaSecurity(t *testing.T) {
 }
 
 func TestKafkaOptionErrors(t *testing.T) {
-	if _, err := NewSASL("gssapi", "u", "p"); err == nil || !strings.Contains(err.Error(), "gssapi") {
-		t.Errorf("NewSASL(gssapi) = %v", err)
+	if _, err := kafka.NewSASL("gssapi", "u", "p"); err == nil || !strings.Contains(err.Error(), "gssapi") {
+		t.Errorf("kafka.NewSASL(gssapi) = %v", err)
 	}
 	o := testKafkaOptions([]string{"x:1"}, "g")
-	with := func(f func(*KafkaOptions)) KafkaOptions { c := o; f(&c); return c }
-	if _, err := NewWriter(with(func(o *KafkaOptions) { o.Compression = "brotli" }), "t"); err == nil || !strings.Contains(err.Error(), "brotli") {
+	with := func(f func(*kafka.Options)) kafka.Options { c := o; f(&c); return c }
+	if _, err := kafka.NewWriter(with(func(o *kafka.Options) { o.Compression = "brotli" }), "t"); err == nil || !strings.Contains(err.Error(), "brotli") {
 		t.Errorf("NewWriter(brotli) = %v", err)
 	}
-	if _, err := NewConsumer(ConsumerOptions{Kafka: with(func(o *KafkaOptions) { o.StartOffset = "middle" }), Input: "t"}); err == nil || !strings.Contains(err.Error(), "middle") {
+	if _, err := NewConsumer(ConsumerOptions{Kafka: with(func(o *kafka.Options) { o.StartOffset = "middle" }), Input: "t"}); err == nil || !strings.Contains(err.Error(), "middle") {
 		t.Errorf("NewConsumer(middle) = %v", err)
 	}
-	if _, err := NewWriter(with(func(o *KafkaOptions) { o.WriteTimeout, o.BatchSize = 0, 0 }), "t"); err == nil ||
+	if _, err := kafka.NewWriter(with(func(o *kafka.Options) { o.WriteTimeout, o.BatchSize = 0, 0 }), "t"); err == nil ||
 		!strings.Contains(err.Error(), "WriteTimeout 0s must be above 0") || !strings.Contains(err.Error(), "BatchSize 0") {
 		t.Errorf("NewWriter without WriteTimeout and BatchSize = %v", err)
 	}
-	if _, err := NewConsumer(ConsumerOptions{Kafka: with(func(o *KafkaOptions) { o.GroupID = "" }), Input: "t"}); err == nil || !strings.Contains(err.Error(), "a group id is required") {
+	if _, err := NewConsumer(ConsumerOptions{Kafka: with(func(o *kafka.Options) { o.GroupID = "" }), Input: "t"}); err == nil || !strings.Contains(err.Error(), "a group id is required") {
 		t.Errorf("NewConsumer without a group = %v", err)
 	}
 	if _, err := NewConsumer(ConsumerOptions{Kafka: o, Input: "t", Tiers: []string{"d"}}); err == nil || !strings.Contains(err.Error(), "delay tiers need a group id") {
 		t.Errorf("NewConsumer with tiers and no delay group = %v", err)
 	}
 	for _, c := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
-		if _, err := NewWriter(with(func(o *KafkaOptions) { o.Compression = c }), "t"); err != nil {
+		if _, err := kafka.NewWriter(with(func(o *kafka.Options) { o.Compression = c }), "t"); err != nil {
 			t.Errorf("compression %s: %v", c, err)
 		}
 	}

@@ -15,8 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	kafkago "github.com/segmentio/kafka-go"
-
 	"github.com/capper-dev/capper/internal/kafka"
 )
 
@@ -40,7 +38,7 @@ type partState struct {
 
 // memberOptions configure a member.
 type memberOptions struct {
-	Kafka   KafkaOptions
+	Kafka   kafka.Options
 	GroupID string
 	Topics  []string
 	// Protocols are what the member offers (nil: kafka.Protocols of
@@ -72,9 +70,9 @@ func newMember(o memberOptions) (*member, error) {
 	if protocols == nil {
 		protocols = kafka.Protocols(k.GroupProtocol)
 	}
-	start := kafkago.FirstOffset
+	start := kafka.FirstOffset
 	if k.StartOffset == "latest" {
-		start = kafkago.LastOffset
+		start = kafka.LastOffset
 	}
 	m := &member{parts: map[topicPartition]*partState{}}
 	var changed func([]kafka.TopicPartition)

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 )
 
 // Run consumes until ctx ends, then finishes the batches in flight

@@ -10,7 +10,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 )
 
 // errClosed: the consumer was closed.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 )
 
 // waitingInPut reports whether a goroutine is parked in queue.put's wait.

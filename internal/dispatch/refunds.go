@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/capping"
 )

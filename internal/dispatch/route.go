@@ -5,7 +5,7 @@ package dispatch
 import (
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/capping"
 )

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capper-dev/capper/internal/kafka"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/capper-dev/capper/internal/audit"
@@ -110,7 +110,7 @@ func (e *env) start(mut func(*Options)) *running {
 		e.t.Fatal(err)
 	}
 	writer := func(topic string) Output {
-		w, err := NewWriter(kopts, topic)
+		w, err := kafka.NewWriter(kopts, topic)
 		if err != nil {
 			e.t.Fatal(err)
 		}

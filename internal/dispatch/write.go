@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 )
 
 // output is one topic the worker writes to.
@@ -260,18 +260,9 @@ func recordErrors(err error, group []kafka.Message) []error {
 
 var errNotSent = errors.New("not sent: another record of the call was too large")
 
-// permanent reports whether a write error cannot succeed on a retry: a
-// Kafka error the protocol does not call retriable (MESSAGE_TOO_LARGE,
-// INVALID_RECORD, TOPIC_AUTHORIZATION_FAILED, ...) or kafka-go's own size
-// check. Network errors, timeouts and a missing topic are temporary.
-func permanent(err error) bool {
-	var tooLarge kafka.MessageTooLargeError
-	if errors.As(err, &tooLarge) {
-		return true
-	}
-	var kerr kafka.Error
-	return errors.As(err, &kerr) && !kerr.Temporary()
-}
+// permanent reports whether a write error cannot succeed on a retry
+// (the Kafka room's Permanent).
+func permanent(err error) bool { return kafka.Permanent(err) }
 
 // sameRecord: a and b are the same record of a batch (its key and value
 // bytes are the same memory).
@@ -281,17 +272,5 @@ func sameRecord(a, b kafka.Message) bool {
 		len(a.Headers) == len(b.Headers) && (len(a.Headers) == 0 || &a.Headers[0] == &b.Headers[0])
 }
 
-// summarize shortens kafka.WriteErrors, whose text lists every record's
-// error (thousands of lines for one failed batch), to a count and the first.
-func summarize(err error) string {
-	var werrs kafka.WriteErrors
-	if !errors.As(err, &werrs) {
-		return err.Error()
-	}
-	for _, e := range werrs {
-		if e != nil {
-			return fmt.Sprintf("%d of %d records failed, first: %v", werrs.Count(), len(werrs), e)
-		}
-	}
-	return err.Error()
-}
+// summarize shortens a batch's WriteErrors to a count and the first.
+func summarize(err error) string { return kafka.Summarize(err) }

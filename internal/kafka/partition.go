@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -37,7 +38,10 @@ type PartitionReader struct {
 	// Failed, when set, learns of each failed connection or fetch (the
 	// reader logs and retries them).
 	Failed func(err error)
-	Log    *slog.Logger // nil: none
+	// Position, when set, holds the offset the reader fetches from next,
+	// past control records (transaction markers) that are no records.
+	Position *atomic.Int64
+	Log      *slog.Logger // nil: none
 }
 
 // Read reads from offset (or kafka-go's FirstOffset or LastOffset; an
@@ -144,13 +148,19 @@ func (r PartitionReader) fetchFrom(ctx context.Context, conn *kafkago.Conn, offs
 			}
 			msgs = append(msgs, m)
 		}
-		hwm := batch.HighWaterMark()
+		hwm, next := batch.HighWaterMark(), batch.Offset()
 		err := batch.Close()
 		if len(msgs) > 0 {
 			offset = msgs[len(msgs)-1].Offset + 1
 			if herr := r.Hand(ctx, msgs, hwm); herr != nil {
 				return offset, herr
 			}
+		}
+		if err == nil && next > offset { // past control records
+			offset = next
+		}
+		if r.Position != nil {
+			r.Position.Store(offset)
 		}
 		switch {
 		case err == nil, errors.Is(err, io.EOF), errors.Is(err, kafkago.RequestTimedOut):

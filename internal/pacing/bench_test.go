@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/testenv"

@@ -7,7 +7,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 )
 
 // Gate releases lane records. Free reports a record that passes without

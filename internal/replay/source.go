@@ -13,13 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/capper-dev/capper/internal/kafkautil"
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 )
 
 // Progressor is a source that knows how far it got: done of total, in
@@ -167,6 +168,7 @@ func ParseKafka(s string) (KafkaSpec, error) {
 // then offset); each partition keeps its own order.
 type kafkaSource struct {
 	spec  KafkaSpec
+	tail  *kafka.Tail
 	parts []*partition
 	heads headHeap
 	total int64
@@ -176,7 +178,6 @@ type kafkaSource struct {
 
 type partition struct {
 	id       int
-	r        *kafka.Reader
 	next, hw int64 // the next offset to read; the high watermark at the start
 	head     kafka.Message
 }
@@ -187,40 +188,40 @@ type partition struct {
 const idleCheck = 2 * time.Second
 
 // OpenKafka finds, per partition, the offset at From and the high
-// watermark, and starts reading.
+// watermark, and starts reading (the Kafka room's Tail).
 func OpenKafka(ctx context.Context, spec KafkaSpec) (Source, error) {
 	name := "kafka://" + spec.Topic
-	ps, err := kafkautil.LookupPartitions(ctx, kafka.DefaultDialer, spec.Brokers[:1], spec.Topic)
+	opts := kafka.ToolOptions(spec.Brokers)
+	tail, err := kafka.NewTail(opts, spec.Topic)
 	if err != nil {
-		return nil, fmt.Errorf("%s: --brokers %s: partitions: %w", name, strings.Join(spec.Brokers, ","), err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if len(ps) == 0 {
+	starts, first, hws, err := rangeOffsets(ctx, tail.Admin(), spec)
+	if err != nil {
+		_ = tail.Close()
+		return nil, fmt.Errorf("%s: --brokers %s: %w", name, strings.Join(spec.Brokers, ","), err)
+	}
+	if len(hws) == 0 {
+		_ = tail.Close()
 		return nil, fmt.Errorf("%s: no such topic", name)
 	}
-	s := &kafkaSource{spec: spec}
-	for _, id := range ps {
-		start, hw, err := offsets(ctx, spec, id)
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("%s: partition %d: %w", name, id, err)
+	s := &kafkaSource{spec: spec, tail: tail}
+	for _, id := range slices.Sorted(maps.Keys(hws)) {
+		start, hw := starts[id], hws[id]
+		if start < 0 || start > hw { // no record at or after From
+			start = hw
 		}
+		start = max(start, first[id])
 		if start >= hw {
 			continue
 		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: spec.Brokers, Topic: spec.Topic, Partition: id,
-			MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 200 * time.Millisecond})
-		if err := r.SetOffset(start); err != nil {
-			r.Close()
-			s.Close()
-			return nil, fmt.Errorf("%s: partition %d: %w", name, id, err)
-		}
-		s.parts = append(s.parts, &partition{id: id, r: r, next: start, hw: hw})
+		s.parts = append(s.parts, &partition{id: id, next: start, hw: hw})
 		s.total += hw - start
 	}
 	for _, p := range s.parts {
-		ok, err := p.read(ctx, spec.To)
+		ok, err := s.read(ctx, p)
 		if err != nil {
-			s.Close()
+			_ = s.Close()
 			return nil, fmt.Errorf("%s: partition %d: %w", name, p.id, err)
 		}
 		if ok {
@@ -231,37 +232,31 @@ func OpenKafka(ctx context.Context, spec KafkaSpec) (Source, error) {
 	return s, nil
 }
 
-// offsets are the first offset at or after From and the high watermark.
-func offsets(ctx context.Context, spec KafkaSpec, id int) (start, hw int64, err error) {
-	c, err := kafka.DialLeader(ctx, "tcp", spec.Brokers[0], spec.Topic, id)
-	if err != nil {
-		return 0, 0, err
+// rangeOffsets are, per partition, the first offset at or after From, the
+// first kept, and the high watermark.
+func rangeOffsets(ctx context.Context, a *kafka.Admin, spec KafkaSpec) (start, first, hw map[int]int64, err error) {
+	if first, hw, err = a.LogOffsets(ctx, spec.Topic); err != nil {
+		if errors.Is(err, kafka.ErrUnknownTopic) {
+			return nil, nil, nil, nil
+		}
+		return nil, nil, nil, err
 	}
-	defer c.Close()
-	first, hw, err := c.ReadOffsets()
-	if err != nil {
-		return 0, 0, err
+	if start, err = a.OffsetsAt(ctx, spec.Topic, spec.From); err != nil {
+		return nil, nil, nil, err
 	}
-	start, err = c.ReadOffset(spec.From)
-	if err != nil {
-		return 0, 0, err
-	}
-	if start < 0 || start > hw { // no record at or after From
-		start = hw
-	}
-	return max(start, first), hw, nil
+	return start, first, hw, nil
 }
 
 // read fetches the partition's next record into head; false at the end of
 // the range.
-func (p *partition) read(ctx context.Context, to time.Time) (bool, error) {
+func (s *kafkaSource) read(ctx context.Context, p *partition) (bool, error) {
 	for p.next < p.hw {
 		rctx, cancel := context.WithTimeout(ctx, idleCheck)
-		m, err := p.r.ReadMessage(rctx)
+		m, err := s.tail.Read(rctx, p.id, p.next)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-				if p.r.Offset() >= p.hw {
+				if s.tail.Fetched(p.id) >= p.hw {
 					return false, nil
 				}
 				continue
@@ -272,7 +267,7 @@ func (p *partition) read(ctx context.Context, to time.Time) (bool, error) {
 			return false, nil
 		}
 		p.next = m.Offset + 1
-		if !m.Time.Before(to) {
+		if !m.Time.Before(s.spec.To) {
 			return false, nil
 		}
 		p.head = m
@@ -296,7 +291,7 @@ func (s *kafkaSource) Next(ctx context.Context) (*Record, error) {
 	s.rec = Record{Pos: s.spec.Topic + "/" + strconv.Itoa(p.id) + "/" + strconv.FormatInt(m.Offset, 10),
 		Key: m.Key, Keyed: true, Value: m.Value, Time: m.Time}
 	s.done++
-	ok, err := p.read(ctx, s.spec.To)
+	ok, err := s.read(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: %w", p.id, err)
 	}
@@ -308,13 +303,7 @@ func (s *kafkaSource) Next(ctx context.Context) (*Record, error) {
 	return &s.rec, nil
 }
 
-func (s *kafkaSource) Close() error {
-	var errs []error
-	for _, p := range s.parts {
-		errs = append(errs, p.r.Close())
-	}
-	return errors.Join(errs...)
-}
+func (s *kafkaSource) Close() error { return s.tail.Close() }
 
 // headHeap orders partitions by their next record's timestamp.
 type headHeap []*partition

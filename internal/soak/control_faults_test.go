@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/testenv"

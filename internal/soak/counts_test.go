@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capper-dev/capper/internal/kafka"
 	"github.com/redis/go-redis/v9"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/audit"
 )

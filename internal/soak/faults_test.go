@@ -56,7 +56,9 @@ var controlFaults = []string{"control-compaction", "stop-in-stall"}
 // enough for a worker's first failed attempts to end, as a restart's
 // would), a policy swap second, a campaign stopped (or paused) fourth,
 // and the two control faults (in an order the seed draws) sixth and
-// eighth, when the traffic is long enough for them (50 s).
+// eighth, when the traffic is long enough for them (50 s); a worker
+// killed or stopped and restarted tenth, and a worker added and removed
+// twelfth (80 s).
 func schedule(rng *rand.Rand, cluster bool, traffic time.Duration) []fault {
 	kinds := singleFaults
 	if cluster {
@@ -86,6 +88,10 @@ func schedule(rng *rand.Rand, cluster bool, traffic time.Duration) []fault {
 			kind = controlFaults[first]
 		case i == 7:
 			kind = controlFaults[1-first]
+		case i == 9:
+			kind = []string{"worker-kill", "worker-term"}[rng.IntN(2)]
+		case i == 11:
+			kind = "worker-scale"
 		}
 		f := fault{kind: kind, at: 2*time.Second + time.Duration(i)*slot + time.Duration(rng.Int64N(int64(slot/4))),
 			length: time.Duration(1500+rng.IntN(2500)) * time.Millisecond, target: rng.IntN(1 << 16)}

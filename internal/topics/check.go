@@ -14,8 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/pacing"
 )
@@ -96,51 +94,19 @@ type broker struct {
 	configsErr error // the configs could not be read
 }
 
-// describe reads the topics' partitions (Metadata) and configs
-// (DescribeConfigs).
+// describe reads the topics' partitions and configs.
 func describe(ctx context.Context, c Admin, named []Topic) (map[string]broker, error) {
 	names := make([]string, len(named))
 	for i, t := range named {
 		names[i] = t.Name
 	}
-	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
+	states, err := c.DescribeTopics(ctx, names)
 	if err != nil {
-		return nil, fmt.Errorf("read the metadata of topics %s from the brokers: %w", strings.Join(names, ", "), err)
+		return nil, err
 	}
 	have := map[string]broker{}
-	var res []kafka.DescribeConfigRequestResource
-	for _, t := range md.Topics {
-		switch {
-		case errors.Is(t.Error, kafka.UnknownTopicOrPartition):
-			continue
-		case t.Error != nil:
-			return nil, fmt.Errorf("read the metadata of topic %s: %w", t.Name, t.Error)
-		}
-		have[t.Name] = broker{exists: true, partitions: len(t.Partitions), configs: map[string]string{}}
-		res = append(res, kafka.DescribeConfigRequestResource{ResourceType: kafka.ResourceTypeTopic, ResourceName: t.Name})
-	}
-	if len(res) == 0 {
-		return have, nil
-	}
-	dc, err := c.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: res})
-	if err != nil {
-		return nil, fmt.Errorf("read the configs of topics %s from the brokers: %w", strings.Join(names, ", "), err)
-	}
-	for _, r := range dc.Resources {
-		b, ok := have[r.ResourceName]
-		if !ok {
-			continue
-		}
-		if r.Error != nil {
-			// Not allowed to (DescribeConfigs ACL): the partitions are
-			// checked all the same.
-			b.configsErr = r.Error
-			have[r.ResourceName] = b
-			continue
-		}
-		for _, e := range r.ConfigEntries {
-			b.configs[e.ConfigName] = e.ConfigValue
-		}
+	for name, st := range states {
+		have[name] = broker{exists: true, partitions: st.Partitions, configs: st.Configs, configsErr: st.ConfigsErr}
 	}
 	return have, nil
 }

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/pacing"
@@ -73,18 +73,13 @@ func Create(ctx context.Context, c Admin, o CreateOptions) (Report, error) {
 	if rf == 0 {
 		rf = -1
 	}
-	var req []kafka.TopicConfig
+	var req []kafka.TopicSpec
 	at := map[string]int{} // topic -> finding
 	for i, f := range r.Findings {
 		if f.State != Missing {
 			continue
 		}
-		tc := kafka.TopicConfig{Topic: f.Name, NumPartitions: f.Topic.Partitions(input), ReplicationFactor: rf}
-		cfgs := f.Configs()
-		for _, k := range slices.Sorted(maps.Keys(cfgs)) {
-			tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: cfgs[k]})
-		}
-		req = append(req, tc)
+		req = append(req, kafka.TopicSpec{Name: f.Name, Partitions: f.Topic.Partitions(input), ReplicationFactor: rf, Configs: f.Configs()})
 		at[f.Name] = i
 	}
 	if len(req) == 0 {
@@ -92,24 +87,24 @@ func Create(ctx context.Context, c Admin, o CreateOptions) (Report, error) {
 	}
 	if o.DryRun {
 		for _, tc := range req {
-			f := &r.Findings[at[tc.Topic]]
-			f.State, f.Partitions, f.Note = WouldCreate, tc.NumPartitions, describeCreate(tc)
+			f := &r.Findings[at[tc.Name]]
+			f.State, f.Partitions, f.Note = WouldCreate, tc.Partitions, describeCreate(tc)
 		}
 		return r, nil
 	}
-	resp, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: req})
+	errs, err := c.CreateTopics(ctx, req)
 	if err != nil {
-		return Report{}, fmt.Errorf("create topics %s: %w", names(req), err)
+		return Report{}, err
 	}
 	var failed []string
 	for _, tc := range req {
-		f := &r.Findings[at[tc.Topic]]
-		if err := resp.Errors[tc.Topic]; err != nil {
+		f := &r.Findings[at[tc.Name]]
+		if err := errs[tc.Name]; err != nil {
 			f.Note = fmt.Sprintf("not created: %v", err)
-			failed = append(failed, fmt.Sprintf("%s (%s): %v", tc.Topic, f.Key, err))
+			failed = append(failed, fmt.Sprintf("%s (%s): %v", tc.Name, f.Key, err))
 			continue
 		}
-		f.State, f.Partitions, f.Note = Created, tc.NumPartitions, describeCreate(tc)
+		f.State, f.Partitions, f.Note = Created, tc.Partitions, describeCreate(tc)
 	}
 	if len(failed) > 0 {
 		return r, fmt.Errorf("create topics: %s", strings.Join(failed, "; "))
@@ -118,23 +113,15 @@ func Create(ctx context.Context, c Admin, o CreateOptions) (Report, error) {
 }
 
 // describeCreate says what a topic is created with.
-func describeCreate(tc kafka.TopicConfig) string {
-	s := fmt.Sprintf("%d %s, replication factor ", tc.NumPartitions, plural(tc.NumPartitions, "partition"))
+func describeCreate(tc kafka.TopicSpec) string {
+	s := fmt.Sprintf("%d %s, replication factor ", tc.Partitions, plural(tc.Partitions, "partition"))
 	if tc.ReplicationFactor < 0 {
 		s += "the brokers' default"
 	} else {
 		s += fmt.Sprint(tc.ReplicationFactor)
 	}
-	for _, e := range tc.ConfigEntries {
-		s += fmt.Sprintf(", %s=%s", e.ConfigName, e.ConfigValue)
+	for _, k := range slices.Sorted(maps.Keys(tc.Configs)) {
+		s += fmt.Sprintf(", %s=%s", k, tc.Configs[k])
 	}
 	return s
-}
-
-func names(req []kafka.TopicConfig) string {
-	s := make([]string, len(req))
-	for i, tc := range req {
-		s[i] = tc.Topic
-	}
-	return strings.Join(s, ", ")
 }

@@ -39,7 +39,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/pacing"
@@ -182,9 +182,9 @@ func (t Topic) Partitions(input int) int {
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
-// Admin is what this package asks the brokers (*kafka.Client has it).
+// Admin is what this package asks the brokers (*kafka.Admin, the Kafka
+// room's).
 type Admin interface {
-	Metadata(context.Context, *kafka.MetadataRequest) (*kafka.MetadataResponse, error)
-	DescribeConfigs(context.Context, *kafka.DescribeConfigsRequest) (*kafka.DescribeConfigsResponse, error)
-	CreateTopics(context.Context, *kafka.CreateTopicsRequest) (*kafka.CreateTopicsResponse, error)
+	DescribeTopics(ctx context.Context, names []string) (map[string]kafka.TopicState, error)
+	CreateTopics(ctx context.Context, specs []kafka.TopicSpec) (map[string]error, error)
 }

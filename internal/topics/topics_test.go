@@ -14,6 +14,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/testenv"
 	"github.com/capper-dev/capper/internal/topics"
@@ -36,6 +37,9 @@ func kafkaConfig(addrs []string) *config.Kafka {
 func client(k *testenv.Kafka) *kafka.Client {
 	return &kafka.Client{Addr: kafka.TCP(k.Addrs...), Timeout: 10 * time.Second}
 }
+
+// admin is the Kafka room's admin client over client(k).
+func admin(k *testenv.Kafka) *capkafka.Admin { return capkafka.AdminOf(client(k)) }
 
 // create creates a topic on the broker as an operator would, outside capper.
 func create(t *testing.T, k *testenv.Kafka, topic string, partitions int32, configs map[string]string) {
@@ -69,7 +73,7 @@ func contains(s []string, v string) bool {
 
 func check(t *testing.T, k *testenv.Kafka) (topics.Report, string) {
 	t.Helper()
-	r, err := topics.Check(context.Background(), client(k), topics.CheckOptions{Kafka: kafkaConfig(k.Addrs), Fix: "capper topics create --config capper.yaml"})
+	r, err := topics.Check(context.Background(), admin(k), topics.CheckOptions{Kafka: kafkaConfig(k.Addrs), Fix: "capper topics create --config capper.yaml"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +186,7 @@ func TestTopicsCreate(t *testing.T) {
 	create(t, k, "send-intents-delay-10m", 2, nil) // wrong, and left so
 	ctx := context.Background()
 	o := topics.CreateOptions{Kafka: kafkaConfig(k.Addrs), Partitions: 9, DryRun: true, Fix: "capper topics check --config capper.yaml"}
-	r, err := topics.Create(ctx, client(k), o)
+	r, err := topics.Create(ctx, admin(k), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +203,7 @@ func TestTopicsCreate(t *testing.T) {
 	}
 
 	o.DryRun = false
-	if r, err = topics.Create(ctx, client(k), o); err != nil {
+	if r, err = topics.Create(ctx, admin(k), o); err != nil {
 		t.Fatal(err)
 	}
 	out.Reset()
@@ -243,7 +247,7 @@ func TestTopicsCreate(t *testing.T) {
 	}
 
 	// Nothing missing: create creates nothing more.
-	r, err = topics.Create(ctx, client(k), o)
+	r, err = topics.Create(ctx, admin(k), o)
 	if err != nil || len(r.Findings) != 8 || state(r, "deliveries") != topics.OK {
 		t.Fatalf("second create: %v %v", err, r.Findings)
 	}
@@ -255,7 +259,7 @@ func TestTopicsCreate(t *testing.T) {
 func TestTopicsCreateInput(t *testing.T) {
 	k := testenv.StartKafka(t, 1, nil)
 	create(t, k, "send-intents-delay-10m", 2, nil)
-	r, err := topics.Create(context.Background(), client(k), topics.CreateOptions{Kafka: kafkaConfig(k.Addrs), Partitions: 3, ReplicationFactor: 1})
+	r, err := topics.Create(context.Background(), admin(k), topics.CreateOptions{Kafka: kafkaConfig(k.Addrs), Partitions: 3, ReplicationFactor: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +335,7 @@ func TestTopicsLanes(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	r, err := topics.Check(ctx, client(k), topics.CheckOptions{Kafka: kc, Budgets: set, Fix: "capper topics create --config capper.yaml --policy policy.yaml"})
+	r, err := topics.Check(ctx, admin(k), topics.CheckOptions{Kafka: kc, Budgets: set, Fix: "capper topics create --config capper.yaml --policy policy.yaml"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +362,7 @@ func TestTopicsLanes(t *testing.T) {
 		t.Fatalf("Err: %v", err)
 	}
 
-	c, err := topics.Create(ctx, client(k), topics.CreateOptions{Kafka: kc, Budgets: set, ReplicationFactor: 1})
+	c, err := topics.Create(ctx, admin(k), topics.CreateOptions{Kafka: kc, Budgets: set, ReplicationFactor: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,13 +389,13 @@ func TestTopicsLanes(t *testing.T) {
 	}
 
 	kc.Topics.Lanes = ""
-	if _, err := topics.Check(ctx, client(k), topics.CheckOptions{Kafka: kc, Budgets: set}); !errors.Is(err, topics.ErrNoLanes) || !strings.Contains(err.Error(), "kafka.topics.lanes is not set") {
+	if _, err := topics.Check(ctx, admin(k), topics.CheckOptions{Kafka: kc, Budgets: set}); !errors.Is(err, topics.ErrNoLanes) || !strings.Contains(err.Error(), "kafka.topics.lanes is not set") {
 		t.Fatalf("budgets without kafka.topics.lanes, check: %v", err)
 	}
-	if _, err := topics.Create(ctx, client(k), topics.CreateOptions{Kafka: kc, Budgets: set}); !errors.Is(err, topics.ErrNoLanes) {
+	if _, err := topics.Create(ctx, admin(k), topics.CreateOptions{Kafka: kc, Budgets: set}); !errors.Is(err, topics.ErrNoLanes) {
 		t.Fatalf("budgets without kafka.topics.lanes, create: %v", err)
 	}
-	if _, err := topics.Check(ctx, client(k), topics.CheckOptions{Kafka: kc}); err != nil {
+	if _, err := topics.Check(ctx, admin(k), topics.CheckOptions{Kafka: kc}); err != nil {
 		t.Fatalf("no budgets, no lanes: %v", err)
 	}
 }
@@ -418,7 +422,7 @@ func TestTopicsUserLimits(t *testing.T) {
 		return topics.Finding{}
 	}
 	k := testenv.StartKafka(t, 1, nil)
-	r, err := topics.Create(ctx, client(k), topics.CreateOptions{Kafka: cfg(k), Partitions: 3})
+	r, err := topics.Create(ctx, admin(k), topics.CreateOptions{Kafka: cfg(k), Partitions: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +432,7 @@ func TestTopicsUserLimits(t *testing.T) {
 	if n := len(k.Cluster.PartitionInfos("capper-user-limits")); n != 3 {
 		t.Errorf("created with %d partitions, want the input's 3", n)
 	}
-	if r, err = topics.Check(ctx, client(k), topics.CheckOptions{Kafka: cfg(k), Fix: "x"}); err != nil {
+	if r, err = topics.Check(ctx, admin(k), topics.CheckOptions{Kafka: cfg(k), Fix: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if f := finding(r); f.State != topics.OK || f.Note != "3 partitions, compacted" {
@@ -445,7 +449,7 @@ func TestTopicsUserLimits(t *testing.T) {
 	} {
 		k := testenv.StartKafka(t, 1, []string{"send-intents"})
 		create(t, k, "capper-user-limits", 2, c.configs)
-		r, err := topics.Check(ctx, client(k), topics.CheckOptions{Kafka: cfg(k), Fix: "x"})
+		r, err := topics.Check(ctx, admin(k), topics.CheckOptions{Kafka: cfg(k), Fix: "x"})
 		if err != nil {
 			t.Fatal(err)
 		}

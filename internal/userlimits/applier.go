@@ -18,11 +18,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/dispatch"
-	capkafka "github.com/capper-dev/capper/internal/kafka"
 )
 
 // Store is where users' limits live (*capping.Engine).
@@ -37,7 +36,7 @@ type Store interface {
 type ApplierOptions struct {
 	// Kafka are the worker's connection settings (brokers, TLS, SASL,
 	// client id, the group's timeouts). Its GroupID is not used.
-	Kafka dispatch.KafkaOptions
+	Kafka kafka.Options
 	Topic string
 	// Group is the consumer group (<kafka.group_id>-user-limits).
 	Group string
@@ -85,15 +84,15 @@ func NewApplier(o ApplierOptions) (*Applier, error) {
 func (a *Applier) Run(ctx context.Context) error {
 	k := a.o.Kafka
 	joined := make(chan struct{})
-	var g *capkafka.Group
+	var g *kafka.Group
 	var err error
-	g, err = capkafka.JoinGroup(capkafka.GroupOptions{Transport: k.Transport(), Brokers: k.Brokers, GroupID: a.o.Group, Topics: []string{a.o.Topic},
-		InstanceID: k.InstanceID, Protocols: capkafka.Protocols(k.GroupProtocol), LeaveOnClose: k.LeaveOnClose,
+	g, err = kafka.JoinGroup(kafka.GroupOptions{Transport: k.Transport(), Brokers: k.Brokers, GroupID: a.o.Group, Topics: []string{a.o.Topic},
+		InstanceID: k.InstanceID, Protocols: kafka.Protocols(k.GroupProtocol), LeaveOnClose: k.LeaveOnClose,
 		SessionTimeout: k.SessionTimeout, RebalanceTimeout: k.RebalanceTimeout, HeartbeatInterval: k.HeartbeatInterval,
 		// A group without a commit starts at the beginning: every user's
 		// state is applied, the latest last.
 		StartOffset: kafka.FirstOffset, Log: a.log, Metrics: k.GroupMetrics,
-		Read: func(ctx context.Context, c *capkafka.Claim, offset int64) {
+		Read: func(ctx context.Context, c *kafka.Claim, offset int64) {
 			select {
 			case <-joined:
 				a.read(ctx, g, c, offset)
@@ -113,9 +112,9 @@ func (a *Applier) Run(ctx context.Context) error {
 
 // read applies one partition's records in order, each committed once it
 // is written (or refused).
-func (a *Applier) read(ctx context.Context, g *capkafka.Group, c *capkafka.Claim, offset int64) {
+func (a *Applier) read(ctx context.Context, g *kafka.Group, c *kafka.Claim, offset int64) {
 	k := a.o.Kafka
-	capkafka.PartitionReader{Dialer: k.Dialer(), Brokers: k.Brokers, Topic: c.Topic, Partition: c.Partition,
+	kafka.PartitionReader{Dialer: k.Dialer(), Brokers: k.Brokers, Topic: c.Topic, Partition: c.Partition,
 		// Small fetches, answered within MaxFetchWait: records are small
 		// and rare, and a user waits for theirs.
 		MaxBytes: 1 << 20, MaxWait: min(k.FetchMaxWait, MaxFetchWait), Log: a.log,
@@ -135,10 +134,10 @@ func (a *Applier) read(ctx context.Context, g *capkafka.Group, c *capkafka.Claim
 }
 
 // commit commits m, even when ctx ended meanwhile: the write is done.
-func (a *Applier) commit(ctx context.Context, g *capkafka.Group, c *capkafka.Claim, m kafka.Message) {
+func (a *Applier) commit(ctx context.Context, g *kafka.Group, c *kafka.Claim, m kafka.Message) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.o.Kafka.WriteTimeout)
 	defer cancel()
-	if err := g.Commit(cctx, map[capkafka.TopicPartition]int64{c.TopicPartition: m.Offset + 1}); err != nil {
+	if err := g.Commit(cctx, map[kafka.TopicPartition]int64{c.TopicPartition: m.Offset + 1}); err != nil {
 		// The next commit covers it; a new member re-applies it.
 		a.o.Metrics.errors.WithLabelValues(stageCommit).Inc()
 		a.log.Warn("commit a user-limits record", "topic", a.o.Topic, "partition", m.Partition, "offset", m.Offset, "error", err)

@@ -16,7 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/capping"
-	"github.com/capper-dev/capper/internal/dispatch"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/problems"
 	"github.com/capper-dev/capper/internal/testenv"
@@ -48,7 +48,7 @@ type env struct {
 	redis  *testenv.Redis
 	engine *capping.Engine
 	rules  capping.Rules
-	kopts  dispatch.KafkaOptions
+	kopts  capkafka.Options
 	log    *testenv.SyncBuffer
 }
 
@@ -75,7 +75,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.kopts = dispatch.KafkaOptions{Brokers: e.kafka.Addrs, ClientID: "test", FetchMaxWait: 100 * time.Millisecond,
+	e.kopts = capkafka.Options{Brokers: e.kafka.Addrs, ClientID: "test", FetchMaxWait: 100 * time.Millisecond,
 		SessionTimeout: 6 * time.Second, RebalanceTimeout: 6 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 		WriteTimeout: 5 * time.Second, BatchSize: 1, Compression: "none"}
 	return e
@@ -183,8 +183,8 @@ func TestApplier(t *testing.T) {
 	waitFor(t, 10*time.Second, "every record committed", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		c, _ := dispatch.NewAdminClient(e.kopts)
-		ends, err := partitionEnds(ctx, c, tUsers)
+		c, _ := capkafka.NewAdmin(e.kopts)
+		_, ends, err := c.LogOffsets(ctx, tUsers)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/capping"
-	"github.com/capper-dev/capper/internal/dispatch"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 )
 
 // TestApplied: Applied waits while records written before it was called
@@ -15,7 +15,7 @@ import (
 // committed them, and at once on an empty topic.
 func TestApplied(t *testing.T) {
 	e := newEnv(t)
-	admin, err := dispatch.NewAdminClient(e.kopts)
+	admin, err := capkafka.NewAdmin(e.kopts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,21 +14,19 @@ package userlimits
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/dispatch"
-	"github.com/capper-dev/capper/internal/kafkautil"
 )
 
 // FollowerOptions configure NewFollower; all are required but Again and
 // Logger.
 type FollowerOptions struct {
-	Kafka dispatch.KafkaOptions
+	Kafka kafka.Options
 	Topic string
 	// Forget drops what the refusal cache holds about a user and says
 	// whether it held anything (Engine.ForgetCachedUser).
@@ -94,13 +92,13 @@ func (f *Follower) Run(ctx context.Context) error {
 // ends are the partitions' end offsets, asked until the brokers answer
 // (error: ctx ended).
 func (f *Follower) ends(ctx context.Context) (map[int]int64, error) {
-	c, err := dispatch.NewAdminClient(f.o.Kafka)
+	a, err := kafka.NewAdmin(f.o.Kafka)
 	if err != nil {
 		return nil, err
 	}
 	wait := 100 * time.Millisecond
 	for {
-		ends, err := partitionEnds(ctx, c, f.o.Topic)
+		_, ends, err := a.LogOffsets(ctx, f.o.Topic)
 		if err == nil {
 			return ends, nil
 		}
@@ -116,79 +114,26 @@ func (f *Follower) ends(ctx context.Context) (map[int]int64, error) {
 	}
 }
 
-// partitionEnds is each partition's end offset now.
-func partitionEnds(ctx context.Context, c *kafka.Client, topic string) (map[int]int64, error) {
-	_, ends, err := partitionOffsets(ctx, c, topic)
-	return ends, err
-}
-
-// partitionOffsets are each partition's first and end offsets now.
-func partitionOffsets(ctx context.Context, c *kafka.Client, topic string) (first, end map[int]int64, err error) {
-	parts, err := kafkautil.Partitions(ctx, c, topic)
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(parts) == 0 {
-		return nil, nil, fmt.Errorf("%s: %w on the brokers", topic, dispatch.ErrMissingTopic)
-	}
-	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
-	for _, p := range parts {
-		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
-	}
-	offs, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	if err != nil {
-		return nil, nil, fmt.Errorf("offsets of %s: %w", topic, err)
-	}
-	first, end = map[int]int64{}, map[int]int64{}
-	for _, po := range offs.Topics[topic] {
-		if po.Error != nil {
-			return nil, nil, fmt.Errorf("offsets of %s partition %d: %w", topic, po.Partition, po.Error)
-		}
-		first[po.Partition], end[po.Partition] = po.FirstOffset, po.LastOffset
-	}
-	return first, end, nil
-}
-
-// follow reads one partition from offset until ctx ends.
+// follow reads one partition from offset until ctx ends (the Kafka room's
+// partition reader, which retries the brokers' errors itself).
 func (f *Follower) follow(ctx context.Context, partition int, offset int64) {
 	k := f.o.Kafka
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: k.Brokers, Topic: f.o.Topic, Partition: partition, Dialer: k.Dialer(),
-		MinBytes: 1, MaxBytes: 1 << 20, MaxWait: min(k.FetchMaxWait, MaxFetchWait), QueueCapacity: 64,
-		ReadBackoffMin: 50 * time.Millisecond, ReadBackoffMax: time.Second, ReadLagInterval: -1,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			if ctx.Err() == nil { // a reader closed while it dials logs its cancellation
-				f.log.Warn(fmt.Sprintf(msg, args...), "component", "user-limits follower")
+	kafka.PartitionReader{Dialer: k.Dialer(), Brokers: k.Brokers, Topic: f.o.Topic, Partition: partition,
+		MaxBytes: 1 << 20, MaxWait: min(k.FetchMaxWait, MaxFetchWait), Log: f.log,
+		Failed: func(error) { f.o.Metrics.errors.WithLabelValues(stageFollow).Inc() },
+		Hand: func(_ context.Context, msgs []kafka.Message, _ int64) error {
+			for _, m := range msgs {
+				uid, err := ParseKey(m.Key)
+				if err != nil {
+					continue // the applier refuses it
+				}
+				f.drop(uid)
+				f.mu.Lock()
+				f.pending = append(f.pending, again{uid: uid, at: time.Now().Add(f.o.Again)})
+				f.mu.Unlock()
 			}
-		}),
-	})
-	defer r.Close()
-	if err := r.SetOffset(offset); err != nil {
-		f.log.Error("follow the user-limits topic", "topic", f.o.Topic, "partition", partition, "error", err)
-		return
-	}
-	for {
-		m, err := r.FetchMessage(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			f.o.Metrics.errors.WithLabelValues(stageFollow).Inc()
-			f.log.Warn("read the user-limits topic for the refusal cache; retrying", "topic", f.o.Topic, "partition", partition, "error", err)
-			if dispatch.Sleep(ctx, time.Second) != nil {
-				return
-			}
-			continue
-		}
-		uid, err := ParseKey(m.Key)
-		if err != nil {
-			continue // the applier refuses it
-		}
-		f.drop(uid)
-		f.mu.Lock()
-		f.pending = append(f.pending, again{uid: uid, at: time.Now().Add(f.o.Again)})
-		f.mu.Unlock()
-	}
+			return nil
+		}}.Read(ctx, offset)
 }
 
 // drop drops a user's cached refusals, counting a user it held.

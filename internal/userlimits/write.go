@@ -9,10 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
-	"github.com/capper-dev/capper/internal/dispatch"
-	"github.com/capper-dev/capper/internal/kafkautil"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 )
 
 // Position is where a record was written.
@@ -27,39 +24,22 @@ func (p Position) String() string { return fmt.Sprintf("%s/%d/%d", p.Topic, p.Pa
 
 // Write writes r (a tombstone when r.Erase) to topic with acks=all,
 // timestamped at.
-func Write(ctx context.Context, o dispatch.KafkaOptions, topic string, r Record, at time.Time) (Position, error) {
+func Write(ctx context.Context, o capkafka.Options, topic string, r Record, at time.Time) (Position, error) {
 	value, err := Encode(r)
 	if err != nil {
 		return Position{}, err
 	}
-	c, err := dispatch.NewAdminClient(o)
+	a, err := capkafka.NewAdmin(o)
 	if err != nil {
 		return Position{}, err
 	}
-	parts, err := kafkautil.Partitions(ctx, c, topic)
-	if err != nil {
-		return Position{}, err
-	}
-	if len(parts) == 0 {
-		return Position{}, fmt.Errorf("%s: %w on the brokers", topic, dispatch.ErrMissingTopic)
-	}
-	key := Key(r.UserID)
-	p := (&kafka.Murmur2Balancer{}).Balance(kafka.Message{Key: key}, parts...)
-	rec := kafka.Record{Key: kafka.NewBytes(key), Time: at}
-	if value != nil {
-		rec.Value = kafka.NewBytes(value)
-	}
-	resp, err := c.Produce(ctx, &kafka.ProduceRequest{Topic: topic, Partition: p, RequiredAcks: kafka.RequireAll,
-		Records: kafka.NewRecordReader(rec)})
-	if err == nil {
-		err = resp.Error
-	}
+	pos, err := a.WriteRecord(ctx, topic, capkafka.ByKey, Key(r.UserID), value, at)
 	if err != nil {
 		what := "the record"
 		if r.Erase {
 			what = "the tombstone"
 		}
-		return Position{}, fmt.Errorf("write %s of user %d to %s: %w", what, r.UserID, topic, err)
+		return Position{}, fmt.Errorf("write %s of user %d: %w", what, r.UserID, err)
 	}
-	return Position{Topic: topic, Partition: p, Offset: resp.BaseOffset, Time: at}, nil
+	return Position{Topic: topic, Partition: pos.Partition, Offset: pos.Offset, Time: at}, nil
 }
