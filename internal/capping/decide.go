@@ -74,7 +74,7 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		}
 	}
 	if sent && !failed {
-		e.health.ok()
+		e.health.answered()
 	}
 	return a.out, nil
 }
@@ -97,38 +97,57 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 	e.send(ctx, set, reqs, all, false)
 	e.resend(ctx, set, reqs, all)
 	done()
+	reps := make([]reply, len(a.calls))
+	errs := make([]error, len(a.calls))
+	results := make([]callResult, 0, len(a.calls))
 	for k := range a.calls {
 		c := &a.calls[k]
 		rep, err := decodeReply(c.cmd)
 		if err == nil && c.notReplicated != nil && (rep.code == codeAllowed || rep.code == codeDuplicate) {
 			err = c.notReplicated
 		}
-		if err == nil && c.notReplicated != nil && ctx.Err() == nil {
-			// A refusal needs no replica, but Redis cannot decide what
-			// would count a send: not ready.
-			e.health.fail(fmt.Errorf("decide: %w", c.notReplicated))
-			failed = true
-		}
 		if err == nil && rep.code == codeVoided {
 			err = ErrVoided
 		}
 		if err != nil {
 			err = fmt.Errorf("decide: %w", err)
-			if ctx.Err() == nil {
-				// Not ready before the error is counted: whoever sees
-				// the count sees the worker unready.
-				e.health.fail(err)
-				failed = true
-			}
-			e.m.errors.WithLabelValues(errorKind(err)).Inc()
 		}
-		a.answer(k, rep, err)
+		reps[k], errs[k] = rep, err
+		r := callResult{key: c.key, err: err}
+		if err == nil && c.notReplicated != nil {
+			// A refusal needs no replica, but Redis cannot decide what
+			// would count a send: not ready.
+			r.err = fmt.Errorf("decide: %w", c.notReplicated)
+		}
+		if r.err != nil && ctx.Err() != nil {
+			continue // ended by our context, not by Redis: says nothing of it
+		}
+		results = append(results, r)
+		failed = failed || r.err != nil
+	}
+	// Not ready before the errors are counted: whoever sees the count sees
+	// the worker unready.
+	e.health.settle(results, func(key string) string { return e.nodeOf(ctx, key) })
+	for k := range a.calls {
+		if errs[k] != nil {
+			e.m.errors.WithLabelValues(errorKind(errs[k])).Inc()
+		}
+		a.answer(k, reps[k], errs[k])
 	}
 	if err := ctx.Err(); err != nil {
 		a.fail(fmt.Errorf("decide: %w", err))
 		return failed, err
 	}
 	return failed, nil
+}
+
+// nodeOf names the master that serves key now ("" when it cannot be told).
+func (e *Engine) nodeOf(ctx context.Context, key string) string {
+	n, err := e.masterFor(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return n.Options().Addr
 }
 
 // Re-sends of calls refused without running, after the pipeline: a few

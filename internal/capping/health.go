@@ -1,17 +1,24 @@
 package capping
 
 // Whether Redis can decide, as the engine sees it (Engine.Ready, for
-// /readyz): not from the first failed attempt on, until a round of calls
-// succeeds again. An attempt fails when a connection to a node cannot be
-// made (seen at once, through a go-redis dial hook, not after go-redis'
-// own retries), when a call fails, or when a call has waited longer than
-// StallAfter (a node that accepts connections but does not answer: a
+// /readyz): not from the first failed attempt on, until calls to the master
+// that failed (whichever node holds its slots by then) succeed again, or the
+// clock check reaches every master. An attempt fails when a connection to a
+// node cannot be made (seen at once, through a go-redis dial hook, not after
+// go-redis' own retries), when a call fails, or when a call has waited longer
+// than StallAfter (a node that accepts connections but does not answer: a
 // paused or overloaded server).
+//
+// Failures are kept per master because a round that reaches only the
+// healthy masters says nothing of the one that failed: with one master
+// unable to decide (its replica stopped, under wait_replicas), the worker
+// stays unready while other users' intents keep being decided.
 
 import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,8 +26,13 @@ import (
 )
 
 type health struct {
-	mu  sync.Mutex
-	err error // the first failure since the last success; nil: fine
+	mu sync.Mutex
+	// err: the first failure no master is known for (a failed dial, a
+	// refund) since a round of calls last succeeded; nil: none.
+	err error
+	// nodes: by master address, the first failure of calls to it since
+	// they last succeeded.
+	nodes map[string]nodeFailure
 	// inflight: the start of each group of calls waiting for Redis.
 	inflight map[uint64]time.Time
 	seq      uint64
@@ -28,7 +40,64 @@ type health struct {
 }
 
 func newHealth(stall time.Duration) *health {
-	return &health{inflight: map[uint64]time.Time{}, stall: stall}
+	return &health{inflight: map[uint64]time.Time{}, nodes: map[string]nodeFailure{}, stall: stall}
+}
+
+// nodeFailure is a master's first failed call since its calls last
+// succeeded.
+type nodeFailure struct {
+	err   error
+	key   string // a key whose call failed: its slot is followed through a failover
+	since time.Time
+}
+
+// callResult is one call of a round, for health: the key it was for and its
+// failure (nil: answered).
+type callResult struct {
+	key string
+	err error
+}
+
+// settle notes a round's calls by master: a master whose calls all
+// succeeded can decide again, one with a failed call cannot. Failures noted
+// earlier first follow their key to the master that holds it now (a failover
+// moved the slots: the new master must answer before the worker is ready).
+// nodeOf names a key's master ("" when unknown). It does nothing when no
+// call failed and nothing is noted, so that a healthy round costs no lookup.
+func (h *health) settle(results []callResult, nodeOf func(key string) string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.nodes) == 0 && !slices.ContainsFunc(results, func(r callResult) bool { return r.err != nil }) {
+		return
+	}
+	for addr, f := range h.nodes {
+		if now := nodeOf(f.key); now != "" && now != addr {
+			delete(h.nodes, addr)
+			if _, ok := h.nodes[now]; !ok {
+				h.nodes[now] = f
+			}
+		}
+	}
+	failed := map[string]callResult{}
+	answered := map[string]bool{}
+	for _, r := range results {
+		addr := nodeOf(r.key)
+		if r.err == nil {
+			answered[addr] = true
+		} else if _, ok := failed[addr]; !ok {
+			failed[addr] = r
+		}
+	}
+	for addr := range answered {
+		if _, ok := failed[addr]; !ok {
+			delete(h.nodes, addr)
+		}
+	}
+	for addr, r := range failed {
+		if _, ok := h.nodes[addr]; !ok {
+			h.nodes[addr] = nodeFailure{err: r.err, key: r.key, since: time.Now()}
+		}
+	}
 }
 
 // fail notes a failed attempt; the first one since the last success is
@@ -41,11 +110,22 @@ func (h *health) fail(err error) {
 	}
 }
 
-// ok notes that Redis answered every call of a round.
+// answered notes that Redis answered every call of a round: the failures no
+// master is known for are over (those of masters the round did not reach
+// are not).
+func (h *health) answered() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.err = nil
+}
+
+// ok notes that every master answered (and, under wait_replicas, has its
+// replicas): nothing failed is left.
 func (h *health) ok() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.err = nil
+	clear(h.nodes)
 }
 
 // begin notes calls sent now; the function returned notes their answers
@@ -69,6 +149,15 @@ func (h *health) ready() error {
 	defer h.mu.Unlock()
 	if h.err != nil {
 		return fmt.Errorf("redis cannot decide: %w", h.err)
+	}
+	var first *nodeFailure
+	for _, f := range h.nodes {
+		if first == nil || f.since.Before(first.since) {
+			first = &f
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("redis cannot decide: %w", first.err)
 	}
 	if h.stall > 0 {
 		for _, t := range h.inflight {
@@ -112,6 +201,6 @@ func (h *health) watch(c redis.UniversalClient) {
 
 // Ready reports whether Redis can decide: an error from the first failed
 // attempt (a node out of reach, a call that failed or has waited past
-// Options.StallAfter) until a round of calls succeeds again or the clock
+// Options.StallAfter) until calls to that master succeed again or the clock
 // check reaches every master. It never names a user or an intent.
 func (e *Engine) Ready() error { return e.health.ready() }

@@ -280,3 +280,63 @@ func replicated(t *testing.T) (*testenv.Redis, *redis.Client) {
 	t.Cleanup(func() { _ = c.Close() })
 	return replica, c
 }
+
+// TestReadinessKeepsTheMasterThatFailed: in a cluster under WaitReplicas,
+// one master's replica stopped, a batch that reaches only the other masters
+// succeeds yet does not make the engine ready: that says nothing of the
+// master that failed. Its own calls succeeding again (replica back) do.
+func TestReadinessKeepsTheMasterThatFailed(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.StartCluster(t, 3)
+	c.AddReplicas()
+	cl, err := NewClient(ClientOptions{Mode: ModeCluster, Addrs: c.Addrs(), ReadTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	rules := Rules{Default: Policy{Limits: []Limit{{Name: "no-sms", Window: time.Minute, Max: 0, Where: Where{Channels: []string{"sms"}}}}}}
+	e := newEngine(t, cl, Options{Rules: rules, WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
+	// A user on master 0 (whose replica stops) and one on master 1.
+	userOn := func(node int) uint64 {
+		for u := uint64(1); ; u++ {
+			if e.nodeOf(ctx, e.keys.bucket(u)) == c.Nodes[node].Addr() {
+				return u
+			}
+		}
+	}
+	stopped, healthy := userOn(0), userOn(1)
+	sms := func(user uint64, id string) []Request {
+		return []Request{{UserID: user, Segment: "s", IntentID: id, Campaign: "x", Channel: "sms", Category: "marketing", At: T0}}
+	}
+	replica := c.Replicas[0]
+	replica.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			replica.Resume()
+		}
+	}()
+	mc := c.Nodes[0].Client()
+	waitFor(t, "master 0 to see its replica lag", func() bool {
+		info, err := mc.Info(ctx, "replication").Result()
+		return err == nil && ackingReplicas(info) == 0
+	})
+	if ds, err := e.Decide(ctx, sms(stopped, "a")); err != nil || ds[0].Outcome != Capped {
+		t.Fatalf("a refusal on the master whose replica is stopped: %+v %v, want capped", ds, err)
+	}
+	if e.Ready() == nil {
+		t.Fatal("ready after a batch whose WAIT failed")
+	}
+	if ds, err := e.Decide(ctx, sms(healthy, "b")); err != nil || ds[0].Err != nil {
+		t.Fatalf("a refusal on a healthy master: %+v %v", ds, err)
+	}
+	if e.Ready() == nil {
+		t.Fatal("ready after a batch that reached only healthy masters, while master 0 still cannot replicate")
+	}
+	replica.Resume()
+	resumed = true
+	waitFor(t, "master 0's calls to succeed again", func() bool {
+		ds, err := e.Decide(ctx, sms(stopped, "c"))
+		return err == nil && ds[0].Err == nil && e.Ready() == nil
+	})
+}

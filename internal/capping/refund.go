@@ -144,6 +144,7 @@ func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutc
 	e.sendRefunds(ctx, all, false)
 	e.resendRefunds(ctx, all)
 	done()
+	results := make([]callResult, 0, len(calls))
 	for _, c := range calls {
 		res, err := c.cmd.Int64()
 		if err == nil && (res < int64(RefundApplied) || res > int64(RefundNothing)) {
@@ -152,10 +153,11 @@ func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutc
 		if err != nil {
 			out[c.i].Err = fmt.Errorf("refund: %w", err)
 			if ctx.Err() == nil {
-				e.health.fail(out[c.i].Err)
+				results = append(results, callResult{key: c.key, err: out[c.i].Err})
 			}
 			continue
 		}
+		results = append(results, callResult{key: c.key})
 		out[c.i].Result = RefundResult(res)
 		// A refusal remembered for the user may name the limit the refund
 		// just freed, or an entry a give-back changed: the user's next
@@ -164,6 +166,7 @@ func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutc
 			e.refusals.forgetUser(reqs[c.i].UserID)
 		}
 	}
+	e.health.settle(results, func(key string) string { return e.nodeOf(ctx, key) })
 	if err := ctx.Err(); err != nil {
 		return out, err
 	}
