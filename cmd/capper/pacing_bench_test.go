@@ -122,7 +122,9 @@ func pacingScaleFromEnv(b *testing.B) pacingScale {
 // MASTERS 1, RESTART 0) fit a 2-core machine; for a 16-core one:
 // INTENTS=10000000 RATE=50000 WORKERS=8 MASTERS=6. SAMPLE (1000) is how
 // many cancelled users are read back from Redis; SECONDS=1 also prints the
-// run second by second, PROFILE=DIR saves CPU profiles of one worker.
+// run second by second, PROFILE=DIR saves CPU profiles of one worker. The
+// workers are static members (kafka.group_instance_id w-0, w-1, ..., as the
+// Helm chart sets it); MEMBERS=dynamic runs them without.
 func BenchmarkPacing(b *testing.B) {
 	sc := pacingScaleFromEnv(b)
 	var paced, unpaced *pacingRun
@@ -266,6 +268,12 @@ func (d *pacingDriver) startWorkers() {
 		w := &pacingWorker{path: filepath.Join(d.b.TempDir(), fmt.Sprintf("worker-%d.yaml", i)),
 			addr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(d.b)), cpu: map[int]float64{}}
 		d.s.path, d.s.cfg.HTTP.Address = w.path, w.addr
+		// Static members, as the Helm chart runs them (a restarted worker
+		// gets its partitions back at once); MEMBERS=dynamic: none.
+		d.s.cfg.Kafka.GroupInstanceID = ""
+		if os.Getenv("CAPPER_BENCH_PACING_MEMBERS") != "dynamic" {
+			d.s.cfg.Kafka.GroupInstanceID = fmt.Sprintf("w-%d", i)
+		}
 		d.s.writeConfig(d.b)
 		w.p = d.s.start(d.b)
 		d.ws = append(d.ws, w)

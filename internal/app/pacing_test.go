@@ -298,3 +298,43 @@ default_policy:
 		}
 	}
 }
+
+// TestPacingCampaignSendByTakesNoToken: a campaign's send-by set while its
+// intents wait in a lane behind a backlog passes; they are cancelled
+// (expired) when their lane's reader reaches them, without a token: no
+// capper-released-at, and the backlog behind them is not held up.
+func TestPacingCampaignSendByTakesNoToken(t *testing.T) {
+	e := newE2E(t, "single")
+	e.publish(3000, 3)
+	cfg := e.paceConfig(pacePolicy)
+	now := time.Now()
+	e.clock = &fastClock{base: now, start: now, factor: 1} // control records on the wall clock too
+	cfg.Kafka.Topics.Control = tControl
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := newController(e, cfg)
+	w := e.start("w", cfg)
+	c.workers = []*worker{w}
+	// 600 pushes ahead: 3 s at the budget's rate.
+	e.produce(paceIntents(0, 600, "blast", "push", "marketing", "normal"))
+	e.produce(paceIntents(1000, 20, "late", "push", "marketing", "normal"))
+	waitFor(t, 30*time.Second, func() bool {
+		return e.topicLen(pacing.Topic(tLanes, "push-fcm", "bulk")) >= 620
+	})
+	by := time.Now().Add(300 * time.Millisecond)
+	c.applied(c.setSendBy("late", by))
+	o := e.waitDrained(60*time.Second, w)
+	if n := countCampaign(o.suppressed, "late", "cancelled"); n != 20 {
+		t.Fatalf("%d of the 20 late intents cancelled", n)
+	}
+	for _, m := range o.suppressed {
+		if campaignOf(m) != "late" {
+			continue
+		}
+		if header(m, "capper-reason") != "expired" || header(m, dispatch.HeaderReleasedAt) != "" {
+			t.Errorf("late %s: %s, capper-released-at %q; want expired, passed without a token", idOf(m),
+				header(m, "capper-reason"), header(m, dispatch.HeaderReleasedAt))
+		}
+	}
+}

@@ -75,3 +75,61 @@ default_policy:
 		t.Errorf("capper_paused_waiting = %v after both resumed", n)
 	}
 }
+
+// TestPacedParkedKeepsItsDeferral: a paused campaign's paced pushes pass
+// their lane's gate without a token (no capper-released-at, no unused
+// token), are decided paused and parked, deferred once; when another
+// campaign is stopped the parked reader hands them over, they are held in
+// their lane again and parked again, still deferred once; once resumed
+// they are released with a token and delivered, deferred once.
+func TestPacedParkedKeepsItsDeferral(t *testing.T) {
+	e := newE2E(t, "single")
+	e.publish(1000, 7)
+	if err := e.kafka.Cluster.CreateTopic(tParked, 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.paceConfig(pacePolicy)
+	// The wall clock for the control records too (a budget's tokens come
+	// at Redis' pace, and a pause's age is read against the decisions').
+	now := time.Now()
+	e.clock = &fastClock{base: now, start: now, factor: 1}
+	cfg.Kafka.Topics.Control, cfg.Kafka.Topics.Parked = tControl, tParked
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := newController(e, cfg)
+	a, b := e.start("a", cfg), e.start("b", cfg)
+	c.workers = []*worker{a, b}
+	c.applied(c.set("P", control.Paused, "copy review"))
+	e.produce(ctlIntents("p", "P", "push", "", 0, 50, 1, ""))
+	waitFor(t, 30*time.Second, func() bool { return e.topicLen(tParked) >= 50 })
+	c.applied(c.set("Q", control.Stopped, "another campaign"))
+	waitFor(t, 30*time.Second, func() bool { return e.topicLen(tParked) >= 100 })
+	c.applied(c.set("P", control.Active, ""))
+	o := e.waitDrained(60*time.Second, a, b)
+	if n := countCampaign(o.deliveries, "P", "allowed"); n != 50 {
+		t.Fatalf("delivered %d of P's 50", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	parked, err := audit.ReadTopic(ctx, e.kafka.Addrs, tParked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range append(parked, o.deliveries...) {
+		if n := header(m, "capper-deferred-count"); n != "1" {
+			t.Errorf("%s (%s): capper-deferred-count %q, want 1: a paused intent looked at again while still paused is the same wait",
+				idOf(m), header(m, "capper-decision"), n)
+		}
+	}
+	for _, m := range parked {
+		if v := header(m, "capper-released-at"); v != "" {
+			t.Errorf("parked %s carries capper-released-at %s: it passed its gate without a token", idOf(m), v)
+		}
+	}
+	for _, m := range o.deliveries {
+		if header(m, "capper-released-at") == "" {
+			t.Errorf("delivered %s has no capper-released-at: it took a token", idOf(m))
+		}
+	}
+}

@@ -137,8 +137,12 @@ func checkPacing(t *testing.T, report string) {
 	// intents, held, delivered, cancelled, longest wait, most in 1 s
 	cols := `\s+` + num + `\s+` + num + `\s+` + num + `\s+` + num + `\s+` + num + ` s\s+`
 	d := row(`weekly-digest\s+normal\s+bulk` + cols + num)
-	if d[0] != 3000 || d[1] != 3000 || d[2]+d[3] != 3000 || d[2] < paceBreakingAfter+paceStopAfter || d[3] < 2000 || d[5] > 222 {
-		t.Errorf("weekly-digest: %v, want 3000 intents, all held, at least %d delivered before its stop, most cancelled, at most 222 releases in a second", d, paceBreakingAfter+paceStopAfter)
+	// The stop is written once the bulk lane has released
+	// paceBreakingAfter+paceStopAfter; those released last may be decided
+	// after it took effect (cancelled: a stop reaches what was released and
+	// not yet decided), the first paceBreakingAfter were decided long before.
+	if d[0] != 3000 || d[1] != 3000 || d[2]+d[3] != 3000 || d[2] < paceBreakingAfter || d[3] < 2000 || d[5] > 222 {
+		t.Errorf("weekly-digest: %v, want 3000 intents, all held, at least %d delivered before its stop, most cancelled, at most 222 releases in a second", d, paceBreakingAfter)
 	}
 	b := row(`breaking-news\s+high\s+urgent` + cols + num)
 	if b[0] != 200 || b[1] != 200 || b[2] != 200 || b[3] != 0 || b[4] >= d[4] || b[5] > 222 {

@@ -35,7 +35,7 @@ type ConsumerOptions struct {
 	// it returns how many at the head of msgs go now.
 	Lanes      []string
 	LanePrefix string
-	Gate       func(ctx context.Context, topic string, msgs []kafka.Message) (int, error)
+	Gate       func(ctx context.Context, topic string, msgs []kafka.Message, hwm int64) (int, error)
 	// Parked is the parked topic (parked.go; empty: none), read by the
 	// delay group too; Park says when its records may go.
 	Parked string
@@ -212,8 +212,8 @@ func (c *Consumer) SetLanes(lanes []string) error {
 }
 
 // releaseLane lets a lane's records go as its budget releases them.
-func (c *Consumer) releaseLane(ctx context.Context, p *partState, msgs []kafka.Message, _ int64) (int, error) {
-	return c.o.Gate(ctx, p.tp.topic, msgs)
+func (c *Consumer) releaseLane(ctx context.Context, p *partState, msgs []kafka.Message, hwm int64) (int, error) {
+	return c.o.Gate(ctx, p.tp.topic, msgs, hwm)
 }
 
 // delayGroup is the delay tiers' and lanes' membership (nil: none).

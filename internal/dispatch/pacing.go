@@ -46,6 +46,10 @@ const (
 type laneInfo struct {
 	budget, lane          string
 	heldSince, releasedAt time.Time
+	// token: the gate released it with a budget's token (it carries
+	// capper-released-at); a pass without one (a stopped or paused
+	// campaign's, one past its send_by) is decided at once, when read.
+	token bool
 }
 
 // laneWriters are the writers of the lane topics, made on first use (a
@@ -99,6 +103,8 @@ func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
 			e.tier.source = x.Value
 		case HeaderLane:
 			lane = x.Value
+		case HeaderReason:
+			e.tier.paused = string(x.Value) == capping.ReasonPaused.String()
 		}
 	}
 	li := &laneInfo{releasedAt: now}
@@ -108,7 +114,7 @@ func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
 		return false
 	}
 	if t, err := parseHeaderTime(released); err == nil {
-		li.releasedAt = t
+		li.releasedAt, li.token = t, true
 	}
 	if len(since) > 0 {
 		if e.tier.Since, err = parseHeaderTime(since); err != nil {
@@ -197,6 +203,12 @@ func toDeliveries(o capping.Outcome) bool {
 	return false
 }
 
+// passedFree reports whether d is what a pass without a token is decided:
+// cancelled (stopped, past its send-by) or deferred for a pause.
+func passedFree(d *capping.Decision) bool {
+	return d.Outcome == capping.Cancelled || d.Outcome == capping.Deferred && d.Reason == capping.ReasonPaused
+}
+
 // settlePacing counts the token of a released intent that was not
 // delivered (it is not given back: see pacing.Pacer.Unused), and charges an
 // exempt send a budget covers.
@@ -210,8 +222,17 @@ func (w *Worker) settlePacing(e *entry) {
 		}
 	}
 	switch {
-	case e.lane != nil && e.lane.budget != "" && !toDeliveries(e.decision.Outcome):
+	case e.lane != nil && e.lane.token && e.lane.budget != "" && !toDeliveries(e.decision.Outcome):
 		w.o.Pacer.Unused(e.lane.budget, 1)
+	case e.lane != nil && !e.lane.token && !passedFree(&e.decision):
+		// It passed its gate without a token (paused or stopped as the
+		// gate saw it) and was decided as released all the same (resumed
+		// in between): it says when it was released, and a delivery is
+		// charged like an exempt send.
+		e.lane.token = true
+		if e.lane.budget != "" && toDeliveries(e.decision.Outcome) {
+			w.o.Pacer.Charge(e.lane.budget, 1)
+		}
 	case e.charge != "" && toDeliveries(e.decision.Outcome):
 		w.o.Pacer.Charge(e.charge, 1)
 	}
@@ -249,6 +270,11 @@ func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header 
 		h = append(h,
 			kafka.Header{Key: HeaderDeferredCount, Value: hb.bytes(func(b []byte) []byte { return strconv.AppendInt(b, int64(f.Count), 10) })},
 			kafka.Header{Key: HeaderDeferredSince, Value: hb.time(f.Since)})
+		if e.tier.paused {
+			// It waited for a pause: decided paused again, it is the
+			// same wait (its count stays).
+			h = append(h, kafka.Header{Key: HeaderReason, Value: hb.name(capping.ReasonPaused.String())})
+		}
 	}
 	if hb.policy != "" {
 		h = append(h, kafka.Header{Key: HeaderPolicy, Value: hb.name(hb.policy)})
@@ -256,9 +282,13 @@ func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header 
 	return append(h, kafka.Header{Key: HeaderSource, Value: hb.source(m, e)})
 }
 
-// releasedHeaders are what a released intent's outcome says of its wait.
+// releasedHeaders are what a released intent's outcome says of its wait:
+// capper-released-at only when a token released it (the records a budget's
+// rate holds over).
 func (hb *headerBuilder) releasedHeaders(add []kafka.Header, li *laneInfo) []kafka.Header {
-	add = append(add, kafka.Header{Key: HeaderReleasedAt, Value: hb.time(li.releasedAt)})
+	if li.token {
+		add = append(add, kafka.Header{Key: HeaderReleasedAt, Value: hb.time(li.releasedAt)})
+	}
 	if li.budget != "" {
 		add = append(add, kafka.Header{Key: HeaderLane, Value: hb.name(li.budget + "/" + li.lane)})
 	}
@@ -269,8 +299,9 @@ func (hb *headerBuilder) releasedHeaders(add []kafka.Header, li *laneInfo) []kaf
 
 // LaneFree reports whether a lane record may pass its budget's gate
 // without a token: it will not be delivered now whatever the decision (its
-// campaign is stopped or paused, every intent is paused, or its send_by
-// has passed), so a stop or a pause reaches what waits behind it at once.
+// campaign is stopped or paused, every intent is paused, or its send_by or
+// its campaign's has passed), so a stop or a pause reaches what waits
+// behind it at once.
 // Capping still decides it (a paused one waits in the delay tiers, and is
 // held again when it comes due).
 func (w *Worker) LaneFree(m *kafka.Message, now time.Time) bool {
@@ -288,8 +319,8 @@ func (w *Worker) LaneFree(m *kafka.Message, now time.Time) bool {
 			if a := s.All(); a != nil && a.State == control.Paused {
 				return true // exempt intents, which the switch does not hold, are never held here
 			}
-			if c := s.Campaign(string(x.Value)); c != nil && c.State != control.Active {
-				return true
+			if c := s.Campaign(string(x.Value)); c != nil && (c.State != control.Active || !c.SendBy.IsZero() && !now.Before(c.SendBy)) {
+				return true // stopped, paused, or past its campaign's send-by
 			}
 		}
 	}

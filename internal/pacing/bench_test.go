@@ -41,7 +41,7 @@ func BenchmarkGate(b *testing.B) {
 		}
 		batch := msgs
 		for len(batch) > 0 {
-			n, err := g.Pass(ctx, topic, batch)
+			n, err := g.Pass(ctx, topic, batch, batch[len(batch)-1].Offset+1)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -25,9 +25,13 @@ type Gate struct {
 }
 
 // Pass waits until the records at the head of msgs (of one lane topic's
-// partition, in order) may go, stamps them and returns how many go now
-// (at least one).
-func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message) (n int, err error) {
+// partition, in order; hwm the partition's high watermark at their fetch)
+// may go and returns how many go now (at least one).
+// Those that took a token are stamped with Header (their release time: the
+// budget's rate holds over these), and so are those of the lane of a budget
+// the policy dropped (released unpaced); those that pass without a token
+// because they cannot go now (Free) are not.
+func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message, hwm int64) (n int, err error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
@@ -36,36 +40,34 @@ func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message) (n 
 	for n < len(msgs) && free(&msgs[n]) {
 		n++
 	}
+	tokens := false
 	if n == 0 {
 		set := g.Pacer.Budgets()
 		place, ok := set.Of(g.Prefix, topic)
-		var head headKey
-		if ok {
-			b := set.Budgets()[place.Budget]
-			head = headKey{b.Name, b.Lanes[place.Lane].Name, msgs[0].Partition}
-			g.Pacer.m.oldest.set(head, g.held(&msgs[0]))
-			defer func() {
-				if n < len(msgs) {
-					g.Pacer.m.oldest.set(head, g.held(&msgs[n]))
-				} else {
-					g.Pacer.m.oldest.set(head, time.Time{})
-				}
-			}()
-		}
 		if !ok {
 			// A lane of a budget the policy no longer has: it drains
-			// unpaced.
-			n = len(msgs)
+			// unpaced (stamped: released, though by no budget).
+			n, tokens = len(msgs), true
 		} else {
 			k := 1
 			for k < len(msgs) && !free(&msgs[k]) {
 				k++
 			}
 			b := set.Budgets()[place.Budget]
-			if n, now, err = g.Pacer.Release(ctx, b.Name, place.Lane, k); err != nil {
+			// The head waits while Release does, and only then: a lane
+			// this worker no longer reads, or an empty one, has no series.
+			head := headKey{b.Name, b.Lanes[place.Lane].Name, msgs[0].Partition}
+			g.Pacer.m.oldest.set(head, g.held(&msgs[0]))
+			n, now, err = g.Pacer.Release(ctx, b.Name, place.Lane, k, k < len(msgs) || msgs[len(msgs)-1].Offset+1 < hwm)
+			g.Pacer.m.oldest.set(head, time.Time{})
+			if err != nil {
 				return 0, err
 			}
+			tokens = true
 		}
+	}
+	if !tokens {
+		return n, nil // passes without a token carry no release time
 	}
 	stamp := []byte(now.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 	for i := range msgs[:n] {

@@ -28,7 +28,7 @@ type oldest struct {
 func newOldest(now func() time.Time) *oldest {
 	return &oldest{now: now, heads: map[headKey]time.Time{},
 		desc: prometheus.NewDesc("capper_pacing_oldest_wait_seconds",
-			"How long the held intent at the head of a budget's lane has waited for its tokens (the longest over the lane's partitions this worker reads; no series while none waits here).",
+			"How long the held intent at the head of a budget's lane has waited, while it waits for its tokens (the longest over the lane's partitions this worker reads; no series while none waits here).",
 			[]string{"budget", "lane"}, nil)}
 }
 

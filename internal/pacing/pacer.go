@@ -32,8 +32,9 @@ type Options struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	// LaneTTL is how long a lane that asked goes before lower lanes, on
-	// every worker (0: DefaultLaneTTL).
-	LaneTTL time.Duration
+	// every worker (0: DefaultLaneTTL); BacklogTTL how long when its
+	// partition held more records than it asked for (0: DefaultBacklogTTL).
+	LaneTTL, BacklogTTL time.Duration
 }
 
 // Tuning. A lane's flag outlives its last ask, and the wait it was told, by
@@ -45,10 +46,16 @@ type Options struct {
 // rate, plus the burst.
 const (
 	DefaultLaneTTL = 100 * time.Millisecond
-	maxWait        = 300 * time.Millisecond
-	minWait        = time.Millisecond
-	poolTTL        = 10 * time.Millisecond
-	retryAfter     = 250 * time.Millisecond // after a failed lease (Redis unreachable)
+	// DefaultBacklogTTL: a lane with more records behind its ask comes back
+	// once its reader has handed these out and fetched the next (a busy
+	// worker can take hundreds of ms); its flag must outlast that, or a
+	// lower lane of another worker takes tokens in between. The price: a
+	// lower lane waits up to this long after a backlog's last ask.
+	DefaultBacklogTTL = 500 * time.Millisecond
+	maxWait           = 300 * time.Millisecond
+	minWait           = time.Millisecond
+	poolTTL           = 10 * time.Millisecond
+	retryAfter        = 250 * time.Millisecond // after a failed lease (Redis unreachable)
 	// ahead is how far into the bucket's future a lease may be granted:
 	// room for three workers' next unit (a unit is 50 ms of the rate;
 	// less, and workers asking together are refused half the time). A
@@ -92,6 +99,9 @@ func New(o Options) (*Pacer, error) {
 	}
 	if o.LaneTTL <= 0 {
 		o.LaneTTL = DefaultLaneTTL
+	}
+	if o.BacklogTTL <= 0 {
+		o.BacklogTTL = DefaultBacklogTTL
 	}
 	p := &Pacer{o: o, log: o.Logger, buckets: map[string]*bucket{}}
 	if p.log == nil {
@@ -138,13 +148,18 @@ func (p *Pacer) bucket(name string) *bucket {
 type bucket struct {
 	name string
 
-	mu      sync.Mutex
-	pool    int       // tokens leased, not yet handed out
-	poolAt  time.Time // when the last of them was leased
-	waiting []int     // per lane: tokens asked for by callers waiting here
-	credit  int       // with the next lease: minus the exempt sends charged
-	leasing bool      // a caller is leasing (or waiting to lease again)
-	changed chan struct{}
+	mu     sync.Mutex
+	pool   int       // tokens leased, not yet handed out
+	poolAt time.Time // when the last of them was leased
+	// poolLane: the lane the pool was leased for; only it and lanes above
+	// it spend the pool (a lower lane never takes tokens leased while a
+	// higher one waited, even when that lane's reader is between fetches).
+	poolLane int
+	waiting  []int // per lane: tokens asked for by callers waiting here
+	backlog  []int // per lane: callers waiting here whose partition holds more
+	credit   int   // with the next lease: minus the exempt sends charged
+	leasing  bool  // a caller is leasing (or waiting to lease again)
+	changed  chan struct{}
 }
 
 // broadcast wakes every caller waiting on the bucket (mu held).
@@ -163,29 +178,31 @@ func (b *bucket) higher(lane int) bool {
 	return false
 }
 
-// top is the highest lane waiting here, and what all lanes ask (mu held).
+// top is the highest lane waiting here and what it asks (mu held): a
+// lease is for that lane only.
 func (b *bucket) top() (lane, ask int) {
-	lane = -1
 	for j, n := range b.waiting {
-		if n > 0 && lane < 0 {
-			lane = j
+		if n > 0 {
+			return j, n
 		}
-		ask += n
 	}
-	return lane, ask
+	return -1, 0
 }
 
 // Acquire waits until lane of budget may release, and returns how many of
 // the n records waiting at its head may go now (1 to n). A budget the
 // policy no longer has releases all n at once.
 func (p *Pacer) Acquire(ctx context.Context, budget string, lane, n int) (int, error) {
-	k, _, err := p.Release(ctx, budget, lane, n)
+	k, _, err := p.Release(ctx, budget, lane, n, false)
 	return k, err
 }
 
 // Release is Acquire, and says when the tokens were taken: the release's
-// time (within poolTTL of when the tokens became valid).
-func (p *Pacer) Release(ctx context.Context, budget string, lane, n int) (k int, at time.Time, err error) {
+// time (within poolTTL of when the tokens became valid). more says that the
+// lane's partition holds records beyond these n (a backlog): the lane's
+// flag then lasts BacklogTTL, so that it keeps its precedence while its
+// reader hands these out and fetches the next.
+func (p *Pacer) Release(ctx context.Context, budget string, lane, n int, more bool) (k int, at time.Time, err error) {
 	if n < 1 {
 		return 0, time.Time{}, fmt.Errorf("pacing: acquire %d tokens of %s", n, budget)
 	}
@@ -193,11 +210,18 @@ func (p *Pacer) Release(ctx context.Context, budget string, lane, n int) (k int,
 	b.mu.Lock()
 	for len(b.waiting) <= lane {
 		b.waiting = append(b.waiting, 0)
+		b.backlog = append(b.backlog, 0)
 	}
 	b.waiting[lane] += n
+	if more {
+		b.backlog[lane]++
+	}
 	defer func() {
 		// Lanes below this one may have waited for it to go: wake them.
 		b.waiting[lane] -= n
+		if more {
+			b.backlog[lane]--
+		}
 		b.broadcast()
 		b.mu.Unlock()
 	}()
@@ -213,7 +237,7 @@ func (p *Pacer) Release(ctx context.Context, budget string, lane, n int) (k int,
 			p.m.unused.WithLabelValues(budget).Add(float64(b.pool))
 			b.pool = 0
 		}
-		if b.pool > 0 && !b.higher(lane) {
+		if b.pool > 0 && !b.higher(lane) && lane <= b.poolLane {
 			k := min(n, b.pool)
 			b.pool -= k
 			p.m.released.WithLabelValues(budget, bud.Lanes[min(lane, len(bud.Lanes)-1)].Name).Add(float64(k))
@@ -251,10 +275,14 @@ func (b *bucket) wait(ctx context.Context) error {
 func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 	lane, ask := b.top()
 	unit := Unit(bud)
-	// What the lanes wait for (a backlog asks for a fetch's worth, so a
-	// grant is a unit or more): more would be dropped unspent.
+	ttl := p.o.LaneTTL
+	if b.backlog[lane] > 0 {
+		ttl = p.o.BacklogTTL
+	}
+	// What the top lane waits for (a backlog asks for a fetch's worth, so
+	// a grant is a unit or more): more would be dropped unspent.
 	req := LeaseRequest{Budget: bud.Name, Rate: bud.Rate, Burst: bud.Burst, Unit: unit,
-		Ask: min(ask, bud.Burst), Credit: b.credit, Lane: lane, TTLms: p.o.LaneTTL.Milliseconds(),
+		Ask: min(ask, bud.Burst), Credit: b.credit, Lane: lane, TTLms: ttl.Milliseconds(),
 		AheadMs: ahead.Milliseconds()}
 	b.credit = 0
 	b.leasing = true
@@ -291,6 +319,14 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 			p.m.unused.WithLabelValues(bud.Name).Add(float64(b.pool))
 			b.pool = 0
 		}
+		if b.pool > 0 && lane > b.poolLane {
+			// A higher lane's leftovers are not this lane's.
+			p.m.unused.WithLabelValues(bud.Name).Add(float64(b.pool))
+			b.pool = 0
+		}
+		if b.pool == 0 || lane < b.poolLane {
+			b.poolLane = lane // a lower lane's leftovers go to this one
+		}
 		b.pool += l.Granted
 		b.poolAt = now
 	}
@@ -302,13 +338,15 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 // (capped, deferred, cancelled after their release). They are not given
 // back: a token given back would let a later second go above the rate.
 func (p *Pacer) Unused(budget string, n int) {
-	p.m.unused.WithLabelValues(budget).Add(float64(n))
+	if _, ok := p.set.Load().Budget(budget); ok { // a budget gone has no series
+		p.m.unused.WithLabelValues(budget).Add(float64(n))
+	}
 }
 
 // Charge counts n sends of budget that never wait (exempt intents): the
 // provider takes them from the same rate, so every lane waits for them.
 func (p *Pacer) Charge(budget string, n int) {
-	if n <= 0 {
+	if _, ok := p.set.Load().Budget(budget); n <= 0 || !ok {
 		return
 	}
 	b := p.bucket(budget)

@@ -252,3 +252,63 @@ func TestLowerLaneWokenAfterHigherLeaves(t *testing.T) {
 		t.Fatalf("bulk, after the urgent caller took its token and went: %v", err)
 	}
 }
+
+// TestLeftoversStayWithTheirLane: the tokens one worker leased for its
+// urgent lane (a lease grants at least a unit) are not spent by its bulk
+// lane while the urgent lane's turn lasts, even when no urgent record
+// waits at this moment (its reader is between fetches).
+func TestLeftoversStayWithTheirLane(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	set := budgetSet(t, 1000, 500) // a unit is 50 tokens
+	p := newPacer(t, r, set, 2*time.Second, nil)
+	ctx, cancel0 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel0()
+	if k, err := p.Acquire(ctx, "push", 0, 1); err != nil || k != 1 {
+		t.Fatalf("urgent: %d tokens, %v", k, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if k, err := p.Acquire(short, "push", 1, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("bulk got %d of the urgent lane's leftover tokens (%v) while its turn lasted", k, err)
+	}
+	if k, err := p.Acquire(ctx, "push", 0, 1); err != nil || k != 1 {
+		t.Fatalf("urgent again: %d tokens, %v", k, err)
+	}
+}
+
+// TestBacklogKeepsTheLanesTurn: an urgent lane whose partition holds more
+// than it asked for keeps its turn for BacklogTTL (its reader hands the
+// records out and fetches the next before it asks again); one with nothing
+// behind its ask gives way after LaneTTL.
+func TestBacklogKeepsTheLanesTurn(t *testing.T) {
+	for _, more := range []bool{true, false} {
+		t.Run(map[bool]string{true: "backlog", false: "last records"}[more], func(t *testing.T) {
+			r := testenv.StartRedis(t, testenv.RedisOptions{})
+			set := budgetSet(t, 1000, 500)
+			mk := func() *pacing.Pacer {
+				p, err := pacing.New(pacing.Options{Leaser: &pacing.RedisLeaser{Client: r.Client(), Prefix: "t"},
+					LaneTTL: 50 * time.Millisecond, BacklogTTL: 3 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.SetBudgets(set)
+				return p
+			}
+			a, b := mk(), mk()
+			ctx, cancel0 := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel0()
+			if k, _, err := a.Release(ctx, "push", 0, 1, more); err != nil || k != 1 {
+				t.Fatalf("urgent: %d tokens, %v", k, err)
+			}
+			short, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
+			defer cancel()
+			k, err := b.Acquire(short, "push", 1, 1)
+			switch {
+			case more && !errors.Is(err, context.DeadlineExceeded):
+				t.Fatalf("bulk on another worker got %d tokens (%v) while the urgent lane had a backlog", k, err)
+			case !more && (err != nil || k != 1):
+				t.Fatalf("bulk after the urgent lane's last records: %d tokens, %v", k, err)
+			}
+		})
+	}
+}
