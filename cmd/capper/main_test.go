@@ -257,7 +257,14 @@ type proc struct {
 // start runs `capper run` and waits until /readyz answers 200.
 func (s *stack) start(t testing.TB) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary, "run", "--config", s.path), logs: &testenv.SyncBuffer{}, done: make(chan error, 1)}
+	return startAt(t, binary, s.path, s.cfg.HTTP.Address)
+}
+
+// startAt runs `bin run --config path` and waits until /readyz on addr
+// answers 200.
+func startAt(t testing.TB, bin, path, addr string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, "run", "--config", path), logs: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -266,7 +273,7 @@ func (s *stack) start(t testing.TB) *proc {
 	t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.done })
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if code, _ := httpGet("http://" + s.cfg.HTTP.Address + "/readyz"); code == 200 {
+		if code, _ := httpGet("http://" + addr + "/readyz"); code == 200 {
 			return p
 		}
 		select {
