@@ -73,6 +73,9 @@ func (e *Engine) RunClockCheck(ctx context.Context) error {
 	t := time.NewTicker(e.skewEvery)
 	defer t.Stop()
 	for {
+		// A replica's acknowledgement lags by up to a second in INFO
+		// replication: the check speaks for what failed before that.
+		asOf := time.Now().Add(-replicaAckLag)
 		skews, err := e.CheckClock(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -82,7 +85,7 @@ func (e *Engine) RunClockCheck(ctx context.Context) error {
 		} else {
 			// Every master answered: Redis is back for a worker with no
 			// traffic to tell it (Ready).
-			e.health.ok()
+			e.health.ok(asOf)
 			for addr := range seen {
 				if _, ok := skews[addr]; !ok {
 					e.m.skew.DeleteLabelValues(addr)
@@ -129,6 +132,10 @@ func (e *Engine) checkReplicas(ctx context.Context, node *redis.Client, addr str
 	}
 	return nil
 }
+
+// replicaAckLag is how stale INFO replication's view of a replica can be:
+// replicas acknowledge every second, and the lag is in whole seconds.
+const replicaAckLag = 2 * time.Second
 
 // ackingReplicas counts the replicas online with a lag of at most 1 s in
 // the text of INFO replication.

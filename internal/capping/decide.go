@@ -7,6 +7,7 @@ package capping
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -114,6 +115,9 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 		}
 		reps[k], errs[k] = rep, err
 		r := callResult{key: c.key, err: err}
+		if errors.Is(err, ErrVoided) {
+			r.err = nil // Redis answered: an attempt given back is no failure of it
+		}
 		if err == nil && c.notReplicated != nil {
 			// A refusal needs no replica, but Redis cannot decide what
 			// would count a send: not ready.
@@ -129,7 +133,10 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 	// the worker unready.
 	e.health.settle(results, func(key string) string { return e.nodeOf(ctx, key) })
 	for k := range a.calls {
-		if errs[k] != nil {
+		// Counted are Redis' failures: not an attempt given back, nor what
+		// our own context ended (those say nothing of Redis, and readiness
+		// does not fail for them).
+		if errs[k] != nil && !errors.Is(errs[k], ErrVoided) && ctx.Err() == nil {
 			e.m.errors.WithLabelValues(errorKind(errs[k])).Inc()
 		}
 		a.answer(k, reps[k], errs[k])

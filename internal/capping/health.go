@@ -46,9 +46,9 @@ func newHealth(stall time.Duration) *health {
 // nodeFailure is a master's first failed call since its calls last
 // succeeded.
 type nodeFailure struct {
-	err   error
-	key   string // a key whose call failed: its slot is followed through a failover
-	since time.Time
+	err         error
+	key         string    // a key whose call failed: its slot is followed through a failover
+	since, last time.Time // its first failure, and its latest
 }
 
 // callResult is one call of a round, for health: the key it was for and its
@@ -93,10 +93,14 @@ func (h *health) settle(results []callResult, nodeOf func(key string) string) {
 			delete(h.nodes, addr)
 		}
 	}
+	now := time.Now()
 	for addr, r := range failed {
-		if _, ok := h.nodes[addr]; !ok {
-			h.nodes[addr] = nodeFailure{err: r.err, key: r.key, since: time.Now()}
+		f, ok := h.nodes[addr]
+		if !ok {
+			f = nodeFailure{err: r.err, key: r.key, since: now}
 		}
+		f.last = now
+		h.nodes[addr] = f
 	}
 }
 
@@ -119,13 +123,19 @@ func (h *health) answered() {
 	h.err = nil
 }
 
-// ok notes that every master answered (and, under wait_replicas, has its
-// replicas): nothing failed is left.
-func (h *health) ok() {
+// ok notes that every master answered (and, under wait_replicas, had its
+// replicas acknowledging) as of asOf: what failed before then is over. A
+// failure since is not: INFO replication's lag is in whole seconds, so a
+// replica stopped within the last second still looks fine to the check.
+func (h *health) ok(asOf time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.err = nil
-	clear(h.nodes)
+	for addr, f := range h.nodes {
+		if f.last.Before(asOf) {
+			delete(h.nodes, addr)
+		}
+	}
 }
 
 // begin notes calls sent now; the function returned notes their answers

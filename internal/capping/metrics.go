@@ -34,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		errors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "capper_redis_errors_total",
-			Help: "Decisions that failed with a Redis error, by kind (timeout, connection, cluster, other).",
+			Help: "Decisions that failed with a Redis error, by kind (timeout, connection, cluster, other); not attempts answered voided, nor calls this worker abandoned.",
 		}, []string{"kind"}),
 		noscript: f.NewCounter(prometheus.CounterOpts{
 			Name: "capper_redis_noscript_reloads_total",

@@ -1,0 +1,45 @@
+package capping
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestHealthByMaster: a failure is kept per master; a round that reaches
+// only other masters does not clear it; its own master's success does; a
+// failure follows its key's slot to the master that holds it after a
+// failover; the clock check clears only what failed before its view of the
+// replicas.
+func TestHealthByMaster(t *testing.T) {
+	owner := map[string]string{"k1": "m1", "k2": "m2"}
+	nodeOf := func(k string) string { return owner[k] }
+	boom := errors.New("WAIT saw 0 of 1 replicas")
+	h := newHealth(0)
+	h.settle([]callResult{{key: "k1", err: boom}, {key: "k2"}}, nodeOf)
+	if h.ready() == nil {
+		t.Fatal("ready after a failed call on m1")
+	}
+	h.settle([]callResult{{key: "k2"}}, nodeOf)
+	if h.ready() == nil {
+		t.Fatal("ready after a round that reached only m2")
+	}
+	owner["k1"] = "m3" // a failover: m3 holds k1's slot now
+	h.settle([]callResult{{key: "k2"}}, nodeOf)
+	if h.ready() == nil {
+		t.Fatal("ready after a failover, before the new master answered")
+	}
+	h.settle([]callResult{{key: "k1"}}, nodeOf)
+	if err := h.ready(); err != nil {
+		t.Fatalf("not ready once k1's master answered: %v", err)
+	}
+	h.settle([]callResult{{key: "k1", err: boom}}, nodeOf)
+	h.ok(time.Now().Add(-2 * time.Second))
+	if h.ready() == nil {
+		t.Fatal("ready after a clock check whose view of the replicas is older than the failure")
+	}
+	h.ok(time.Now())
+	if err := h.ready(); err != nil {
+		t.Fatalf("not ready after a clock check that came after the failure: %v", err)
+	}
+}
