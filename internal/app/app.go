@@ -1,8 +1,12 @@
 // Package app assembles the capper worker from its configuration and runs
-// its long-lived parts (consumer loop, snapshot watcher, Redis clock check,
-// HTTP endpoint) as actors of one run group with an ordered shutdown: stop
-// fetching, finish and commit the batch in flight, close the Kafka reader and
-// writers, then close Redis.
+// its long-lived parts (the consumer loop, the snapshot, plans and policy
+// watchers, the control follower, the pacer, the users' limits applier, the
+// Redis clock check, the HTTP endpoint) as actors of one run group with an
+// ordered shutdown: stop fetching, finish and commit the batch in flight,
+// close the Kafka reader and writers, then close Redis. It also holds what
+// the CLI's operator commands do against a running deployment (campaign
+// control, budgets, users' limits, topics, group leave, inspect, replay,
+// migrate), so that cmd/capper stays a thin parser.
 package app
 
 import (

@@ -49,14 +49,7 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTopics(ctx, admin, &cfg.Kafka); err != nil {
-		return nil, err
-	}
-	var lanes *pacing.Set // the lanes' topics are checked with the others
-	if cfg.Kafka.Topics.Lanes != "" {
-		lanes = budgets(pol)
-	}
-	if err := checkTopicSettings(ctx, admin, &cfg.Kafka, lanes, log); err != nil {
+	if err := checkAllTopics(ctx, admin, cfg, pol, log); err != nil {
 		return nil, err
 	}
 	lags, err := newLagReporters(admin, cfg, reg, log)
@@ -120,6 +113,20 @@ func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine
 		pc.gate.Free = worker.LaneFree
 	}
 	return c, nil
+}
+
+// checkAllTopics checks, before anything reads or writes, that every topic
+// the config names exists and is set as it must be (the lanes' with the
+// others, when budgets are on).
+func checkAllTopics(ctx context.Context, admin *capkafka.Admin, cfg *config.Config, pol *policy.Loaded, log *slog.Logger) error {
+	if err := checkTopics(ctx, admin, &cfg.Kafka); err != nil {
+		return err
+	}
+	var lanes *pacing.Set
+	if cfg.Kafka.Topics.Lanes != "" {
+		lanes = budgets(pol)
+	}
+	return checkTopicSettings(ctx, admin, &cfg.Kafka, lanes, log)
 }
 
 // newLagReporters are the lag reporters of the input (the worker's group)

@@ -130,19 +130,7 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 		}
 		ps.ulimits = compile(Policy{Limits: all}).limits
 	}
-	ps.keyLife = ps.idem
-	ps.byChannel = map[string]uint32{}
-	for i, s := range ps.scopes {
-		ps.keyLife = max(ps.keyLife, s.retention)
-		// A scope of channels only (a channel's cap, a user's channel
-		// limit) is found by the intent's channel in one lookup.
-		if s.where.set() == 1 && s.where[dimChannels] != nil {
-			s.channelOnly = true
-			for c := range s.where[dimChannels] {
-				ps.byChannel[c] |= 1 << i
-			}
-		}
-	}
+	ps.indexScopes()
 	ps.placeArgs()
 	src, err := ps.generate()
 	if err != nil {
@@ -150,6 +138,24 @@ func compileRules(r Rules, idem time.Duration) (*policySet, error) {
 	}
 	ps.script = newScript(src)
 	return ps, nil
+}
+
+// indexScopes sets how long a bucket key lives (the longest retention of
+// a scope, or the idempotency window) and indexes the scopes of channels
+// only (a channel's cap, a user's channel limit) by channel: an intent's
+// channel finds them in one lookup.
+func (ps *policySet) indexScopes() {
+	ps.keyLife = ps.idem
+	ps.byChannel = map[string]uint32{}
+	for i, s := range ps.scopes {
+		ps.keyLife = max(ps.keyLife, s.retention)
+		if s.where.set() == 1 && s.where[dimChannels] != nil {
+			s.channelOnly = true
+			for c := range s.where[dimChannels] {
+				ps.byChannel[c] |= 1 << i
+			}
+		}
+	}
 }
 
 // version names the compiled set in the script's first line (its SHA is

@@ -162,14 +162,20 @@ func Run(ctx context.Context, o Options) error {
 	}
 	sec.writeSections(&tableWriter{o.Out}, outs)
 	fmt.Fprintf(o.Out, "\ntotal time: %s\n\n", time.Since(start).Round(time.Millisecond))
-	results, err := auditAll(outs, facts{rules: rules, refunded: sec.refunded, plans: map[string]time.Time{plan.Campaign: plan.Ends},
-		stops:   []stopFact{{campFlash, sec.stopApplied}, {campDigest, sec.pace.applied}},
-		budgets: []budgetFact{{name: budgetName, rate: paceRate, burst: paceBurst, channels: []string{paceChannel}, routes: []string{paceRoute}}},
-		users:   sec.userFacts(), inputTopic: topicIn})
+	results, err := auditAll(outs, sec.facts(rules, plan))
 	if err != nil {
 		return err
 	}
 	return writeAudit(o.Out, results, len(outs.deliveries), len(outs.input))
+}
+
+// facts are what the audit holds the outputs to: the policy, and what the
+// sections did (refunds, the plan, the stops, the budget, users' limits).
+func (sec *sections) facts(rules capping.Rules, plan *plans.Manifest) facts {
+	return facts{rules: rules, refunded: sec.refunded, plans: map[string]time.Time{plan.Campaign: plan.Ends},
+		stops:   []stopFact{{campFlash, sec.stopApplied}, {campDigest, sec.pace.applied}},
+		budgets: []budgetFact{{name: budgetName, rate: paceRate, burst: paceBurst, channels: []string{paceChannel}, routes: []string{paceRoute}}},
+		users:   sec.userFacts(), inputTopic: topicIn}
 }
 
 // defaults sets the writers left nil to io.Discard.

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -23,10 +22,8 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/objstore"
-	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/replay"
-	"github.com/capper-dev/capper/internal/userlimits"
 )
 
 // The sections' segments, campaigns and users' time zones.
@@ -78,66 +75,6 @@ const sectionPolicy = `  # capper-demo's sections (added by the demo to configs/
     limits:
       - {name: daily, window: 24h, max: 4}
 `
-
-// Send pacing's budget: the members' pushes to FCM (route fcm), at most
-// paceRate a second with paceBurst above it, an urgent lane for high
-// priorities and a bulk lane for the rest. The rate is low enough that a
-// blast of a few thousand pushes waits seconds, high enough that the
-// section takes a few seconds of wall time.
-const (
-	budgetName  = "push-fcm"
-	paceChannel = "push"
-	paceRoute   = "fcm"
-	paceRate    = 200
-	paceBurst   = 20
-	laneUrgent  = "urgent"
-	laneBulk    = "bulk"
-	topicLanes  = "capper-lanes" // kafka.topics.lanes: the lanes are capper-lanes.push-fcm.urgent and .bulk
-)
-
-// budgetPolicy replaces configs/policy.yaml's budgets (none) in the
-// demo's policy file.
-var budgetPolicy = fmt.Sprintf(`# capper-demo's send pacing section (the demo's, in place of
-# configs/policy.yaml's budgets: []): the members' pushes through FCM.
-budgets:
-  - name: %s
-    rate: %d
-    burst: %d
-    channels: [%s]
-    routes: [%s]
-    lanes:
-      - {name: %s, min_priority: high}
-      - {name: %s}
-`, budgetName, paceRate, paceBurst, paceChannel, paceRoute, laneUrgent, laneBulk)
-
-// noBudgets is configs/policy.yaml's budgets line.
-var noBudgets = regexp.MustCompile(`(?m)^budgets: \[\][ \t]*(?:\n|\z)`)
-
-// The users' own limits section: the tier its users may choose, and how
-// long a snoozed intent may wait for the snooze's end.
-const (
-	tierFewer    = "fewer"
-	userMaxDefer = 24 * time.Hour
-)
-
-// userLimitsPolicy replaces configs/policy.yaml's user_limits (null) in
-// the demo's policy file: the example its comment gives.
-var userLimitsPolicy = fmt.Sprintf(`# capper-demo's users' own limits section (the demo's, in place of
-# configs/policy.yaml's user_limits: null, as its comment suggests).
-user_limits:
-  tiers:
-    - name: %s
-      limits:
-        - {name: daily, window: 24h, max: 1}
-        - {name: weekly, window: 7d, max: 3}
-  channels: [push, sms]
-  channel_window: 7d
-  max_per_channel: 7
-  max_defer: %s
-`, tierFewer, shortHours(userMaxDefer))
-
-// noUserLimits is configs/policy.yaml's user_limits line.
-var noUserLimits = regexp.MustCompile(`(?m)^user_limits: null[ \t]*(?:\n|\z)`)
 
 // shortHours writes whole hours as policies do (24h).
 func shortHours(d time.Duration) string { return strconv.Itoa(int(d/time.Hour)) + "h" }
@@ -366,117 +303,6 @@ func (s *sections) deals(wave int, at time.Time) []kafka.Message {
 	return out
 }
 
-// tierRecords are the user-limits records of the readers on the tier
-// fewer, as a preference service writes them (keyed by user id, each the
-// user's whole state).
-func (s *sections) tierRecords(at time.Time) ([]kafka.Message, error) {
-	var out []kafka.Message
-	for u := s.fewer.from; u < s.fewer.to; u++ {
-		m, err := userRecord(uint64(u), capping.UserLimits{Tier: tierFewer}, at)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	s.own.tierRecords = len(out)
-	return out, nil
-}
-
-// snoozeRecords are the snoozes written mid-blast: a week for the first
-// readers (past user_limits.max_defer: what they held back is cancelled),
-// until the clock skips to due for the next (deferred to it).
-func (s *sections) snoozeRecords(at time.Time) ([]kafka.Message, error) {
-	s.own.longUntil = at.Add(7 * 24 * time.Hour).Truncate(time.Second)
-	s.own.shortUntil = s.due.Truncate(time.Second)
-	var out []kafka.Message
-	for _, g := range []struct {
-		users span
-		until time.Time
-	}{{s.snoozeLong, s.own.longUntil}, {s.snoozeShort, s.own.shortUntil}} {
-		for u := g.users.from; u < g.users.to; u++ {
-			m, err := userRecord(uint64(u), capping.UserLimits{SnoozeUntil: g.until}, at)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, m)
-		}
-	}
-	s.own.snoozeRecords = len(out)
-	return out, nil
-}
-
-// snoozeOf is the end of a reader's snooze (zero: not snoozed).
-func (s *sections) snoozeOf(u uint64) time.Time {
-	switch {
-	case s.snoozeLong.has(u):
-		return s.own.longUntil
-	case s.snoozeShort.has(u):
-		return s.own.shortUntil
-	}
-	return time.Time{}
-}
-
-// userRecord is a user's record of the user-limits topic.
-func userRecord(uid uint64, l capping.UserLimits, at time.Time) (kafka.Message, error) {
-	v, err := userlimits.Encode(userlimits.Record{UserID: uid, Limits: l, UpdatedAt: at})
-	if err != nil {
-		return kafka.Message{}, fmt.Errorf("demo: user %d's limits: %w", uid, err)
-	}
-	return kafka.Message{Key: userlimits.Key(uid), Value: v}, nil
-}
-
-// The send pacing section's users and campaigns: the same number at every
-// --users (what matters is the blast against the budget's rate, not the
-// blast's size): a digest push to each member, breaking news to one in
-// paceBreakingEvery of them, a receipt to one in paceReceiptEvery (half
-// with the digest, half with the breaking news).
-const (
-	paceUsers         = 3000
-	paceBreakingEvery = 15 // 200 pushes: a second of the budget
-	paceReceiptEvery  = 30 // 100 receipts: half a second of it
-	// Breaking news comes when the bulk lane released paceBreakingAfter;
-	// the digest is stopped when the bulk lane released paceStopAfter more
-	// after breaking news went.
-	paceBreakingAfter = paceRate / 2
-	paceStopAfter     = paceRate / 4
-)
-
-// laneTopics are the budget's lane topics.
-func laneTopics() []string {
-	return []string{pacing.Topic(topicLanes, budgetName, laneUrgent), pacing.Topic(topicLanes, budgetName, laneBulk)}
-}
-
-// pushes are the pacing section's intents of campaign (pushes through
-// FCM), one to every every-th member from the offset-th, made at at.
-func (s *sections) pushes(campaign, prio, category string, offset, every int, at time.Time) []kafka.Message {
-	var out []kafka.Message
-	for u := s.members.from + offset; u < s.members.to; u += every {
-		in := intent{ID: fmt.Sprintf("%s-%d", campaign, u), User: uint64(u), Campaign: campaign, Channel: paceChannel,
-			Created: at.UTC().Format(time.RFC3339), Priority: prio, Category: category, Route: paceRoute}
-		v, _ := json.Marshal(in)
-		out = append(out, kafka.Message{Key: []byte(strconv.Itoa(u)), Value: v})
-	}
-	s.produced[campaign] += len(out)
-	if _, ok := s.sent[campaign]; !ok {
-		s.sent[campaign] = at
-	}
-	return out
-}
-
-// interleave spreads extra evenly through msgs, keeping the order of each.
-func interleave(msgs, extra []kafka.Message) []kafka.Message {
-	out := make([]kafka.Message, 0, len(msgs)+len(extra))
-	j := 0
-	for i, m := range msgs {
-		for j < len(extra) && j*len(msgs) <= i*len(extra) {
-			out = append(out, extra[j])
-			j++
-		}
-		out = append(out, m)
-	}
-	return append(out, extra[j:]...)
-}
-
 // publishPlan publishes cart-rescue's plan to the plan store, as
 // segment-builder plan publish does: priority high, a push, its window,
 // the audience's bitmap.
@@ -551,17 +377,4 @@ func (s *sections) replayPlan(ctx context.Context, replayFn func(ctx context.Con
 		return fmt.Errorf("demo: the replay of the plan's intents has no %s and %s sides", replay.SideFCFS, replay.SidePlans)
 	}
 	return nil
-}
-
-// userFacts are the readers' own limits as the demo wrote them, for the
-// audit: the tier's, then the snoozes.
-func (s *sections) userFacts() map[uint64]userFact {
-	f := map[uint64]userFact{}
-	for u := s.fewer.from; u < s.fewer.to; u++ {
-		f[uint64(u)] = userFact{limits: capping.UserLimits{Tier: tierFewer}, applied: s.own.tierApplied}
-	}
-	for u := s.snoozeLong.from; u < s.snoozeShort.to; u++ {
-		f[uint64(u)] = userFact{limits: capping.UserLimits{SnoozeUntil: s.snoozeOf(uint64(u))}, applied: s.own.snoozeApplied}
-	}
-	return f
 }

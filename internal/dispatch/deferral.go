@@ -24,7 +24,7 @@ type Tier struct {
 
 // Headers of the delay path.
 const (
-	HeaderReason        = "capper-reason"         // deferred, cancelled, or capped after waiting: why (capping/reasons.go)
+	HeaderReason        = "capper-reason"         // deferred, cancelled, or capped after waiting: why (capping/verdicts.go, the reason table)
 	HeaderNotBefore     = "capper-not-before"     // deferred: decided again at or after this time
 	HeaderDeferredCount = "capper-deferred-count" // times deferred (hops between tiers do not count)
 	HeaderDeferredSince = "capper-deferred-since" // when it was first deferred: max_defer counts from here

@@ -18,24 +18,21 @@ type outputs struct {
 	held                               map[string][]kafka.Message // per lane topic
 }
 
-// route sends unreadable entries and intents the engine refused to the
-// dead-letter topic, capped and cancelled intents to the suppressed topic
-// (or nowhere, without one), deferred ones and hops to a delay tier, and everything
-// else, shadow-capped included, to deliveries; a delivery status has no
-// output. Keys and values are the input's bytes, untouched.
-func (w *Worker) route(b *batch) outputs {
-	// Where each entry goes, first: the slices are then made to size
-	// (a batch's messages are large, and growing them copies each twice).
-	const (
-		none = iota
-		deliveries
-		suppressed
-		deadLetter
-		parked
-		tier0
-	)
-	dst := make([]uint8, len(b.msgs))
-	counts := make([]int, tier0+len(w.o.Tiers))
+// Where route sends an entry: nowhere (written already, or elsewhere), an
+// output topic, or a delay tier (destTier0 + its index).
+const (
+	destNone = iota
+	destDeliveries
+	destSuppressed
+	destDeadLetter
+	destParked
+	destTier0
+)
+
+// destinations says where each entry of b goes, and how many go to each.
+func (w *Worker) destinations(b *batch) (dst []uint8, counts []int) {
+	dst = make([]uint8, len(b.msgs))
+	counts = make([]int, destTier0+len(w.o.Tiers))
 	for i := range b.entries {
 		e := &b.entries[i]
 		switch {
@@ -44,38 +41,50 @@ func (w *Worker) route(b *batch) outputs {
 		case e.kind == kindStatus:
 			// counted, nothing to write
 		case e.kind == kindUnreadable:
-			dst[i] = deadLetter
+			dst[i] = destDeadLetter
 		case e.kind == kindHold:
-			// written below, per lane topic
+			// written by route, per lane topic
 		case e.kind == kindHop:
-			dst[i] = uint8(tier0 + w.delay(e, b.now, e.tier.notBefore))
+			dst[i] = uint8(destTier0 + w.delay(e, b.now, e.tier.notBefore))
 		case e.kind == kindIntent, e.kind == kindDue:
 			switch d := &e.decision; d.Outcome {
 			case capping.Invalid:
-				dst[i] = deadLetter
+				dst[i] = destDeadLetter
 			case capping.Capped, capping.Cancelled:
 				if w.suppressed.wr != nil {
-					dst[i] = suppressed
+					dst[i] = destSuppressed
 				}
 			case capping.Deferred:
-				dst[i] = uint8(tier0 + w.delay(e, d.At, d.NotBefore))
+				dst[i] = uint8(destTier0 + w.delay(e, d.At, d.NotBefore))
 				if w.parks(e) {
-					dst[i] = parked
+					dst[i] = destParked
 				}
 			default:
-				dst[i] = deliveries
+				dst[i] = destDeliveries
 			}
 		}
 		counts[dst[i]]++
 	}
+	return dst, counts
+}
+
+// route sends unreadable entries and intents the engine refused to the
+// dead-letter topic, capped and cancelled intents to the suppressed topic
+// (or nowhere, without one), deferred ones and hops to a delay tier, and everything
+// else, shadow-capped included, to deliveries; a delivery status has no
+// output. Keys and values are the input's bytes, untouched.
+func (w *Worker) route(b *batch) outputs {
+	// Where each entry goes, first: the slices are then made to size
+	// (a batch's messages are large, and growing them copies each twice).
+	dst, counts := w.destinations(b)
 	o := outputs{delayed: make([][]kafka.Message, len(w.o.Tiers))}
 	lists := make([]*[]kafka.Message, len(counts))
-	lists[deliveries], lists[suppressed], lists[deadLetter], lists[parked] = &o.deliveries, &o.suppressed, &o.deadLetter, &o.parked
+	lists[destDeliveries], lists[destSuppressed], lists[destDeadLetter], lists[destParked] = &o.deliveries, &o.suppressed, &o.deadLetter, &o.parked
 	for t := range o.delayed {
-		lists[tier0+t] = &o.delayed[t]
+		lists[destTier0+t] = &o.delayed[t]
 	}
 	for k, n := range counts {
-		if k != none && n > 0 {
+		if k != destNone && n > 0 {
 			*lists[k] = make([]kafka.Message, 0, n)
 		}
 	}
@@ -87,7 +96,7 @@ func (w *Worker) route(b *batch) outputs {
 			w.holdRecord(&o, hb, m, e)
 			continue
 		}
-		if dst[i] == none {
+		if dst[i] == destNone {
 			continue
 		}
 		key, value := m.Key, m.Value

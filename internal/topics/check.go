@@ -129,15 +129,7 @@ func verdict(t Topic, b broker, input int, o CheckOptions) Finding {
 	if b.configsErr != nil {
 		f.Warnings = append(f.Warnings, fmt.Sprintf("its configs were not checked: %v (allow DescribeConfigs on the topic)", b.configsErr))
 	}
-	policy := b.configs["cleanup.policy"]
-	if policy == "" {
-		policy = "delete" // Kafka's default
-	}
-	compact, del := false, false
-	for _, p := range strings.Split(policy, ",") {
-		compact = compact || strings.TrimSpace(p) == "compact"
-		del = del || strings.TrimSpace(p) == "delete"
-	}
+	policy, compact, del := cleanup(b.configs)
 	switch {
 	case b.configsErr != nil:
 		f.Note = fmt.Sprintf("%d %s", b.partitions, plural(b.partitions, "partition"))
@@ -194,6 +186,20 @@ func verdict(t Topic, b broker, input int, o CheckOptions) Finding {
 		f.State = OK
 	}
 	return f
+}
+
+// cleanup is a topic's cleanup.policy (Kafka's default when unset) and
+// whether it compacts and deletes.
+func cleanup(configs map[string]string) (policy string, compact, del bool) {
+	policy = configs["cleanup.policy"]
+	if policy == "" {
+		policy = "delete" // Kafka's default
+	}
+	for _, p := range strings.Split(policy, ",") {
+		compact = compact || strings.TrimSpace(p) == "compact"
+		del = del || strings.TrimSpace(p) == "delete"
+	}
+	return policy, compact, del
 }
 
 // retention checks the retention of a lane (a warning below LaneRetention)
