@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capper-dev/capper/internal/app/apptest"
+	"github.com/capper-dev/capper/internal/apptest"
 )
 
 const dashboardPath = "grafana/capper.json"

@@ -14,7 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/capper-dev/capper/internal/app/apptest"
+	"github.com/capper-dev/capper/internal/apptest"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/policy"
