@@ -22,6 +22,7 @@ import (
 	"github.com/capper-dev/capper/internal/dispatch"
 	capkafka "github.com/capper-dev/capper/internal/kafka"
 	"github.com/capper-dev/capper/internal/policy"
+	"github.com/capper-dev/capper/internal/retry"
 	"github.com/capper-dev/capper/internal/userlimits"
 )
 
@@ -105,7 +106,7 @@ func (g *usersGate) hold(ctx context.Context) {
 				"waited", userLimitsCatchUp, "error", err)
 			return
 		}
-		_ = dispatch.Sleep(wait, 500*time.Millisecond)
+		_ = retry.Sleep(wait, 500*time.Millisecond)
 	}
 }
 

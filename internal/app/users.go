@@ -22,9 +22,9 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
-	"github.com/capper-dev/capper/internal/dispatch"
 	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/problems"
+	"github.com/capper-dev/capper/internal/retry"
 	"github.com/capper-dev/capper/internal/userlimits"
 )
 
@@ -295,7 +295,7 @@ func SetUser(ctx context.Context, cfg *config.Config, uid uint64, c UserChange, 
 		if r.Waited = time.Since(start); r.Waited >= o.Wait {
 			return r, nil
 		}
-		if dispatch.Sleep(ctx, 20*time.Millisecond) != nil {
+		if retry.Sleep(ctx, 20*time.Millisecond) != nil {
 			return r, nil
 		}
 	}

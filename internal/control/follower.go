@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/capper-dev/capper/internal/retry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -169,7 +170,7 @@ func (f *Follower) Run(ctx context.Context) error {
 			return nil
 		}
 		f.readError(err)
-		sleep(ctx, time.Second)
+		_ = retry.Sleep(ctx, time.Second)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -200,7 +201,7 @@ func (f *Follower) read(ctx context.Context, p int, out chan<- Message) {
 				return
 			}
 			f.readError(err)
-			sleep(ctx, time.Second)
+			_ = retry.Sleep(ctx, time.Second)
 			continue
 		}
 		next = m.Offset + 1
@@ -336,15 +337,6 @@ func (b *builder) publish() {
 	}
 	for st, n := range s.counts {
 		b.f.m.campaigns.WithLabelValues(State(st).String()).Set(float64(n))
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/kafka"
+	"github.com/capper-dev/capper/internal/retry"
 )
 
 // ConsumerOptions configure NewConsumer.
@@ -113,7 +114,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		c.now = time.Now
 	}
 	if c.sleep == nil {
-		c.sleep = Sleep
+		c.sleep = retry.Sleep
 	}
 	topics := []string{o.Input}
 	if o.Status != "" {

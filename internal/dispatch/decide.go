@@ -95,9 +95,9 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, early func(
 		w.m.redisRetries.Add(float64(len(a.still)))
 		if attempt == 1 || attempt%10 == 0 {
 			w.o.Logger.Warn("redis could not decide; waiting and retrying", "intents", len(a.still),
-				"attempt", attempt, "backoff", backoff.current(), "error", lastErr)
+				"attempt", attempt, "backoff", backoff.Current(), "error", lastErr)
 		}
-		if err := backoff.wait(ctx); err != nil {
+		if err := backoff.Wait(ctx); err != nil {
 			return nil, fmt.Errorf("decide: %w (last redis error: %v)", err, lastErr)
 		}
 		a.pending = a.still

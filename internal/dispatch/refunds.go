@@ -117,9 +117,9 @@ func (w *Worker) applyRefunds(ctx context.Context, reqs []capping.RefundRequest,
 		w.setNotReady("redis", fmt.Errorf("redis cannot apply %d %s: %w", len(still), what, lastErr))
 		if attempt == 1 || attempt%10 == 0 {
 			w.o.Logger.Warn("redis could not apply "+what+"; waiting and retrying", "count", len(still),
-				"attempt", attempt, "backoff", backoff.current(), "error", lastErr)
+				"attempt", attempt, "backoff", backoff.Current(), "error", lastErr)
 		}
-		if err := backoff.wait(ctx); err != nil {
+		if err := backoff.Wait(ctx); err != nil {
 			return nil, fmt.Errorf("%s: %w (last redis error: %v)", what, err, lastErr)
 		}
 		pending = still

@@ -160,7 +160,7 @@ func (w *Worker) stall(ctx context.Context, out output, msg kafka.Message, cause
 	backoff := w.retryBackoff()
 	for {
 		w.setNotReady("kafka "+out.topic, fmt.Errorf("the dead-letter topic %s refuses records: %s", out.topic, summarize(cause)))
-		if err := backoff.wait(ctx); err != nil {
+		if err := backoff.Wait(ctx); err != nil {
 			return fmt.Errorf("write to %s: %w (it refuses records: %s)", out.topic, err, summarize(cause))
 		}
 		if cause = out.wr.WriteMessages(ctx, msg); cause == nil {
@@ -197,7 +197,7 @@ func (w *Worker) write(ctx context.Context, out output, msgs []kafka.Message) ([
 				w.o.Logger.Warn("kafka write failed; retrying", "topic", out.topic, "records", len(temporary),
 					"attempt", attempt, "error", summarize(lastErr))
 			}
-			if err := backoff.wait(ctx); err != nil {
+			if err := backoff.Wait(ctx); err != nil {
 				return nil, fmt.Errorf("write %d records to %s: %w (last error: %s)", len(temporary), out.topic, err, summarize(lastErr))
 			}
 			groups, temporary = [][]int{temporary}, nil

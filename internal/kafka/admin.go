@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/capper-dev/capper/internal/retry"
 	kafkago "github.com/segmentio/kafka-go"
 )
 
@@ -230,7 +231,7 @@ func (a *Admin) CaughtUp(ctx context.Context, group, topic string, poll time.Dur
 		if done >= len(want) {
 			return nil
 		}
-		if err := sleep(ctx, poll); err != nil {
+		if err := retry.Sleep(ctx, poll); err != nil {
 			return err
 		}
 	}

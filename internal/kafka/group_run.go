@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capper-dev/capper/internal/retry"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol/heartbeat"
 	"github.com/segmentio/kafka-go/protocol/leavegroup"
@@ -28,7 +29,7 @@ var (
 func (g *Group) run(ctx context.Context) {
 	defer close(g.done)
 	defer g.finish()
-	first, backoff := true, 100*time.Millisecond
+	first, backoff := true, &retry.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for ctx.Err() == nil {
 		err := g.generationOnce(ctx, first)
 		first = false
@@ -36,17 +37,16 @@ func (g *Group) run(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, errRejoin):
-			backoff = 100 * time.Millisecond
+			backoff.Reset()
 			continue
 		case errors.Is(err, errLost):
 			g.loseAll(err)
 		case err != nil:
-			g.log.Warn("kafka group: joining failed; retrying", "error", err, "backoff", backoff)
+			g.log.Warn("kafka group: joining failed; retrying", "error", err, "backoff", backoff.Current())
 		}
-		if sleep(ctx, backoff) != nil {
+		if backoff.Wait(ctx) != nil {
 			return
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -379,14 +379,3 @@ func (g *Group) watchPartitions(ctx context.Context) <-chan struct{} {
 
 // partitionWatch is how often the leader looks for new partitions.
 const partitionWatch = 5 * time.Second
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/capper-dev/capper/internal/retry"
 	kafkago "github.com/segmentio/kafka-go"
 )
 
@@ -52,13 +53,12 @@ func (r PartitionReader) Read(ctx context.Context, offset int64) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("topic", r.Topic, "partition", r.Partition)
-	wait, started := readRetryInitial, false
+	backoff, started := &retry.Backoff{Initial: readRetryInitial, Max: readRetryMax}, false
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if attempt > 0 {
-			if sleep(ctx, wait) != nil {
+			if backoff.Wait(ctx) != nil {
 				return
 			}
-			wait = min(2*wait, readRetryMax)
 		}
 		conn, next, err := r.open(ctx, offset)
 		if err != nil && ctx.Err() == nil && r.Failed != nil {
@@ -80,7 +80,8 @@ func (r PartitionReader) Read(ctx context.Context, offset int64) {
 		if ctx.Err() != nil {
 			return
 		}
-		attempt, wait = 0, readRetryInitial
+		attempt = 0
+		backoff.Reset()
 		if !errors.Is(err, errReconnect) {
 			if r.Failed != nil {
 				r.Failed(err)

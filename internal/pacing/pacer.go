@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/capper-dev/capper/internal/retry"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -95,7 +96,7 @@ func New(o Options) (*Pacer, error) {
 		o.Now = time.Now
 	}
 	if o.Sleep == nil {
-		o.Sleep = sleep
+		o.Sleep = retry.Sleep
 	}
 	if o.LaneTTL <= 0 {
 		o.LaneTTL = DefaultLaneTTL
@@ -295,17 +296,6 @@ func (p *Pacer) Charge(budget string, n int) {
 	b.credit -= n
 	b.mu.Unlock()
 	p.m.charged.WithLabelValues(budget).Add(float64(n))
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Held counts n intents written to a lane to wait for their budget.

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/kafka"
+	"github.com/capper-dev/capper/internal/retry"
 
 	"github.com/capper-dev/capper/internal/capping"
-	"github.com/capper-dev/capper/internal/dispatch"
 )
 
 // Store is where users' limits live (*capping.Engine).
@@ -157,7 +157,7 @@ func (a *Applier) apply(ctx context.Context, m kafka.Message) bool {
 		a.refuse(m, rec.UserID, err)
 		return true
 	}
-	wait, failures := a.o.RetryInitial, 0
+	backoff, failures := &retry.Backoff{Initial: a.o.RetryInitial, Max: a.o.RetryMax}, 0
 	for {
 		if rec.Erase {
 			var f capping.Forgotten
@@ -177,12 +177,11 @@ func (a *Applier) apply(ctx context.Context, m kafka.Message) bool {
 		a.o.Metrics.errors.WithLabelValues(stageRedis).Inc()
 		if failures == 1 || failures%20 == 0 {
 			a.log.Warn("write a user's limits to Redis; retrying (the record waits, uncommitted)", "topic", a.o.Topic,
-				"partition", m.Partition, "offset", m.Offset, "failures", failures, "error", redactUser(err, rec.UserID), "retry_in", wait)
+				"partition", m.Partition, "offset", m.Offset, "failures", failures, "error", redactUser(err, rec.UserID), "retry_in", backoff.Current())
 		}
-		if dispatch.Sleep(ctx, wait) != nil {
+		if backoff.Wait(ctx) != nil {
 			return false
 		}
-		wait = min(2*wait, a.o.RetryMax)
 	}
 	if failures > 0 {
 		a.log.Info("user's limits written after retries", "topic", a.o.Topic, "partition", m.Partition, "offset", m.Offset, "failures", failures)

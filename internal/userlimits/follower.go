@@ -19,8 +19,7 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/kafka"
-
-	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/retry"
 )
 
 // FollowerOptions configure NewFollower; all are required but Again and
@@ -96,7 +95,7 @@ func (f *Follower) ends(ctx context.Context) (map[int]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	wait := 100 * time.Millisecond
+	backoff := &retry.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		_, ends, err := a.LogOffsets(ctx, f.o.Topic)
 		if err == nil {
@@ -106,11 +105,10 @@ func (f *Follower) ends(ctx context.Context) (map[int]int64, error) {
 			return nil, ctx.Err()
 		}
 		f.o.Metrics.errors.WithLabelValues(stageFollow).Inc()
-		f.log.Warn("the user-limits topic's ends; retrying", "topic", f.o.Topic, "error", err, "retry_in", wait)
-		if dispatch.Sleep(ctx, wait) != nil {
+		f.log.Warn("the user-limits topic's ends; retrying", "topic", f.o.Topic, "error", err, "retry_in", backoff.Current())
+		if backoff.Wait(ctx) != nil {
 			return nil, ctx.Err()
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 }
 
