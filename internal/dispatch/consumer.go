@@ -121,10 +121,13 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		topics = append(topics, o.Status)
 	}
 
+	assigned := make(chan struct{})
+	var once sync.Once
 	c.input, err = newMember(memberOptions{Kafka: o.Kafka, GroupID: o.Kafka.GroupID, Topics: topics, Log: c.log, Hold: o.Hold,
 		Read: func(ctx context.Context, p *partState, offset int64) {
 			c.readPartition(ctx, p, offset, fetchConfig{maxBytes: inputFetchBytes})
-		}})
+		},
+		Started: func() { once.Do(func() { close(assigned) }) }})
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +137,16 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	c.cp = &coPartition{input: o.Input, inputs: func() []int { return c.input.assigned(o.Input) }}
 	if len(o.Tiers)+len(o.Lanes) == 0 && o.Parked == "" {
 		return c, nil
+	}
+	// The delay group's assignment follows the input's (each member says
+	// which input partitions it reads): joining before the input group
+	// answered would say none, and a static member that restarts would set
+	// off two rebalances of the delay group (its tiers and lanes handed to
+	// others, then back) instead of getting them back at once.
+	select {
+	case <-assigned:
+	case <-time.After(o.Kafka.SessionTimeout):
+		c.log.Warn("kafka: the input group has not assigned partitions yet; the delay group joins all the same", "waited", o.Kafka.SessionTimeout)
 	}
 	if c.delay, err = c.joinDelay(o.Lanes); err != nil {
 		_ = c.input.close()
