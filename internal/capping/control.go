@@ -130,3 +130,37 @@ func sendByAfter(r *Request, d *Decision, by *control.Entry) {
 			Limit: d.Limit, UserLimit: d.UserLimit, HeldFor: d.HeldFor, Policy: d.Policy, Control: d.Control}
 	}
 }
+
+// Gate is what campaign control and send-by say of an intent before it is
+// decided: whether it may go now, else the outcome and reason its decision
+// will have, and for a pause until when the pause can hold it. The readers
+// that hold intents (a budget's lane, the parked topic) ask it, so that the
+// one order of verdicts (controlVerdict) is also theirs.
+type Gate struct {
+	Go          bool
+	Outcome     Outcome
+	Reason      Reason
+	PausedUntil time.Time // ReasonPaused: the pause's start plus MaxPause
+}
+
+// Gate answers for an intent of campaign, with its own send-by sendBy
+// (zero: none), at now; c nil: no control (its own send-by still holds).
+// The incident switch holds it as it holds any intent that is not exempt
+// (a held or parked intent is not: exempt ones are never held).
+func (c *Campaigns) Gate(campaign string, sendBy, now time.Time) Gate {
+	r := Request{Campaign: campaign, SendBy: sendBy, At: now, Control: c}
+	v := controlVerdict(&r, false)
+	g := Gate{Go: v.outcome == Allowed, Outcome: v.outcome, Reason: v.reason}
+	if v.reason == ReasonPaused && v.by != nil && c != nil {
+		g.PausedUntil = v.by.Since.Add(c.MaxPause)
+	}
+	return g
+}
+
+// Deadline is the send-by an intent of campaign with its own sendBy is
+// held to: the earlier of the two (zero: none).
+func (c *Campaigns) Deadline(campaign string, sendBy time.Time) time.Time {
+	r := Request{Campaign: campaign, SendBy: sendBy, Control: c}
+	d, _ := r.sendBy(r.campaign())
+	return d
+}

@@ -198,3 +198,50 @@ func TestSendByAtRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestGate: the holding readers' question gets the decision's answer: a
+// stopped campaign's, a paused one's (with until when the pause can hold
+// it), one past its campaign's send-by or its own, one under the incident
+// switch, and one that may go; and Deadline is the earlier send-by.
+func TestGate(t *testing.T) {
+	t0 := time.Now().Truncate(time.Second)
+	e := func(r control.Record) *control.Entry { return &control.Entry{Record: r} }
+	entries := []*control.Entry{
+		e(control.Record{Campaign: "stopped", State: control.Stopped, Since: t0}),
+		e(control.Record{Campaign: "paused", State: control.Paused, Since: t0}),
+		e(control.Record{Campaign: "due", State: control.Active, Since: t0, SendBy: t0.Add(time.Hour)}),
+	}
+	c := &Campaigns{State: control.NewSnapshot(entries, nil), MaxPause: 24 * time.Hour, Recheck: time.Minute}
+	all := &Campaigns{State: control.NewSnapshot(entries, e(control.Record{All: true, State: control.Paused, Since: t0})), MaxPause: time.Hour}
+	now := t0.Add(30 * time.Minute)
+	for _, tc := range []struct {
+		name     string
+		c        *Campaigns
+		campaign string
+		sendBy   time.Time
+		now      time.Time
+		want     Gate
+	}{
+		{"active", c, "other", time.Time{}, now, Gate{Go: true}},
+		{"no control, own send-by passed", nil, "other", t0, now, Gate{Outcome: Cancelled, Reason: ReasonExpired}},
+		{"stopped", c, "stopped", time.Time{}, now, Gate{Outcome: Cancelled, Reason: ReasonCampaignStopped}},
+		{"paused", c, "paused", time.Time{}, now, Gate{Outcome: Deferred, Reason: ReasonPaused, PausedUntil: t0.Add(24 * time.Hour)}},
+		{"paused too long", c, "paused", time.Time{}, t0.Add(25 * time.Hour), Gate{Outcome: Cancelled, Reason: ReasonExpired}},
+		{"campaign's send-by not yet", c, "due", time.Time{}, now, Gate{Go: true}},
+		{"campaign's send-by passed", c, "due", time.Time{}, t0.Add(2 * time.Hour), Gate{Outcome: Cancelled, Reason: ReasonExpired}},
+		{"incident switch", all, "other", time.Time{}, now, Gate{Outcome: Deferred, Reason: ReasonPaused, PausedUntil: t0.Add(time.Hour)}},
+	} {
+		if got := tc.c.Gate(tc.campaign, tc.sendBy, tc.now); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	if d := c.Deadline("due", t0.Add(2*time.Hour)); !d.Equal(t0.Add(time.Hour)) {
+		t.Errorf("Deadline: %s, want the campaign's", d)
+	}
+	if d := c.Deadline("due", t0.Add(time.Minute)); !d.Equal(t0.Add(time.Minute)) {
+		t.Errorf("Deadline: %s, want its own", d)
+	}
+	if d := (*Campaigns)(nil).Deadline("due", time.Time{}); !d.IsZero() {
+		t.Errorf("Deadline without control: %s", d)
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/capping"
-	"github.com/capper-dev/capper/internal/control"
 	"github.com/capper-dev/capper/internal/pacing"
 )
 
@@ -161,7 +160,7 @@ func (w *Worker) hold(e *entry, in *Intent, now time.Time) (held bool, releaseAt
 		e.charge = b.Name
 		return false, time.Time{}
 	}
-	if by := w.sendBy(in); !by.IsZero() {
+	if by := w.campaigns().Deadline(in.CampaignID, in.SendBy); !by.IsZero() {
 		if at := now.Add(w.o.Pacer.Wait(b.Name, place.Lane)); at.After(by) {
 			e.expiring = &laneInfo{budget: b.Name, lane: b.Lanes[place.Lane].Name}
 			return false, at
@@ -171,18 +170,6 @@ func (w *Worker) hold(e *entry, in *Intent, now time.Time) (held bool, releaseAt
 	e.held = &heldEntry{budget: b.Name, lane: b.Lanes[place.Lane].Name, since: now, campaign: in.CampaignID, sendBy: in.SendBy}
 	e.held.topic = pacing.Topic(w.o.LanePrefix, e.held.budget, e.held.lane)
 	return true, time.Time{}
-}
-
-// sendBy is the earliest of an intent's send-by and its campaign's (zero:
-// none).
-func (w *Worker) sendBy(in *Intent) time.Time {
-	by := in.SendBy
-	if w.o.Control != nil {
-		if c := w.o.Control.Load().Campaign(in.CampaignID); c != nil && !c.SendBy.IsZero() && (by.IsZero() || c.SendBy.Before(by)) {
-			by = c.SendBy
-		}
-	}
-	return by
 }
 
 // heldEntry is where a kindHold entry waits.
@@ -298,31 +285,24 @@ func (hb *headerBuilder) releasedHeaders(add []kafka.Header, li *laneInfo) []kaf
 }
 
 // LaneFree reports whether a lane record may pass its budget's gate
-// without a token: it will not be delivered now whatever the decision (its
-// campaign is stopped or paused, every intent is paused, or its send_by or
-// its campaign's has passed), so a stop or a pause reaches what waits
-// behind it at once.
-// Capping still decides it (a paused one waits in the delay tiers, and is
-// held again when it comes due).
+// without a token: capping's gate (campaign control and send-by) says it
+// will not go now whatever else is decided (its campaign stopped or
+// paused, every intent paused, its send-by or its campaign's passed), so a
+// stop or a pause reaches what waits behind it at once. Capping still
+// decides it (a paused one waits in the delay tiers or the parked topic,
+// and is held again when it comes due).
 func (w *Worker) LaneFree(m *kafka.Message, now time.Time) bool {
+	var campaign string
+	var sendBy time.Time
 	for _, x := range m.Headers {
 		switch x.Key {
 		case HeaderSendBy:
-			if t, err := parseHeaderTime(nonNull(x.Value)); err == nil && !now.Before(t) {
-				return true
+			if t, err := parseHeaderTime(nonNull(x.Value)); err == nil {
+				sendBy = t
 			}
 		case HeaderCampaign:
-			if w.o.Control == nil {
-				continue
-			}
-			s := w.o.Control.Load()
-			if a := s.All(); a != nil && a.State == control.Paused {
-				return true // exempt intents, which the switch does not hold, are never held here
-			}
-			if c := s.Campaign(string(x.Value)); c != nil && (c.State != control.Active || !c.SendBy.IsZero() && !now.Before(c.SendBy)) {
-				return true // stopped, paused, or past its campaign's send-by
-			}
+			campaign = string(x.Value)
 		}
 	}
-	return false
+	return !w.campaigns().Gate(campaign, sendBy, now).Go
 }

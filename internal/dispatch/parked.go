@@ -27,7 +27,6 @@ import (
 	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/capping"
-	"github.com/capper-dev/capper/internal/control"
 )
 
 // ParkCheck says whether a parked record is still paused, and until when
@@ -40,25 +39,21 @@ type ParkCheck struct {
 }
 
 // NewParkCheck reads a parked record's campaign (capper-campaign) against
-// the control state ctl, whose pauses last at most maxPause.
+// the control state ctl, whose pauses last at most maxPause: capping's gate
+// says whether it is still paused (the pause's precedence, and max_pause,
+// are capping's).
 func NewParkCheck(ctl Control, maxPause time.Duration) ParkCheck {
 	return ParkCheck{
 		Freed: func(m *kafka.Message) bool {
 			return ctl.Load().ReleasedSince(parseSeq(findHeader(m.Headers, HeaderControlSeq)))
 		},
 		Paused: func(m *kafka.Message, now time.Time) (bool, time.Time) {
-			s := ctl.Load()
-			var p *control.Entry
-			if c := s.Campaign(findHeader(m.Headers, HeaderCampaign)); c != nil && c.State == control.Paused {
-				p = c
-			} else if a := s.All(); a != nil && a.State == control.Paused && (c == nil || c.State == control.Active) {
-				p = a
-			}
-			if p == nil {
+			c := &capping.Campaigns{State: ctl.Load(), MaxPause: maxPause}
+			g := c.Gate(findHeader(m.Headers, HeaderCampaign), time.Time{}, now)
+			if g.Reason != capping.ReasonPaused {
 				return false, time.Time{}
 			}
-			until := p.Since.Add(maxPause)
-			return now.Before(until), until
+			return true, g.PausedUntil
 		},
 	}
 }
