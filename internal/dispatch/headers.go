@@ -50,8 +50,9 @@ const (
 	DecisionCancelled    = "cancelled" // campaign control: never delivered, not counted
 )
 
-// TimeLayout is the format of capper-decided-at.
-const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+// TimeLayout is the format of capper-decided-at and every other time in
+// the headers (the Kafka room's).
+const TimeLayout = kafka.TimeLayout
 
 // decisionValue is the capper-decision of an outcome: a duplicate and a
 // failed-open intent are delivered as allowed (with their own marker).

@@ -20,3 +20,8 @@ const (
 
 // ErrUnknownTopic is the brokers' answer for a topic they do not have.
 var ErrUnknownTopic = kafkago.UnknownTopicOrPartition
+
+// TimeLayout is the one format of every time capper writes in a record's
+// headers (capper-decided-at, capper-released-at, capper-held-since, ...):
+// RFC 3339 with milliseconds.
+const TimeLayout = "2006-01-02T15:04:05.000Z07:00"

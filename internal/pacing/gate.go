@@ -69,7 +69,7 @@ func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message, hwm
 	if !tokens {
 		return n, nil // passes without a token carry no release time
 	}
-	stamp := []byte(now.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	stamp := []byte(now.UTC().Format(kafka.TimeLayout))
 	for i := range msgs[:n] {
 		m := &msgs[i]
 		m.Headers = append(m.Headers[:len(m.Headers):len(m.Headers)], kafka.Header{Key: g.Header, Value: stamp})
@@ -81,7 +81,7 @@ func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message, hwm
 func (g *Gate) held(m *kafka.Message) time.Time {
 	for _, h := range m.Headers {
 		if h.Key == g.HeldHeader && g.HeldHeader != "" {
-			t, err := time.Parse("2006-01-02T15:04:05.000Z07:00", string(h.Value))
+			t, err := time.Parse(kafka.TimeLayout, string(h.Value))
 			if err == nil {
 				return t
 			}
