@@ -1,8 +1,13 @@
-// Package capping owns the frequency-cap decision: the rules (policies of
-// limits per segment, scopes, calendar periods, priorities, overrides), their
-// compilation into one Lua script per rule set, and the Redis side (that
-// script called by SHA in pipelines that go-redis groups per Redis Cluster
-// node).
+// Package capping owns the decision on a send intent, every verdict of it
+// in one order (verdicts.go: campaign control and send-by, quiet hours,
+// exempt categories, overrides, users' own limits, plans' bookings, the
+// caps, deferral) and the outcome and reason vocabularies with what shadow
+// mode does with each; the gate the holding readers ask (Campaigns.Gate);
+// the rules (policies of limits per segment, scopes, calendar periods,
+// priorities, overrides, users' tiers and channels), their compilation into
+// one Lua script per rule set, and the Redis side (that script called by
+// SHA in pipelines that go-redis groups per Redis Cluster node, refunds and
+// give-backs, readiness per master).
 //
 // # Semantics
 //
