@@ -98,9 +98,9 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 	e.send(ctx, set, reqs, all, false)
 	e.resend(ctx, set, reqs, all)
 	done()
-	var counted []error         // Redis' failures, counted once health knows them
-	var results []callResult    // for health: only when something failed, or had failed
-	watch := e.health.failing() // a healthy round with nothing noted costs no lookup
+	reps := make([]reply, len(a.calls))
+	errs := make([]error, len(a.calls))
+	results := make([]callResult, 0, len(a.calls))
 	for k := range a.calls {
 		c := &a.calls[k]
 		rep, err := decodeReply(c.cmd)
@@ -113,43 +113,33 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 		if err != nil {
 			err = fmt.Errorf("decide: %w", err)
 		}
-		a.answer(k, rep, err)
-		// Redis' failure: not an attempt given back (Redis answered), nor
-		// what our own context ended (that says nothing of Redis).
-		r := callResult{key: c.key}
-		if err != nil && !errors.Is(err, ErrVoided) {
-			r.err = err
-		} else if err == nil && c.notReplicated != nil {
+		reps[k], errs[k] = rep, err
+		r := callResult{key: c.key, err: err}
+		if errors.Is(err, ErrVoided) {
+			r.err = nil // Redis answered: an attempt given back is no failure of it
+		}
+		if err == nil && c.notReplicated != nil {
 			// A refusal needs no replica, but Redis cannot decide what
 			// would count a send: not ready.
 			r.err = fmt.Errorf("decide: %w", c.notReplicated)
 		}
 		if r.err != nil && ctx.Err() != nil {
-			continue
+			continue // ended by our context, not by Redis: says nothing of it
 		}
-		if r.err != nil {
-			failed = true
-			if err != nil {
-				counted = append(counted, err)
-			}
-		}
-		if failed || watch {
-			if results == nil {
-				// The calls before this one answered: health hears of them too.
-				for j := range k {
-					results = append(results, callResult{key: a.calls[j].key})
-				}
-			}
-			results = append(results, r)
-		}
+		results = append(results, r)
+		failed = failed || r.err != nil
 	}
 	// Not ready before the errors are counted: whoever sees the count sees
 	// the worker unready.
-	if results != nil && ctx.Err() == nil {
-		e.health.settle(results, func(key string) string { return e.nodeOf(ctx, key) })
-	}
-	for _, err := range counted {
-		e.m.errors.WithLabelValues(errorKind(err)).Inc()
+	e.health.settle(results, func(key string) string { return e.nodeOf(ctx, key) })
+	for k := range a.calls {
+		// Counted are Redis' failures: not an attempt given back, nor what
+		// our own context ended (those say nothing of Redis, and readiness
+		// does not fail for them).
+		if errs[k] != nil && !errors.Is(errs[k], ErrVoided) && ctx.Err() == nil {
+			e.m.errors.WithLabelValues(errorKind(errs[k])).Inc()
+		}
+		a.answer(k, reps[k], errs[k])
 	}
 	if err := ctx.Err(); err != nil {
 		a.fail(fmt.Errorf("decide: %w", err))

@@ -18,6 +18,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,43 +62,30 @@ type callResult struct {
 // succeeded can decide again, one with a failed call cannot. Failures noted
 // earlier first follow their key to the master that holds it now (a failover
 // moved the slots: the new master must answer before the worker is ready).
-// nodeOf names a key's master ("" when unknown); it is asked outside the
-// lock (it may ask the cluster for its slots), so readiness never waits
-// for it.
+// nodeOf names a key's master ("" when unknown). It does nothing when no
+// call failed and nothing is noted, so that a healthy round costs no lookup.
 func (h *health) settle(results []callResult, nodeOf func(key string) string) {
 	h.mu.Lock()
-	keys := make(map[string]string, len(h.nodes)) // by master, a key that failed there
-	for addr, f := range h.nodes {
-		keys[addr] = f.key
-	}
-	h.mu.Unlock()
-	moved := map[string]string{}
-	for addr, k := range keys {
-		if now := nodeOf(k); now != "" && now != addr {
-			moved[addr] = now
-		}
-	}
-	addrs := make([]string, len(results))
-	for i, r := range results {
-		addrs[i] = nodeOf(r.key)
-	}
-	h.mu.Lock()
 	defer h.mu.Unlock()
-	for from, to := range moved {
-		if f, ok := h.nodes[from]; ok {
-			delete(h.nodes, from)
-			if _, ok := h.nodes[to]; !ok {
-				h.nodes[to] = f
+	if len(h.nodes) == 0 && !slices.ContainsFunc(results, func(r callResult) bool { return r.err != nil }) {
+		return
+	}
+	for addr, f := range h.nodes {
+		if now := nodeOf(f.key); now != "" && now != addr {
+			delete(h.nodes, addr)
+			if _, ok := h.nodes[now]; !ok {
+				h.nodes[now] = f
 			}
 		}
 	}
 	failed := map[string]callResult{}
 	answered := map[string]bool{}
-	for i, r := range results {
+	for _, r := range results {
+		addr := nodeOf(r.key)
 		if r.err == nil {
-			answered[addrs[i]] = true
-		} else if _, ok := failed[addrs[i]]; !ok {
-			failed[addrs[i]] = r
+			answered[addr] = true
+		} else if _, ok := failed[addr]; !ok {
+			failed[addr] = r
 		}
 	}
 	for addr := range answered {
@@ -114,14 +102,6 @@ func (h *health) settle(results []callResult, nodeOf func(key string) string) {
 		f.last = now
 		h.nodes[addr] = f
 	}
-}
-
-// failing reports whether a master's failure is noted (a round's results
-// then matter to health even when all its calls succeeded).
-func (h *health) failing() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.nodes) > 0
 }
 
 // fail notes a failed attempt; the first one since the last success is
