@@ -1,10 +1,11 @@
 package capping
 
 // The script's arguments, defined once: their order, what each is, when a
-// set of rules needs one, and how it is sent. Four are ARGV of their own
-// (the strings the script uses as they are); everything else is a field of
-// one packed argument (ARGV[4], big endian), so a call costs Redis four
-// Lua strings, not a dozen, and the worker no boxed value. The generated
+// set of rules needs one, and how it is sent. The user's field is an ARGV
+// of its own (the script passes it to Redis as it is); everything else is
+// a field of one packed argument (ARGV[2], big endian), which the script
+// reads in one call: each argument costs Redis a string to parse and one
+// for Lua, and the worker no boxed value. The generated
 // script reads them by name (ARGV[{{.Argv.name}}], or at {{.At.name}} in
 // the packed one; its header lists them from this table), placeArgs places
 // the ones a set needs, and appendPacked writes them. Adding an argument is
@@ -22,9 +23,9 @@ type argKind uint8
 
 const (
 	argField argKind = iota
-	argNow
-	argDigest
 	argPacked
+	argDigest // then argNow, right after it: together, the idempotency entry
+	argNow
 	argPolicy
 	argApplies
 	argRecords
@@ -57,9 +58,9 @@ const (
 
 var argSpecs = [numArgs]argSpec{
 	argField:    {"field", "the user's field in the bucket (<uid%32>)", 0, nil},
-	argNow:      {"now", "the decision time (unix s, 4 bytes)", 0, nil},
-	argDigest:   {"digest", "the intent id's digest (5 bytes)", 0, nil},
 	argPacked:   {"packed", "the fields below, packed", 0, nil},
+	argDigest:   {"digest", "the intent id's digest", digestSize, nil},
+	argNow:      {"now", "the decision time (unix s)", timeSize, nil},
 	argPolicy:   {"policy", "the intent's policy (1 = the default one, then the segments in order)", 2, nil},
 	argApplies:  {"applies", "the limits of that policy that apply (bit i-1: limit i)", 4, nil},
 	argRecords:  {"records", "the scopes the intent falls in, to record it in (bit i-1: scope i)", 4, nil},
@@ -131,6 +132,11 @@ func (ps *policySet) appendPacked(b []byte, r *Request, c *call) []byte {
 			continue
 		}
 		switch k {
+		case argDigest:
+			d := digest(r.IntentID)
+			b = append(b, d[:digestSize]...)
+		case argNow:
+			b = binary.BigEndian.AppendUint32(b, uint32(r.At.Unix()))
 		case argPolicy:
 			b = binary.BigEndian.AppendUint16(b, uint16(c.plan.pol+1))
 		case argApplies:
@@ -206,10 +212,6 @@ func (ps *policySet) appendArgv(args []any, c *call) []any {
 		switch k {
 		case argField:
 			args = append(args, &c.field)
-		case argNow:
-			args = append(args, &c.now)
-		case argDigest:
-			args = append(args, &c.digest)
 		case argPacked:
 			args = append(args, &c.packed)
 		}

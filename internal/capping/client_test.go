@@ -139,8 +139,8 @@ func TestClientSentinel(t *testing.T) {
 	e := newEngine(t, c, Options{})
 	decideOne(t, e, 1)
 	// The intent is in the master.
-	if n, err := master.Client().HLen(context.Background(), e.keys.bucket(1)).Result(); err != nil || n != 3 {
-		t.Fatalf("master holds %d fields (%v), want the user's record and the bucket's x and y", n, err)
+	if n, err := master.Client().HLen(context.Background(), e.keys.bucket(1)).Result(); err != nil || n != 2 {
+		t.Fatalf("master holds %d fields (%v), want the user's record and the bucket's mark", n, err)
 	}
 	skews, err := e.CheckClock(context.Background())
 	if err != nil {

@@ -6,7 +6,6 @@ package capping
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -20,8 +19,6 @@ import (
 type redisCall struct {
 	key    string // the user's bucket
 	field  string // the user's field in it
-	now    string // the decision time, timeSize bytes
-	digest string // digestSize bytes of the intent id's hash
 	packed string // the packed argument (args.go)
 	// cmd reads the script's answer (see decodeReply).
 	cmd *redis.Cmd
@@ -62,11 +59,11 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		e.m.refusalHits.Add(float64(a.hits))
 	}()
 	// Redis answered every call of the batch: it can decide (Ready).
-	sent, failed := false, false
+	sent, failed, last := false, false, time.Time{}
 	for {
 		sent = sent || len(a.calls) > 0
-		f, err := e.round(ctx, set, &a)
-		failed = failed || f
+		f, at, err := e.round(ctx, set, &a)
+		failed, last = failed || f, at
 		if err != nil {
 			return a.out, err
 		}
@@ -75,29 +72,30 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 		}
 	}
 	if sent && !failed {
-		e.health.answered()
+		e.health.answered(last)
 	}
 	return a.out, nil
 }
 
 // round sends a round's calls as one pipeline (re-sending those Redis
 // refused without running) and answers them; failed reports a call that
-// failed.
-func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed bool, _ error) {
+// failed, at when Redis answered (or failed to).
+func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed bool, at time.Time, _ error) {
 	if len(a.calls) == 0 {
-		return false, nil
+		return false, at, nil
 	}
 	reqs := a.reqs
 	e.prepare(set, reqs, a.calls)
 	if err := ctx.Err(); err != nil {
 		a.fail(fmt.Errorf("decide: %w", err))
-		return false, err
+		return false, at, err
 	}
 	all := ptrs(a.calls)
 	done := e.health.begin()
 	e.send(ctx, set, reqs, all, false)
 	e.resend(ctx, set, reqs, all)
 	done()
+	at = time.Now()
 	reps := make([]reply, len(a.calls))
 	errs := make([]error, len(a.calls))
 	results := make([]callResult, 0, len(a.calls))
@@ -131,7 +129,7 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 	}
 	// Not ready before the errors are counted: whoever sees the count sees
 	// the worker unready.
-	e.health.settle(results, func(key string) string { return e.nodeOf(ctx, key) })
+	e.health.settle(at, results, func(key string) string { return e.nodeOf(ctx, key) })
 	for k := range a.calls {
 		// Counted are Redis' failures: not an attempt given back, nor what
 		// our own context ended (those say nothing of Redis, and readiness
@@ -143,9 +141,9 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 	}
 	if err := ctx.Err(); err != nil {
 		a.fail(fmt.Errorf("decide: %w", err))
-		return failed, err
+		return failed, at, err
 	}
-	return failed, nil
+	return failed, at, nil
 }
 
 // nodeOf names the master that serves key now ("" when it cannot be told).
@@ -209,22 +207,17 @@ func resendRefused[C any](ctx context.Context, all []C, cmd func(C) *redis.Cmd, 
 // argument): all their bytes go into one buffer that becomes one string,
 // and each is a substring of it.
 func (e *Engine) prepare(set *policySet, reqs []Request, calls []call) {
-	type span struct{ key, field, now, digest, packed, end int }
+	type span struct{ key, field, packed, end int }
 	var buf []byte
 	spans := make([]span, len(calls))
 	for k := range calls {
 		c := &calls[k]
 		r := &reqs[c.i]
-		d := digest(r.IntentID)
 		s := &spans[k]
 		s.key = len(buf)
 		buf = e.keys.appendBucket(buf, r.UserID)
 		s.field = len(buf)
 		buf = appendField(buf, r.UserID)
-		s.now = len(buf)
-		buf = binary.BigEndian.AppendUint32(buf, uint32(r.At.Unix()))
-		s.digest = len(buf)
-		buf = append(buf, d[:digestSize]...)
 		s.packed = len(buf)
 		buf = set.appendPacked(buf, r, c)
 		s.end = len(buf)
@@ -232,8 +225,7 @@ func (e *Engine) prepare(set *policySet, reqs []Request, calls []call) {
 	all := string(buf)
 	for k := range calls {
 		s, c := spans[k], &calls[k]
-		c.key, c.field, c.now = all[s.key:s.field], all[s.field:s.now], all[s.now:s.digest]
-		c.digest, c.packed = all[s.digest:s.packed], all[s.packed:s.end]
+		c.key, c.field, c.packed = all[s.key:s.field], all[s.field:s.packed], all[s.packed:s.end]
 	}
 }
 

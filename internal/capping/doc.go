@@ -41,10 +41,12 @@
 // campaign), each trimmed to what a limit can still count: times inside the
 // scope's longest window (plus a margin for clock skew), at most its
 // largest max. The hash stays a compact listpack while every record fits in
-// hash-max-listpack-value (see ListpackValue). Its field "x" says until
-// when the key's expiry covers every record; the first write after that
-// extends it (once per idempotency window) and drops the records of users
-// whose latest write is older than anything a limit looks at. So a user who
+// hash-max-listpack-value (see ListpackValue). Its field "x", the mark
+// (layout.go), says until when the key's expiry covers every record and a
+// time no record was last written before; the first write after the first
+// extends it (once per idempotency window), and one that finds the second
+// too old drops the records of users whose latest write is older than
+// anything a limit looks at. So a user who
 // stops receiving leaves nothing after the longest retention plus the
 // idempotency window.
 //

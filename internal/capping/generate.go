@@ -22,6 +22,26 @@ var packedTemplate string
 
 var scriptTemplate = template.Must(template.New("packed.lua").Funcs(template.FuncMap{
 	"dbl": func(n int) int { return 2 * n }, // has bit n of a mask: m % dbl(n) >= n
+	// qs names the packed argument's first n bytes (q1, q2, ...), which
+	// the script takes in one string.byte call; q is the big-endian number
+	// of size bytes at off among them.
+	"qs": func(n int) string {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("q%d", i+1)
+		}
+		return strings.Join(names, ", ")
+	},
+	"q": func(off, size int) string {
+		e := fmt.Sprintf("q%d", off)
+		for i := 1; i < size; i++ {
+			e = fmt.Sprintf("%s * 256 + q%d", e, off+i)
+			if i < size-1 {
+				e = "(" + e + ")"
+			}
+		}
+		return e
+	},
 	// round is what template "full" needs to answer code for limit l.
 	"round": func(d scriptData, code string, l limitData, indent int) roundData {
 		return roundData{Code: code, Lim: l, Time: d.L.Time, LimitMul: d.R.Limit, In: strings.Repeat(" ", indent)}
@@ -83,6 +103,7 @@ type (
 	scriptData struct {
 		Version                              string
 		IdemS, KeyLife, Slack, UnknownRetS   int64
+		KeyLifeSlack                         int64 // the key's life and slack, the bucket's TTL
 		L                                    layoutData
 		R                                    replyData
 		Argv, At                             map[string]int
@@ -96,7 +117,7 @@ type (
 )
 
 func (ps *policySet) generate() (string, error) {
-	d := scriptData{Version: ps.version(), IdemS: ps.idem, KeyLife: ps.keyLife, Slack: ps.slack,
+	d := scriptData{Version: ps.version(), IdemS: ps.idem, KeyLife: ps.keyLife, Slack: ps.slack, KeyLifeSlack: ps.keyLife + ps.slack,
 		UnknownRetS: unknownRetention, L: layout, R: replyText, FlagBypass: flagBypass, FlagWantIdem: flagWantIdem, OffsetBias: utcOffsetBias, Packed: ps.args.packed}
 	d.Argv, d.At, d.Args = ps.argData()
 	used := map[int]bool{}

@@ -27,9 +27,10 @@ import (
 
 type health struct {
 	mu sync.Mutex
-	// err: the first failure no master is known for (a failed dial, a
-	// refund) since a round of calls last succeeded; nil: none.
-	err error
+	// err: the first failure no master is known for (a failed dial) since a
+	// round of calls last succeeded; nil: none. errAt: when it was seen.
+	err   error
+	errAt time.Time
 	// nodes: by master address, the first failure of calls to it since
 	// they last succeeded.
 	nodes map[string]nodeFailure
@@ -58,13 +59,16 @@ type callResult struct {
 	err error
 }
 
-// settle notes a round's calls by master: a master whose calls all
-// succeeded can decide again, one with a failed call cannot. Failures noted
-// earlier first follow their key to the master that holds it now (a failover
-// moved the slots: the new master must answer before the worker is ready).
-// nodeOf names a key's master ("" when unknown). It does nothing when no
-// call failed and nothing is noted, so that a healthy round costs no lookup.
-func (h *health) settle(results []callResult, nodeOf func(key string) string) {
+// settle notes a round's calls, answered at at, by master: a master whose
+// calls all succeeded can decide again, one with a failed call cannot.
+// Rounds run concurrently and settle in any order, so a success clears only
+// a failure answered before it: a round answered before a replica stopped
+// must not clear the failure of one answered after. Failures noted earlier
+// first follow their key to the master that holds it now (a failover moved
+// the slots: the new master must answer before the worker is ready). nodeOf
+// names a key's master ("" when unknown). It does nothing when no call
+// failed and nothing is noted, so that a healthy round costs no lookup.
+func (h *health) settle(at time.Time, results []callResult, nodeOf func(key string) string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.nodes) == 0 && !slices.ContainsFunc(results, func(r callResult) bool { return r.err != nil }) {
@@ -89,17 +93,21 @@ func (h *health) settle(results []callResult, nodeOf func(key string) string) {
 		}
 	}
 	for addr := range answered {
-		if _, ok := failed[addr]; !ok {
+		if _, ok := failed[addr]; !ok && h.nodes[addr].last.Before(at) {
 			delete(h.nodes, addr)
 		}
 	}
-	now := time.Now()
 	for addr, r := range failed {
 		f, ok := h.nodes[addr]
 		if !ok {
-			f = nodeFailure{err: r.err, key: r.key, since: now}
+			f = nodeFailure{err: r.err, key: r.key, since: at, last: at}
 		}
-		f.last = now
+		if at.Before(f.since) {
+			f.since = at
+		}
+		if at.After(f.last) {
+			f.last = at
+		}
 		h.nodes[addr] = f
 	}
 }
@@ -112,15 +120,18 @@ func (h *health) fail(err error) {
 	if h.err == nil {
 		h.err = err
 	}
+	h.errAt = time.Now()
 }
 
-// answered notes that Redis answered every call of a round: the failures no
-// master is known for are over (those of masters the round did not reach
-// are not).
-func (h *health) answered() {
+// answered notes that Redis answered every call of a round, the last at
+// at: the failures no master is known for, seen before then, are over
+// (those of masters the round did not reach are not).
+func (h *health) answered(at time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.err = nil
+	if h.errAt.Before(at) {
+		h.err = nil
+	}
 }
 
 // ok notes that every master answered (and, under wait_replicas, had its
@@ -130,7 +141,9 @@ func (h *health) answered() {
 func (h *health) ok(asOf time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.err = nil
+	if h.errAt.Before(asOf) {
+		h.err = nil
+	}
 	for addr, f := range h.nodes {
 		if f.last.Before(asOf) {
 			delete(h.nodes, addr)

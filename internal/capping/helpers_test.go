@@ -235,3 +235,11 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// readMark is a bucket's mark (layout.go: xField) of this version.
+func readMark(m string) (x, y int64, ok bool) {
+	if len(m) != markSize || m[0] != 0 {
+		return 0, 0, false
+	}
+	return u32(m, 1), u32(m, 1+timeSize), true
+}

@@ -46,20 +46,25 @@ type layoutData struct {
 	Digest, Time, Entry, ScopeID, Campaign, Small, MaxCount, CampaignBit, MaxIdem int
 	Mark                                                                          string // a Lua literal's body
 	XField, YField                                                                string
+	MarkSize                                                                      int
 }
 
 var layout = layoutData{Digest: digestSize, Time: timeSize, Entry: idemEntrySize, ScopeID: scopeIDSize, Campaign: campaignSize,
 	Small: smallCount, MaxCount: maxCount, CampaignBit: campaignBit, MaxIdem: maxIdem, Mark: luaBytes([]byte(trimMark)...),
-	XField: xField, YField: yField}
+	XField: xField, YField: yField, MarkSize: markSize}
 
-// A bucket's fields beside its users' records (engine.go: keys): until
-// when its expiry covers every record (x, decimal unix s), and a time no
-// record in it was last written before (y: a 0 byte, then the time; a
-// script of an earlier version, sweeping, reads a record with no entries
-// there and leaves it).
+// A bucket's field beside its users' records (engine.go: keys): its mark,
+// a 0 byte (a script of an earlier version, sweeping, reads a record with
+// no entries there and leaves it), x, until when its expiry covers every
+// record (unix s), and y, a time no record in it was last written before.
+// An earlier version kept x in decimal there and y in a field of its own
+// (a 0 byte, then the time): the decide script reads that as y 0 (a sweep,
+// which drops field y and writes a mark of this version), and every other
+// writer of x reads both.
 const (
-	xField = "x"
-	yField = "y"
+	xField   = "x"
+	yField   = "y"
+	markSize = 1 + 2*timeSize
 )
 
 func appendVarint(b []byte, n int) []byte {

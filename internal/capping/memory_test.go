@@ -193,12 +193,8 @@ func sameAsRedis(t *testing.T, c redis.UniversalClient, mem *Memory, prefix stri
 		for f, v := range all {
 			switch b := mem.buckets[bk]; f {
 			case xField:
-				if fmt.Sprint(b.x) != v {
-					t.Fatalf("bucket %s: x = %s in Redis, %d in Memory", k, v, b.x)
-				}
-			case yField:
-				if len(v) != 1+timeSize || v[0] != 0 || u32(v, 1) != b.y {
-					t.Fatalf("bucket %s: y = %x in Redis, %d in Memory", k, v, b.y)
+				if x, y, ok := readMark(v); !ok || x != b.x || y != b.y {
+					t.Fatalf("bucket %s: mark %x in Redis, x %d y %d in Memory", k, v, b.x, b.y)
 				}
 			default:
 				var fi uint64

@@ -274,8 +274,8 @@ func (l *v1Logs) record(set *policySet, sources []v1Source, now int64) (record, 
 func (e *Engine) writeMigrated(ctx context.Context, write redis.Pipeliner, set *policySet, now int64, uid uint64, rec *record) {
 	key := e.keys.bucket(uid)
 	write.HSet(ctx, key, field(uid), rec.encode())
-	write.Do(ctx, "eval", `local x = tonumber(redis.call('HGET', KEYS[1], 'x')) or 0
-if x < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'x', ARGV[1]) end
+	write.Do(ctx, "eval", markLua+`local x, y = getMark()
+if x < tonumber(ARGV[1]) then setMark(tonumber(ARGV[1]), y) end
 if redis.call('TTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 return 0`, 1, key, now+set.keyLife+set.slack, set.keyLife+set.slack)
 }

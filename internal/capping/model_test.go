@@ -829,8 +829,9 @@ func checkStored(t *testing.T, c redis.UniversalClient, e *Engine, m *refModel) 
 				trimmed++
 			}
 		}
-		x, err := c.HGet(ctx, key, "x").Int64()
-		if err != nil || x < last+set.keyLife {
+		m, err := c.HGet(ctx, key, xField).Result()
+		x, _, ok := readMark(m)
+		if err != nil || !ok || x < last+set.keyLife {
 			t.Fatalf("user %d: bucket expiry mark %d (%v), want at least %d", uid, x, err, last+set.keyLife)
 		}
 		if ttl, err := c.TTL(ctx, key).Result(); err != nil || ttl <= 0 {

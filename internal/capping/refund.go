@@ -144,6 +144,7 @@ func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutc
 	e.sendRefunds(ctx, all, false)
 	e.resendRefunds(ctx, all)
 	done()
+	at := time.Now()
 	results := make([]callResult, 0, len(calls))
 	for _, c := range calls {
 		res, err := c.cmd.Int64()
@@ -166,7 +167,7 @@ func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutc
 			e.refusals.forgetUser(reqs[c.i].UserID)
 		}
 	}
-	e.health.settle(results, func(key string) string { return e.nodeOf(ctx, key) })
+	e.health.settle(at, results, func(key string) string { return e.nodeOf(ctx, key) })
 	if err := ctx.Err(); err != nil {
 		return out, err
 	}

@@ -19,7 +19,8 @@ import (
 // userField is the bucket's field holding a user's limits.
 func userField(uid uint64) string { return "u" + field(uid) }
 
-// noExpiry is the x of a bucket holding limits: beyond any decision time.
+// noExpiry is the x of a bucket holding limits: beyond any decision time
+// (the largest a mark holds).
 const noExpiry = "4294967295"
 
 // userLimitsSrc sets (ARGV[2] not empty) or removes a user's limits, and
@@ -31,7 +32,7 @@ const noExpiry = "4294967295"
 // not on the server's (a test that decides at a simulated time expires
 // what it simulates, on any day it runs). Returns {limits before, record
 // before} (false: none).
-const userLimitsSrc = `
+var userLimitsSrc = markLua + `
 local before = redis.call('HMGET', KEYS[1], ARGV[1], ARGV[5])
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
@@ -51,8 +52,9 @@ for i = 1, #all, 2 do
     records = records + 1
   end
 end
+local x, y = getMark()
 if lasting then
-  redis.call('HSET', KEYS[1], 'x', '` + noExpiry + `')
+  setMark(` + noExpiry + `, y)
   redis.call('PERSIST', KEYS[1])
   return before
 end
@@ -63,9 +65,8 @@ if records == 0 and snooze <= now then
 end
 -- Snoozes only, or nothing: the bucket expires as the decide script
 -- extends it, and not before the last snooze ends (x, in decision time).
-local x = tonumber(redis.call('HGET', KEYS[1], 'x')) or 0
 if x == ` + noExpiry + ` then x = 0 end
-redis.call('HSET', KEYS[1], 'x', math.max(x, snooze))
+setMark(math.max(x, snooze), y)
 local want, ttl = math.max(snooze - now, 0) + tonumber(ARGV[4]), redis.call('TTL', KEYS[1])
 if ttl < want then redis.call('EXPIRE', KEYS[1], want) end
 return before

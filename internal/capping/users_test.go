@@ -240,8 +240,8 @@ func TestSnoozeOnlyBucketExpires(t *testing.T) {
 	if d := ttl(); d < 3*time.Hour-time.Minute {
 		t.Fatalf("a bucket holding a 3h snooze: TTL %v, want at least until it ends", d)
 	}
-	if x := c.HGet(ctx, key, "x").Val(); x != fmt.Sprint(until.Unix()) {
-		t.Fatalf("x = %s, want the snooze's end %d", x, until.Unix())
+	if x, _, ok := readMark(c.HGet(ctx, key, xField).Val()); !ok || x != until.Unix() {
+		t.Fatalf("x = %d (a mark: %t), want the snooze's end %d", x, ok, until.Unix())
 	}
 	setLimits(t, e, 321, UserLimits{Tier: "fewer"})
 	if d := ttl(); d != -1 {

@@ -4,25 +4,26 @@
 -- arguments are what depends on the intent. layout.go describes the record.
 --
 -- KEYS[1]  <prefix>:{b<uid/32>}, a hash: field <uid%32> = the user's record,
---          field "x" = until when (decision time, unix s) the key's expiry
---          covers every record in it, field "y" = a time no record in it
---          was last written before (a 0 byte, then 4 bytes)
+--          field "x" = the bucket's mark: a 0 byte, x (4 bytes: until when,
+--          in decision time, unix s, the key's expiry covers every record in it),
+--          y (4 bytes: a time no record in it was last written before); an
+--          earlier version's mark is x in decimal, with y in field "y"
 -- ARGV[1]  field: the user's field in the bucket (<uid%32>)
--- ARGV[2]  now: the decision time (unix s, 4 bytes)
--- ARGV[3]  digest: the intent id's digest (5 bytes)
--- ARGV[4]  packed: the fields below, packed
---   bytes 1-2  policy: the intent's policy (1 = the default one, then the segments in order)
---   bytes 3-6  applies: the limits of that policy that apply (bit i-1: limit i)
---   bytes 7-10  records: the scopes the intent falls in, to record it in (bit i-1: scope i)
---   bytes 11-11  flags: 1: an honoured bypass, recorded without checking; 2: a refusal also returns the idempotency entries
---   bytes 12-12  priority: the priority (0-100; low, normal, high are 25, 50, 75), for reserved slots
---   bytes 13-16  day: the start of the intent's calendar day (unix s)
---   bytes 17-20  week: the start of the intent's calendar week (unix s)
---   bytes 21-24  month: the start of the intent's calendar month (unix s)
---   bytes 25-27  campaign: the campaign (3-byte hash), for the per-campaign scopes
---   bytes 28-31  uapplies: the users' limits that apply (bit k: tier or channel limit k)
---   bytes 32-32  channel: the channel (1-based in the policy's channels), for a user's snooze and channel limits
---   bytes 33-34  offset: the user's UTC offset now (minutes + 1024), for their own quiet hours
+-- ARGV[2]  packed: the fields below, packed
+--   bytes 1-5  digest: the intent id's digest
+--   bytes 6-9  now: the decision time (unix s)
+--   bytes 10-11  policy: the intent's policy (1 = the default one, then the segments in order)
+--   bytes 12-15  applies: the limits of that policy that apply (bit i-1: limit i)
+--   bytes 16-19  records: the scopes the intent falls in, to record it in (bit i-1: scope i)
+--   bytes 20-20  flags: 1: an honoured bypass, recorded without checking; 2: a refusal also returns the idempotency entries
+--   bytes 21-21  priority: the priority (0-100; low, normal, high are 25, 50, 75), for reserved slots
+--   bytes 22-25  day: the start of the intent's calendar day (unix s)
+--   bytes 26-29  week: the start of the intent's calendar week (unix s)
+--   bytes 30-33  month: the start of the intent's calendar month (unix s)
+--   bytes 34-36  campaign: the campaign (3-byte hash), for the per-campaign scopes
+--   bytes 37-40  uapplies: the users' limits that apply (bit k: tier or channel limit k)
+--   bytes 41-41  channel: the channel (1-based in the policy's channels), for a user's snooze and channel limits
+--   bytes 42-43  offset: the user's UTC offset now (minutes + 1024), for their own quiet hours
 --
 -- Returns one integer (a table costs Redis more): code * 2^40 + limit *
 -- 2^32 + t. Code 0: allowed and recorded; 1: capped by that limit
@@ -39,11 +40,14 @@ local function u32(s, i) -- the big-endian 4 bytes at i
   local a, b, c, d = byte(s, i, i + (4 - 1))
   return ((a * 256 + b) * 256 + c) * 256 + d
 end
-local P = ARGV[4]
-local flags = byte(P, 11)
-local nowb = ARGV[2]
-local now = u32(nowb, 1)
-local v = redis.call('HMGET', KEYS[1], ARGV[1], 'x', 'y', 'u' .. ARGV[1])
+local P = ARGV[2]
+-- The packed argument's fixed fields, in one call (a call per field costs
+-- more than the arithmetic).
+local q1, q2, q3, q4, q5, q6, q7, q8, q9, q10, q11, q12, q13, q14, q15, q16, q17, q18, q19, q20, q21, q22, q23, q24, q25, q26, q27, q28, q29, q30, q31, q32, q33, q34, q35, q36, q37, q38, q39, q40, q41, q42, q43 = byte(P, 1, 43)
+local flags = q20
+local nowb = sub(P, 6, 6 + (4 - 1))
+local now = ((q6 * 256 + q7) * 256 + q8) * 256 + q9
+local v = redis.call('HMGET', KEYS[1], ARGV[1], 'x', 'u' .. ARGV[1])
 local rec = v[1] or '\0' -- no record: no entries, no sections
 local n, ni, ib = #rec, byte(rec, 1), 2
 if ni >= 128 then ni, ib = (ni - 128) * 256 + byte(rec, 2), 3 end
@@ -52,15 +56,15 @@ local sb = ib + 9 * ni -- first byte of the sections
 -- refusal cache must know which ids Redis would call duplicates.
 local idem = flags % 4 >= 2
 local bk -- the slots campaign plans book, by limit (plans.go), when any
-if #P > 34 then
+if #P > 43 then
   bk = {}
-  for q = 34 + 1, #P, 2 do bk[byte(P, q)] = byte(P, q + 1) end
+  for q = 43 + 1, #P, 2 do bk[byte(P, q)] = byte(P, q + 1) end
 end
-local camp = sub(P, 25, 25 + (3 - 1))
+local camp = sub(P, 34, 34 + (3 - 1))
 
 -- A duplicate: an idempotency entry with this digest that is young enough.
 if ni > 0 then
-  local d, at = ARGV[3], ib
+  local d, at = sub(P, 1, 1 + (5 - 1)), ib
   while true do
     local p = string.find(rec, d, at, true)
     if not p or p >= sb then break end
@@ -77,8 +81,8 @@ end
 -- channel's limits are checked after the segment's (below). An honoured
 -- bypass ignores them, as it ignores the caps.
 local utier, ucm
-if v[4] and flags % 2 < 1 then
-  local ul, chn = v[4], ({'\101\109\097\105\108', '\112\117\115\104', '\115\109\115'})[byte(P, 32)]
+if v[3] and flags % 2 < 1 then
+  local ul, chn = v[3], ({'\101\109\097\105\108', '\112\117\115\104', '\115\109\115'})[q41]
   local s = tonumber(string.match(ul, ';s=(%d+)') or '') -- or '': a Lua without a match's nil (gopher-lua, the demo's) refuses tonumber()
   if s and s > now then
     local sc = string.match(ul, ';sc=([^;]*)')
@@ -87,8 +91,7 @@ if v[4] and flags % 2 < 1 then
   local qf, qt = string.match(ul, ';q=(%d+)-(%d+)')
   if qf then
     qf, qt = tonumber(qf), tonumber(qt)
-    local o1, o2 = byte(P, 33, 33 + 1)
-    local ls = (now + (o1 * 256 + o2 - 1024) * 60) % 86400 -- seconds after the user's midnight
+    local ls = (now + (q42 * 256 + q43 - 1024) * 60) % 86400 -- seconds after the user's midnight
     local lm = math.floor(ls / 60)
     if (qf < qt and lm >= qf and lm < qt) or (qt < qf and (lm >= qf or lm < qt)) then
       local e = now - ls + qt * 60
@@ -133,13 +136,12 @@ local a, b1, c1, c = byte(rec, p, p + 3)
 end
 
 -- The limits of the intent's policy that apply, in policy order.
-local cday = u32(P, 13)
-local cweek = u32(P, 17)
-local cmonth = u32(P, 21)
+local cday = ((q22 * 256 + q23) * 256 + q24) * 256 + q25
+local cweek = ((q26 * 256 + q27) * 256 + q28) * 256 + q29
+local cmonth = ((q30 * 256 + q31) * 256 + q32) * 256 + q33
 if flags % 2 < 1 then -- not an honoured bypass
-local prio = byte(P, 12)
-local pb1, pb2 = byte(P, 1, 1 + 1)
-local pol, am = pb1 * 256 + pb2, u32(P, 3)
+local prio = q21
+local pol, am = q10 * 256 + q11, ((q12 * 256 + q13) * 256 + q14) * 256 + q15
 if pol == 1 then
   if am % 2 >= 1 then -- daily
     local m = 1
@@ -416,7 +418,7 @@ elseif pol == 2 then
 end
 -- The user's tier and channel limits, once the segment's passed.
 if utier or ucm then
-  local uam = u32(P, 28)
+  local uam = ((q37 * 256 + q38) * 256 + q39) * 256 + q40
   if utier == '\102\101\119\101\114' then
     if uam % 2 >= 1 then -- user-tier/fewer/daily
       local m, i = 1, nil
@@ -451,7 +453,7 @@ if utier or ucm then
       return r
     end
   end
-  if ucm and byte(P, 32) == 2 then -- user-channel/push
+  if ucm and q41 == 2 then -- user-channel/push
     local m, i = ucm, nil
     if m == 0 then
       local r = 1 * 2^40 + 131 * 2^32
@@ -468,7 +470,7 @@ if utier or ucm then
         return r
       end
     end
-  elseif ucm and byte(P, 32) == 3 then -- user-channel/sms
+  elseif ucm and q41 == 3 then -- user-channel/sms
     local m, i = ucm, nil
     if m == 0 then
       local r = 1 * 2^40 + 132 * 2^32
@@ -495,7 +497,7 @@ end
 -- attempt's decision time (refund.lua.tmpl). Redis runs the attempt only now
 -- (a stalled server running what was queued before the give-back).
 if ni > 0 then
-  local vd, at = char(255 - byte(ARGV[3], 1)) .. sub(ARGV[3], 2) .. nowb, ib
+  local vd, at = char(255 - q1) .. sub(P, 1 + 1, 6 + (4 - 1)), ib
   while true do
     local p = string.find(rec, vd, at, true)
     if not p or p >= sb then break end
@@ -510,13 +512,12 @@ end
 -- largest max), a section of a scope this policy does not know (another
 -- policy version's) keeps 2682301s, and the intent goes into the sections of
 -- the scopes it falls in.
-local rm = u32(P, 7)
+local rm = ((q16 * 256 + q17) * 256 + q18) * 256 + q19
 local k = ib
 while k < sb and u32(rec, k + 5) < now - 86400 do k = k + 9 end
 if sb - k >= 1000 * 9 then k = sb - (1000 - 1) * 9 end
 local ne = (sb - k) / 9 + 1 -- the entries kept, as a count
-local out = (ne < 128 and char(ne) or char(128 + math.floor(ne / 256), ne % 256)) .. sub(rec, k, sb - 1) .. ARGV[3] .. nowb
-local done, p = 0, sb
+local out, done, p = '', 0, sb -- out: the sections kept, then the record
 while p <= n do
 local a, b1, c1, c = byte(rec, p, p + 3)
     local id, h = a * 65536 + b1 * 256 + c1, p + 3
@@ -586,28 +587,50 @@ local a, b1, c1, c = byte(rec, p, p + 3)
   end
   p = e
 end
-if rm % 2 >= 1 and done % 2 < 1 then out = out .. '\065\039\164' .. '\001' .. nowb end
-if rm % 4 >= 2 and done % 4 < 2 then out = out .. '\035\158\245' .. '\001' .. nowb end
-if rm % 8 >= 4 and done % 8 < 4 then out = out .. '\247\132\094' .. camp .. '\001' .. nowb end
-if rm % 16 >= 8 and done % 16 < 8 then out = out .. '\026\110\133' .. '\001' .. nowb end
-if rm % 32 >= 16 and done % 32 < 16 then out = out .. '\118\122\049' .. '\001' .. nowb end
+-- One concatenation (each makes a new string): the entries, the sections
+-- kept, and a new section for each scope the intent falls in that had none
+-- (need: done holds only scopes of rm; a condition per piece, so that no
+-- piece is a string of its own).
+local need = rm - done
+if need == 0 then
+  out = (ne < 128 and char(ne) or char(128 + math.floor(ne / 256), ne % 256)) .. sub(rec, k, sb - 1) .. sub(P, 1, 6 + (4 - 1)) .. out
+else
+  out = (ne < 128 and char(ne) or char(128 + math.floor(ne / 256), ne % 256)) .. sub(rec, k, sb - 1) .. sub(P, 1, 6 + (4 - 1)) .. out
+    .. (need % 2 >= 1 and '\065\039\164\001' or '')
+    .. (need % 2 >= 1 and nowb or '')
+    .. (need % 4 >= 2 and '\035\158\245\001' or '')
+    .. (need % 4 >= 2 and nowb or '')
+    .. (need % 8 >= 4 and '\247\132\094' or '')
+    .. (need % 8 >= 4 and camp or '')
+    .. (need % 8 >= 4 and '\001' or '')
+    .. (need % 8 >= 4 and nowb or '')
+    .. (need % 16 >= 8 and '\026\110\133\001' or '')
+    .. (need % 16 >= 8 and nowb or '')
+    .. (need % 32 >= 16 and '\118\122\049\001' or '')
+    .. (need % 32 >= 16 and nowb or '')
+end
 
--- The bucket: x, until when its expiry covers every record in it; y (a 0
--- byte, then a time), a time no record in it was last written before.
-local x, yb = tonumber(v[2]) or 0, nil
-local y = v[3] and #v[3] == 4 + 1 and u32(v[3], 2) or 0
+-- The bucket's mark (one field, so that a call reads and writes one
+-- less): x, until when its expiry covers every record in it; y, a time no
+-- record in it was last written before. An earlier version's mark (x in
+-- decimal, y in its own field) reads as y 0: this write sweeps, drops that
+-- field and leaves a mark of this version.
+local xs, x, y, yw = v[2], 0, 0, false
+if xs and #xs == 9 then x, y = u32(xs, 2), u32(xs, 4 + 2) elseif xs then x = tonumber(xs) or 0 end
 local old = now - 2682301
-if not v[2] then
-  yb = '\0' .. nowb -- a new bucket: only this record
+if not xs then
+  y, yw = now, true -- a new bucket: only this record
 elseif y < old then
   -- A record may be older than any limit or the idempotency window looks
   -- (its user stopped receiving: its latest write, the last idempotency
   -- entry, is before old): those go, and y becomes the oldest left.
   local all = redis.call('HGETALL', KEYS[1])
-  y = now
+  y, yw = now, true
   for i = 1, #all, 2 do
     local f, r = all[i], all[i + 1]
-    if f ~= 'x' and f ~= 'y' and f ~= ARGV[1] and byte(f, 1) ~= 117 then -- 117: u, a user's limits
+    if f == 'y' then
+      redis.call('HDEL', KEYS[1], f)
+    elseif f ~= 'x' and f ~= ARGV[1] and byte(f, 1) ~= 117 then -- 117: u, a user's limits
       local c, q = byte(r, 1), 2
       if c >= 128 then c, q = (c - 128) * 256 + byte(r, 2), 3 end
       if c > 0 then
@@ -616,21 +639,19 @@ elseif y < old then
       end
     end
   end
-  yb = char(0, math.floor(y / 16777216), math.floor(y / 65536) % 256, math.floor(y / 256) % 256, y % 256)
 end
 -- The key outlives every record in it by at most the slack: a bucket no one
 -- writes to any more disappears whole. It is extended once per slack.
 local ext = now + 2682301 > x
-if ext and yb then
-  redis.call('HSET', KEYS[1], ARGV[1], out, 'x', now + 2682301 + 86400, 'y', yb)
-elseif ext then
-  redis.call('HSET', KEYS[1], ARGV[1], out, 'x', now + 2682301 + 86400)
-elseif yb then
-  redis.call('HSET', KEYS[1], ARGV[1], out, 'y', yb)
+if ext then x = now + 2682301 + 86400 end
+if ext or yw then
+  local x1, x2, x3 = (x - x % 16777216) / 16777216, (x - x % 65536) / 65536 % 256, (x - x % 256) / 256 % 256
+  local y1, y2, y3 = (y - y % 16777216) / 16777216, (y - y % 65536) / 65536 % 256, (y - y % 256) / 256 % 256
+  redis.call('HSET', KEYS[1], ARGV[1], out, 'x', char(0, x1, x2, x3, x % 256, y1, y2, y3, y % 256))
 else
   redis.call('HSET', KEYS[1], ARGV[1], out)
 end
 -- Relative to the server's clock: the same span, whatever the skew of the
 -- decision times.
-if ext then redis.call('EXPIRE', KEYS[1], 2682301 + 86400) end
+if ext then redis.call('EXPIRE', KEYS[1], '2768701') end
 return 0
