@@ -28,6 +28,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/capper-dev/capper/internal/app"
+	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/control"
@@ -866,15 +867,9 @@ func checkCancelledUncounted(b *testing.B, cfg *config.Config, sc pacingScale, o
 	return r
 }
 
-// mostInOneSecond is the most of sorted times (ms) within any 1 s.
+// mostInOneSecond is the most of times (ms) within any 1 s.
 func mostInOneSecond(ts []int64) int {
-	most := 0
-	for i, j := 0, 0; i < len(ts); i++ {
-		for ts[i]-ts[j] >= 1000 {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
+	most, _ := audit.BusiestSecond(audit.UnixMillis(ts))
 	return most
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/config"
@@ -68,14 +69,7 @@ func paceIntents(from, n int, campaign, channel, category, priority string) []ka
 
 // mostInOneSecond is the most of times within any one second.
 func mostInOneSecond(times []time.Time) int {
-	times = slices.SortedFunc(slices.Values(times), func(a, b time.Time) int { return a.Compare(b) })
-	most := 0
-	for i, j := 0, 0; i < len(times); i++ {
-		for times[i].Sub(times[j]) >= time.Second {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
+	most, _ := audit.BusiestSecond(times)
 	return most
 }
 

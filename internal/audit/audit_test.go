@@ -167,3 +167,36 @@ func TestSendsReadsHeaders(t *testing.T) {
 		t.Fatal("bad JSON accepted")
 	}
 }
+
+// TestBusiestSecond: the most times in any one second, [from, from+1s),
+// whatever their order; a time a whole second after another is not in its
+// second.
+func TestBusiestSecond(t *testing.T) {
+	base := time.Now().Truncate(time.Second)
+	at := func(ms ...int64) []time.Time {
+		var out []time.Time
+		for _, m := range ms {
+			out = append(out, base.Add(time.Duration(m)*time.Millisecond))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		ts   []time.Time
+		most int
+		from int64
+	}{
+		{nil, 0, 0},
+		{at(0), 1, 0},
+		{at(0, 1000), 1, 0},
+		{at(1500, 0, 999, 1200, 2400), 3, 999},
+		{at(100, 300, 500, 1050, 1099), 5, 100},
+	} {
+		most, from := BusiestSecond(c.ts)
+		if most != c.most || (most > 0 && !from.Equal(base.Add(time.Duration(c.from)*time.Millisecond))) {
+			t.Errorf("%v: %d from %v, want %d from +%dms", c.ts, most, from, c.most, c.from)
+		}
+	}
+	if most, _ := BusiestSecond(UnixMillis([]int64{0, 999, 1000})); most != 2 {
+		t.Errorf("UnixMillis: %d, want 2", most)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/kafka"
 )
@@ -52,7 +53,7 @@ func checkBudgets(budgets []budgetFact, deliveries []kafka.Message) checkResult 
 			released = append(released, at)
 		}
 		limit := 1.01*b.rate + float64(b.burst)
-		most, from := busiestSecond(released)
+		most, from := audit.BusiestSecond(released)
 		if float64(most) > limit {
 			r.violations = append(r.violations, fmt.Sprintf("budget %s: %d releases from %s to %s, above 1.01 x %g + %d = %g in one second",
 				b.name, most, stamp(from), stamp(from.Add(time.Second)), b.rate, b.burst, limit))
@@ -120,23 +121,8 @@ const (
 	userChannelPrefix = "user-channel/"
 )
 
-// busiestSecond is the most of ts (any order) within one second, [from,
-// from+1s), and from.
-func busiestSecond(ts []time.Time) (most int, from time.Time) {
-	sorted := slices.SortedFunc(slices.Values(ts), time.Time.Compare)
-	for i, j := 0, 0; i < len(sorted); i++ {
-		for sorted[i].Sub(sorted[j]) >= time.Second {
-			j++
-		}
-		if i-j+1 > most {
-			most, from = i-j+1, sorted[j]
-		}
-	}
-	return most, from
-}
-
 // mostInOneSecond is the most of ts within any one second.
 func mostInOneSecond(ts []time.Time) int {
-	most, _ := busiestSecond(ts)
+	most, _ := audit.BusiestSecond(ts)
 	return most
 }

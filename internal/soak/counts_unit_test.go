@@ -12,7 +12,8 @@ import (
 // checks it against made-up deliveries: a counted send no delivery
 // explains (an intent cancelled after its lost attempt ran) is reported;
 // sends delivered (in the second counted or later), a trimmed section's
-// mark and refunded sends (fewer times) are not.
+// mark, a trimmed section's time standing for an older delivery it dropped
+// and refunded sends (fewer times) are not.
 func TestCountedCheck(t *testing.T) {
 	base := time.Date(2026, 11, 26, 21, 0, 0, 0, time.UTC)
 	u32 := func(t time.Time) []byte {
@@ -51,11 +52,52 @@ func TestCountedCheck(t *testing.T) {
 		want       string
 	}{
 		{"both delivered", []kafka.Message{delivery("a", base.Add(300*time.Millisecond)), delivery("b", base.Add(11*time.Second))}, ""},
-		{"one never delivered", []kafka.Message{delivery("a", base)}, "user 7: Redis counts a send at 21:00:10 (scope 000001: 2 sends)"},
+		{"one never delivered", []kafka.Message{delivery("a", base)}, "user 7: Redis counts a send at 21:00:10 (scope 000001: 2 sends, trimmed false)"},
 		{"delivered before it was counted", []kafka.Message{delivery("a", base), delivery("b", base.Add(5*time.Second))}, "at 21:00:10"},
 	} {
 		r := &report{counts: map[string]int{}}
 		checkCounted(r, outputs{deliveries: c.deliveries}, recs)
+		got := r.problems["counted"]
+		switch {
+		case c.want == "" && len(got) > 0:
+			t.Errorf("%s: reported %q", c.name, got)
+		case c.want != "" && (len(got) == 0 || !strings.Contains(got[0], c.want)):
+			t.Errorf("%s: reported %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestCountedCheckTrimmed: a trimmed section's time that no delivery at or
+// after it explains stands for an older delivery it dropped (a give-back
+// keeps a trimmed section whole), one time per such delivery; without an
+// older delivery it is reported.
+func TestCountedCheckTrimmed(t *testing.T) {
+	base := time.Now().Truncate(time.Second)
+	at := func(d time.Duration) []byte {
+		v := uint32(base.Add(d).Unix())
+		return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}
+	}
+	delivery := func(id string, d time.Duration) kafka.Message {
+		return kafka.Message{Topic: tDeliveries, Key: []byte("8"), Value: []byte(`{"id":"` + id + `","user_id":8,"campaign_id":"c1","channel":"email"}`),
+			Headers: []kafka.Header{{Key: hDecision, Value: []byte("allowed")}, {Key: hDecidedAt, Value: []byte(base.Add(d).Format(timeLayout))}}}
+	}
+	// No entries; a per-campaign section, trimmed, holding 30 s and 40 s.
+	rec := append([]byte{0, 0x80, 0, 2, 0xaa, 0xbb, 0xcc, 3, 0, 0, 0, 0}, append(at(30*time.Second), at(40*time.Second)...)...)
+	secs, err := parseRecord(rec)
+	if err != nil || len(secs) != 1 || !secs[0].trimmed || len(secs[0].times) != 2 {
+		t.Fatalf("parsed %+v %v", secs, err)
+	}
+	for _, c := range []struct {
+		name       string
+		deliveries []kafka.Message
+		want       string
+	}{
+		{"30 s given back, kept for the dropped a", []kafka.Message{delivery("a", 0), delivery("c", 40*time.Second)}, ""},
+		{"both given back, one dropped delivery", []kafka.Message{delivery("a", 0)}, "trimmed true"},
+		{"no older delivery", []kafka.Message{delivery("c", 40*time.Second)}, "trimmed true"},
+	} {
+		r := &report{counts: map[string]int{}}
+		checkCounted(r, outputs{deliveries: c.deliveries}, map[uint64][]section{8: secs})
 		got := r.problems["counted"]
 		switch {
 		case c.want == "" && len(got) > 0:

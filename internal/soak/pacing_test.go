@@ -47,6 +47,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/kafka"
 )
 
@@ -186,22 +187,21 @@ func checkReleases(r *report, o outputs, b budget) {
 	}
 	slices.SortStableFunc(rs, func(a, b release) int { return a.at.Compare(b.at) })
 	limit := b.rate*1.01 + float64(b.burst)
-	most := 0
-	for i, j := 0, 0; i < len(rs); i++ {
-		for j < len(rs) && rs[j].at.Before(rs[i].at.Add(time.Second)) {
-			j++
-		}
-		most = max(most, j-i)
-		if float64(j-i) <= limit {
-			continue
-		}
+	ts := make([]time.Time, len(rs))
+	for i, x := range rs {
+		ts[i] = x.at
+	}
+	most, from := audit.BusiestSecond(ts)
+	if float64(most) > limit {
 		var in []string
-		for _, x := range rs[i:j] {
-			in = append(in, x.desc)
+		last := from
+		for _, x := range rs {
+			if !x.at.Before(from) && x.at.Before(from.Add(time.Second)) {
+				in, last = append(in, x.desc), x.at
+			}
 		}
 		r.add("releases", "budget %s released %d intents (by their outcomes) from %s to %s, within a second: more than rate*1.01 + burst = %.2f:\n      %s",
-			b.name, j-i, rs[i].at.Format(timeLayout), rs[j-1].at.Format(timeLayout), limit, strings.Join(in, "\n      "))
-		i = j - 1
+			b.name, most, from.Format(timeLayout), last.Format(timeLayout), limit, strings.Join(in, "\n      "))
 	}
 	r.counts["pacing: outcomes released by "+b.name+" (cancellations aside)"] = len(rs)
 	r.counts["pacing: most released in a second"] = most
