@@ -57,13 +57,7 @@ func TestCountedCheck(t *testing.T) {
 	} {
 		r := &report{counts: map[string]int{}}
 		checkCounted(r, outputs{deliveries: c.deliveries}, recs)
-		got := r.problems["counted"]
-		switch {
-		case c.want == "" && len(got) > 0:
-			t.Errorf("%s: reported %q", c.name, got)
-		case c.want != "" && (len(got) == 0 || !strings.Contains(got[0], c.want)):
-			t.Errorf("%s: reported %q, want %q", c.name, got, c.want)
-		}
+		wantFinding(t, c.name, r.problems["counted"], c.want)
 	}
 }
 
@@ -98,12 +92,18 @@ func TestCountedCheckTrimmed(t *testing.T) {
 	} {
 		r := &report{counts: map[string]int{}}
 		checkCounted(r, outputs{deliveries: c.deliveries}, map[uint64][]section{8: secs})
-		got := r.problems["counted"]
-		switch {
-		case c.want == "" && len(got) > 0:
-			t.Errorf("%s: reported %q", c.name, got)
-		case c.want != "" && (len(got) == 0 || !strings.Contains(got[0], c.want)):
-			t.Errorf("%s: reported %q, want %q", c.name, got, c.want)
-		}
+		wantFinding(t, c.name, r.problems["counted"], c.want)
+	}
+}
+
+// wantFinding fails unless got (a check's findings) is empty when want is,
+// or its first finding holds want.
+func wantFinding(t *testing.T, name string, got []string, want string) {
+	t.Helper()
+	switch {
+	case want == "" && len(got) > 0:
+		t.Errorf("%s: reported %q", name, got)
+	case want != "" && (len(got) == 0 || !strings.Contains(got[0], want)):
+		t.Errorf("%s: reported %q, want %q", name, got, want)
 	}
 }
