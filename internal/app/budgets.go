@@ -227,7 +227,7 @@ func (r *BudgetsReport) WriteList(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "budget\trate/s\tburst\tcovers\tlanes\twaiting\tdrains in")
 	for _, b := range r.Budgets {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", b.Name, formatRate(b.Rate), b.Burst, covers(b.Budget), len(b.Lanes),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", b.Name, formatRate(b.Rate), b.Burst, b.Budget.Covers(), len(b.Lanes),
 			b.Waiting, formatDrain(b.DrainIn))
 	}
 	if err := tw.Flush(); err != nil {
@@ -251,7 +251,7 @@ func (r *BudgetsReport) WriteShow(w io.Writer) error {
 			fmt.Fprintf(tw, "workers\t%s\n", strings.TrimPrefix(line, "workers: "))
 		}
 		fmt.Fprintf(tw, "rate\t%s/s, burst %d\n", formatRate(b.Rate), b.Burst)
-		fmt.Fprintf(tw, "covers\t%s\n", covers(b.Budget))
+		fmt.Fprintf(tw, "covers\t%s\n", b.Budget.Covers())
 		fmt.Fprintf(tw, "waiting\t%d, drains in %s\n", b.Waiting, formatDrain(b.DrainIn))
 		if err := tw.Flush(); err != nil {
 			return err
@@ -282,18 +282,6 @@ func takes(lanes []pacing.Lane, i int) string {
 		return "every priority"
 	}
 	return "the rest"
-}
-
-// covers says which intents a budget covers.
-func covers(b pacing.Budget) string {
-	ch, rt := "every channel", "any route"
-	if len(b.Channels) > 0 {
-		ch = "channels " + strings.Join(b.Channels, "|")
-	}
-	if len(b.Routes) > 0 {
-		rt = "routes " + strings.Join(b.Routes, "|")
-	}
-	return ch + ", " + rt
 }
 
 func formatRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/clip"
+	"github.com/capper-dev/capper/internal/pacing"
 )
 
 // Intent is the part of a send-intent capper reads. Everything else in the
@@ -296,6 +297,12 @@ func routeOf(f *fields) (string, error) {
 		return "", invalid("route", "%q must be 1 to %d bytes of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", clip.String(r, 40), maxRouteBytes)
 	}
 	return r, nil
+}
+
+// Pacing is what budgets match the intent on (pacing/match.go): a
+// dimension budgets match on is filled in here.
+func (in *Intent) Pacing() pacing.Intent {
+	return pacing.Intent{Channel: in.Channel, Route: in.Route, Priority: in.Priority}
 }
 
 // validRoute reports whether r matches ^[a-z0-9][a-z0-9._-]*$ (its length

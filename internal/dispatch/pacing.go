@@ -151,7 +151,7 @@ func (w *Worker) hold(e *entry, in *Intent, now time.Time) (held bool, releaseAt
 		return false, time.Time{}
 	}
 	set := w.o.Pacer.Budgets()
-	place, ok := set.Match(in.Channel, in.Route, in.Priority)
+	place, ok := set.Match(in.Pacing())
 	if !ok {
 		return false, time.Time{}
 	}

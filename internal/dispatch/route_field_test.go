@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capper-dev/capper/internal/policy"
+	"github.com/capper-dev/capper/internal/pacing"
 )
 
 // TestDecodeRoute: the optional route field (the provider or sender pool
@@ -77,9 +77,9 @@ func TestDecodeRoute(t *testing.T) {
 
 // TestValidRoute: the decoder's hand-written check (length and
 // characters) is the pattern a policy's budgets name routes by
-// (policy.RoutePattern).
+// (pacing.RoutePattern).
 func TestValidRoute(t *testing.T) {
-	re := policy.RoutePattern
+	re := pacing.RoutePattern
 	var cases []string
 	for c := range 256 {
 		cases = append(cases, string(rune(c)), "a"+string(rune(c)), string([]byte{byte(c)}), "x"+string([]byte{byte(c)})+"y")

@@ -12,17 +12,15 @@ import (
 )
 
 // Budget is one provider budget: at most Rate releases a second (all
-// workers together) with up to Burst above it, for the intents whose
-// channel is one of Channels (empty: every channel) and whose route is one
-// of Routes (empty: any route, none included). Lanes are in precedence
-// order: an intent waits in the first lane whose MinPriority it reaches.
+// workers together) with up to Burst above it, for the intents its Where
+// covers (match.go). Lanes are in precedence order: an intent waits in the
+// first lane whose MinPriority it reaches.
 type Budget struct {
-	Name     string
-	Rate     float64
-	Burst    int
-	Channels []string
-	Routes   []string
-	Lanes    []Lane
+	Name  string
+	Rate  float64
+	Burst int
+	Where
+	Lanes []Lane
 }
 
 // Lane is a budget's queue for a band of priorities: intents of priority
@@ -118,28 +116,26 @@ type Place struct {
 	Budget, Lane int
 }
 
-// Match returns the budget and lane of an intent of channel, route and
-// priority; ok is false for an intent no budget covers (it is not paced).
-func (s *Set) Match(channel, route string, p capping.Priority) (Place, bool) {
+// Match returns the budget and lane of an intent: the first budget that
+// covers it, the first of its lanes its priority reaches; ok is false for
+// an intent no budget covers (it is not paced).
+func (s *Set) Match(in Intent) (Place, bool) {
 	if s == nil {
 		return Place{}, false
 	}
 	for i := range s.budgets {
 		b := &s.budgets[i]
-		if !covers(b.Channels, channel) || !covers(b.Routes, route) {
+		if !b.covers(&in) {
 			continue
 		}
 		for j, l := range b.Lanes {
-			if p >= l.MinPriority {
+			if in.Priority >= l.MinPriority {
 				return Place{i, j}, true
 			}
 		}
 	}
 	return Place{}, false
 }
-
-// covers: an empty list covers every value.
-func covers(list []string, v string) bool { return len(list) == 0 || slices.Contains(list, v) }
 
 // Topic is the topic the intents of a budget's lane wait in:
 // <prefix>.<budget>.<lane>.

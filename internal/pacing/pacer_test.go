@@ -17,7 +17,7 @@ import (
 
 func budgetSet(t *testing.T, rate float64, burst int) *pacing.Set {
 	t.Helper()
-	s, err := pacing.NewSet([]pacing.Budget{{Name: "push", Rate: rate, Burst: burst, Channels: []string{"push"},
+	s, err := pacing.NewSet([]pacing.Budget{{Name: "push", Rate: rate, Burst: burst, Where: pacing.Where{Channels: []string{"push"}},
 		Lanes: []pacing.Lane{{Name: "urgent", MinPriority: capping.High}, {Name: "bulk"}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -189,9 +189,9 @@ func TestLeaseWhileRedisIsDown(t *testing.T) {
 // and uncovered intents are not held.
 func TestMatch(t *testing.T) {
 	s, err := pacing.NewSet([]pacing.Budget{
-		{Name: "push-fcm", Rate: 10, Burst: 1, Channels: []string{"push"}, Routes: []string{"fcm"},
+		{Name: "push-fcm", Rate: 10, Burst: 1, Where: pacing.Where{Channels: []string{"push"}, Routes: []string{"fcm"}},
 			Lanes: []pacing.Lane{{Name: "urgent", MinPriority: capping.High}, {Name: "bulk"}}},
-		{Name: "push", Rate: 10, Burst: 1, Channels: []string{"push"}, Lanes: []pacing.Lane{{Name: pacing.DefaultLane}}},
+		{Name: "push", Rate: 10, Burst: 1, Where: pacing.Where{Channels: []string{"push"}}, Lanes: []pacing.Lane{{Name: pacing.DefaultLane}}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +210,7 @@ func TestMatch(t *testing.T) {
 		{"push", "", capping.Low, pacing.Place{Budget: 1, Lane: 0}, true},
 		{"email", "fcm", capping.High, pacing.Place{}, false},
 	} {
-		got, ok := s.Match(c.channel, c.route, c.p)
+		got, ok := s.Match(pacing.Intent{Channel: c.channel, Route: c.route, Priority: c.p})
 		if got != c.want || ok != c.ok {
 			t.Errorf("Match(%s, %q, %s) = %+v %v, want %+v %v", c.channel, c.route, c.p, got, ok, c.want, c.ok)
 		}

@@ -8,7 +8,6 @@ package policy
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,10 +50,6 @@ type Lane struct {
 
 // MaxRate is the highest rate a budget may have, releases per second.
 const MaxRate = 10_000_000
-
-// RoutePattern is what a route may be, in a budget and in an intent's
-// route field.
-var RoutePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 
 // BudgetPath is the path of budget i: budgets[i] (budget "name").
 func BudgetPath(i int, name string) problems.Path {
@@ -108,28 +103,14 @@ func (d *Document) Pacing() (*pacing.Set, problems.List) {
 		if b.Burst < 0 {
 			ps.Add(at.Key("burst"), "%d must be at least 1 (left out: the rate/10, at least 1)", b.Burst)
 		}
-		for j, c := range b.Channels {
-			switch {
-			case !slices.Contains(d.Channels, c):
-				ps.Add(at.Key("channels").Index(j), "%q is not one of the channels", c)
-			case slices.Contains(b.Channels[:j], c):
-				ps.Add(at.Key("channels").Index(j), "%q is listed twice", c)
-			}
-		}
-		for j, r := range b.Routes {
-			switch {
-			case !RoutePattern.MatchString(r):
-				ps.Add(at.Key("routes").Index(j), "%q must match %s (an intent's route field)", r, RoutePattern)
-			case slices.Contains(b.Routes[:j], r):
-				ps.Add(at.Key("routes").Index(j), "%q is listed twice", r)
-			}
-		}
-		lanes := b.lanes(&ps, at)
+		pb := pacing.Budget{Name: b.Name, Where: b.matching()}
+		pb.Problems(d.vocabulary(), func(key string, j int, msg string) { ps.Add(at.Key(key).Index(j), "%s", msg) })
+		pb.Lanes = b.lanes(&ps, at)
 		if j := shadowedBy(d, i); j >= 0 {
 			ps.Add(at, "can never pace an intent: budget %q (budgets[%d]) comes first and covers every intent it covers (an intent is paced by the first budget that covers it)", d.Budgets[j].Name, j)
 		}
-		out = append(out, pacing.Budget{Name: b.Name, Rate: b.Rate, Burst: b.EffectiveBurst(),
-			Channels: b.Channels, Routes: b.Routes, Lanes: lanes})
+		pb.Rate, pb.Burst = b.Rate, b.EffectiveBurst()
+		out = append(out, pb)
 	}
 	if len(ps) > 0 {
 		return nil, ps
@@ -194,39 +175,30 @@ func (b Budget) lanes(ps *problems.List, at problems.Path) []pacing.Lane {
 	return out
 }
 
+// matching is what the budget covers, as pacing matches intents
+// (pacing/match.go): the one place a dimension's policy field meets
+// pacing's.
+func (b Budget) matching() pacing.Where {
+	return pacing.Where{Channels: b.Channels, Routes: b.Routes}
+}
+
+// vocabulary is what the document names that budgets' values are checked
+// against.
+func (d *Document) vocabulary() pacing.Vocabulary {
+	return pacing.Vocabulary{Channels: d.Channels}
+}
+
 // shadowedBy returns the first budget before budget i that covers every
 // intent budget i covers (-1 when none does): budget i could never pace
-// one. A budget's channels cover the policy's channels when it lists none;
-// its routes cover every route, none included, when it lists none (no list
-// names "no route").
+// one (pacing.Budget.CoveredBy).
 func shadowedBy(d *Document, i int) int {
-	b := d.Budgets[i]
+	b := d.Budgets[i].matching()
 	for j, e := range d.Budgets[:i] {
-		chans := len(e.Channels) == 0 || subset(listOr(b.Channels, d.Channels), e.Channels)
-		routes := len(e.Routes) == 0 || (len(b.Routes) > 0 && subset(b.Routes, e.Routes))
-		if chans && routes {
+		if b.CoveredBy(e.matching(), d.vocabulary()) {
 			return j
 		}
 	}
 	return -1
-}
-
-// listOr is list, or def when list is empty.
-func listOr(list, def []string) []string {
-	if len(list) == 0 {
-		return def
-	}
-	return list
-}
-
-// subset reports whether every value of a is in b.
-func subset(a, b []string) bool {
-	for _, v := range a {
-		if !slices.Contains(b, v) {
-			return false
-		}
-	}
-	return true
 }
 
 // formatRate writes a rate as a policy does: 2000, 0.5.
@@ -235,24 +207,8 @@ func formatRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
 // DescribeBudget says what a budget does, in words: its rate and burst,
 // the intents it covers and its lanes.
 func DescribeBudget(b Budget) string {
-	return fmt.Sprintf("%s/s, burst %d, %s, %s, lanes %s",
-		formatRate(b.Rate), b.EffectiveBurst(), budgetChannels(b), budgetRoutes(b), describeLanes(b))
-}
-
-// budgetChannels says which channels a budget covers.
-func budgetChannels(b Budget) string {
-	if len(b.Channels) == 0 {
-		return "every channel"
-	}
-	return "channels " + sortedList(b.Channels)
-}
-
-// budgetRoutes says which routes a budget covers.
-func budgetRoutes(b Budget) string {
-	if len(b.Routes) == 0 {
-		return "any route"
-	}
-	return "routes " + sortedList(b.Routes)
+	return fmt.Sprintf("%s/s, burst %d, %s, lanes %s",
+		formatRate(b.Rate), b.EffectiveBurst(), b.matching().Covers(), describeLanes(b))
 }
 
 // describeLanes lists a budget's lanes with the priorities each takes.
@@ -274,12 +230,6 @@ func describeLanes(b Budget) string {
 		}
 	}
 	return strings.Join(parts, ", ")
-}
-
-func sortedList(list []string) string {
-	v := slices.Clone(list)
-	slices.Sort(v)
-	return strings.Join(v, "|")
 }
 
 // threshold reads the priority a lane or a reservation starts at: low,

@@ -48,9 +48,9 @@ func TestPacing(t *testing.T) {
 		t.Fatalf("Problems: %v", d.Problems().Err())
 	}
 	want := []pacing.Budget{
-		{Name: "push-fcm", Rate: 2000, Burst: 200, Channels: []string{"push"}, Routes: []string{"fcm"},
+		{Name: "push-fcm", Rate: 2000, Burst: 200, Where: pacing.Where{Channels: []string{"push"}, Routes: []string{"fcm"}},
 			Lanes: []pacing.Lane{{Name: "urgent", MinPriority: capping.High}, {Name: "bulk"}}},
-		{Name: "sms", Rate: 2.5, Burst: 1, Channels: []string{"sms"}, Lanes: []pacing.Lane{{Name: pacing.DefaultLane}}},
+		{Name: "sms", Rate: 2.5, Burst: 1, Where: pacing.Where{Channels: []string{"sms"}}, Lanes: []pacing.Lane{{Name: pacing.DefaultLane}}},
 		{Name: "everything-else", Rate: 50000, Burst: 5000,
 			Lanes: []pacing.Lane{{Name: "top", MinPriority: 90}, {Name: "mid", MinPriority: capping.Low}, {Name: "rest"}}},
 	}
@@ -69,7 +69,7 @@ func TestPacing(t *testing.T) {
 		{"push", "apns", 95, pacing.Place{Budget: 2, Lane: 0}, true},
 		{"email", "", 10, pacing.Place{Budget: 2, Lane: 2}, true},
 	} {
-		if got, ok := set.Match(tc.channel, tc.route, tc.p); got != tc.want || ok != tc.ok {
+		if got, ok := set.Match(pacing.Intent{Channel: tc.channel, Route: tc.route, Priority: tc.p}); got != tc.want || ok != tc.ok {
 			t.Errorf("Match(%s, %q, %v) = %v, %v; want %v", tc.channel, tc.route, tc.p, got, ok, tc.want)
 		}
 	}

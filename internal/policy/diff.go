@@ -234,11 +234,10 @@ func diffBudgets(old, new *Document) []string {
 		if a, z := o.EffectiveBurst(), b.EffectiveBurst(); a != z {
 			add("budget %q: burst %d -> %d", b.Name, a, z)
 		}
-		if a, z := budgetChannels(*o), budgetChannels(b); a != z {
-			add("budget %q: %s -> %s", b.Name, a, z)
-		}
-		if a, z := budgetRoutes(*o), budgetRoutes(b); a != z {
-			add("budget %q: %s -> %s", b.Name, a, z)
+		for k, a := range o.matching().Covering() {
+			if z := b.matching().Covering()[k]; a != z {
+				add("budget %q: %s -> %s", b.Name, a, z)
+			}
 		}
 		if a, z := describeLanes(*o), describeLanes(b); a != z {
 			add("budget %q: lanes %s -> %s", b.Name, a, z)

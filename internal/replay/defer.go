@@ -14,14 +14,15 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/pacing"
 )
 
 // waiting is one deferred intent of a side (or one held in a budget's
 // lane).
 type waiting struct {
-	req   capping.Request // its strings its own (a source reuses its buffers)
-	route string          // its route field (which budget paces it)
-	seq   int64           // order of deferral: equal due times keep it
+	req  capping.Request // its strings its own (a source reuses its buffers)
+	pace pacing.Intent   // what budgets match it on
+	seq  int64           // order of deferral: equal due times keep it
 	// what its first decision said of plans (Outcome.Own, HeldFor)
 	own     bool
 	heldFor string
@@ -49,17 +50,18 @@ func (q *waitQueue) Pop() any {
 	return w
 }
 
-// hold queues a record's r (of route), deferred as o says, to be decided
-// again at its NotBefore.
-func (s *side) hold(r *capping.Request, route string, o *Outcome) {
-	w := ownRequest(r, route, o.Own, o.HeldFor)
+// hold queues a record's r (pi: what budgets match it on), deferred as o
+// says, to be decided again at its NotBefore.
+func (s *side) hold(r *capping.Request, pi pacing.Intent, o *Outcome) {
+	w := ownRequest(r, pi, o.Own, o.HeldFor)
 	w.decided = true
 	s.requeue(w, &o.Decision)
 }
 
-// ownRequest is r (of route) with its strings its own, to wait.
-func ownRequest(r *capping.Request, route string, own bool, heldFor string) waiting {
-	w := waiting{req: *r, route: strings.Clone(route), own: own, heldFor: strings.Clone(heldFor)}
+// ownRequest is r (pi: what budgets match it on) with its strings its
+// own, to wait.
+func ownRequest(r *capping.Request, pi pacing.Intent, own bool, heldFor string) waiting {
+	w := waiting{req: *r, pace: pi.Clone(), own: own, heldFor: strings.Clone(heldFor)}
 	w.req.IntentID, w.req.Channel, w.req.Category = strings.Clone(r.IntentID), strings.Clone(r.Channel), strings.Clone(r.Category)
 	w.req.Campaign, w.req.Segment = strings.Clone(r.Campaign), strings.Clone(r.Segment)
 	w.req.Tags = slices.Clone(r.Tags)
@@ -85,7 +87,7 @@ func (s *side) requeue(w waiting, d *capping.Decision) {
 func (s *side) due(w waiting) {
 	at := w.req.At
 	w.req.ReleaseAt = time.Time{}
-	sim, lane, charge := s.place(&w.req, w.route)
+	sim, lane, charge := s.place(&w.req, w.pace)
 	if sim != nil {
 		t, late := sim.late(lane, at, w.req.SendBy)
 		if !late {

@@ -94,14 +94,15 @@ func (s *side) pace(set *pacing.Set) {
 	}
 }
 
-// place is where the side's budgets put an intent r of route: the budget
-// and lane it waits in (sim nil: none paces it), or, for an exempt intent
-// a budget covers, the budget its delivery is charged to.
-func (s *side) place(r *capping.Request, route string) (sim *budgetSim, lane int, charge *budgetSim) {
+// place is where the side's budgets put an intent r (pi: what budgets
+// match it on): the budget and lane it waits in (sim nil: none paces it),
+// or, for an exempt intent a budget covers, the budget its delivery is
+// charged to.
+func (s *side) place(r *capping.Request, pi pacing.Intent) (sim *budgetSim, lane int, charge *budgetSim) {
 	if len(s.budgets) == 0 {
 		return nil, 0, nil
 	}
-	p, ok := s.set.Match(r.Channel, route, r.Priority)
+	p, ok := s.set.Match(pi)
 	switch {
 	case !ok:
 		return nil, 0, nil

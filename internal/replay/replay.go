@@ -342,14 +342,15 @@ func (s *side) decideOne(in *dispatch.Intent, err error, rec *Record, seg string
 	r.At = decisionTime(rec, in)
 	r.SendBy = in.SendBy
 	own := s.owns != nil && s.owns.Owns(r.UserID, r.Campaign)
-	sim, lane, charge := s.place(&r, in.Route)
+	pi := in.Pacing()
+	sim, lane, charge := s.place(&r, pi)
 	var laneName string
 	if sim != nil {
 		laneName = sim.b.Name + "/" + sim.b.Lanes[lane].Name
 		if at, late := sim.late(lane, r.At, r.SendBy); late {
 			r.ReleaseAt = at // cancelled now (expired), not when it comes due
 		} else {
-			sim.hold(ownRequest(&r, in.Route, own, ""), lane, r.At)
+			sim.hold(ownRequest(&r, pi, own, ""), lane, r.At)
 			return Outcome{Segment: seg, User: r.UserID, Priority: r.Priority, Own: own, Lane: laneName, Held: true}
 		}
 	}
@@ -368,7 +369,7 @@ func (s *side) decideOne(in *dispatch.Intent, err error, rec *Record, seg string
 		charge.charge(r.At, &d)
 	}
 	if d.Outcome == capping.Deferred {
-		s.hold(&r, in.Route, &o)
+		s.hold(&r, pi, &o)
 	}
 	return o
 }

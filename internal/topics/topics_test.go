@@ -294,7 +294,7 @@ func TestTestenvControlTopic(t *testing.T) {
 func pacedBudgets(t *testing.T) *pacing.Set {
 	t.Helper()
 	set, err := pacing.NewSet([]pacing.Budget{
-		{Name: "push", Rate: 100, Burst: 10, Channels: []string{"push"}, Lanes: []pacing.Lane{{Name: "urgent", MinPriority: capping.High}, {Name: "bulk"}}},
+		{Name: "push", Rate: 100, Burst: 10, Where: pacing.Where{Channels: []string{"push"}}, Lanes: []pacing.Lane{{Name: "urgent", MinPriority: capping.High}, {Name: "bulk"}}},
 		{Name: "email", Rate: 5, Burst: 1, Lanes: []pacing.Lane{{Name: pacing.DefaultLane}}},
 	})
 	if err != nil {
