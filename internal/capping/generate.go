@@ -20,6 +20,12 @@ import (
 //go:embed packed.lua.tmpl
 var packedTemplate string
 
+// chunkScopes is how many scopes' new sections one concatenation of the
+// decide script appends (each takes up to 4 registers, of Lua's 250 a
+// function has, most of them the scopes' own locals in the largest
+// policies).
+const chunkScopes = 8
+
 var scriptTemplate = template.Must(template.New("packed.lua").Funcs(template.FuncMap{
 	"dbl": func(n int) int { return 2 * n }, // has bit n of a mask: m % dbl(n) >= n
 	// qs names the packed argument's first n bytes (q1, q2, ...), which
@@ -101,9 +107,13 @@ type (
 		Lim limitData
 	}
 	scriptData struct {
-		Version                              string
-		IdemS, KeyLife, Slack, UnknownRetS   int64
-		KeyLifeSlack                         int64 // the key's life and slack, the bucket's TTL
+		Version                            string
+		IdemS, KeyLife, Slack, UnknownRetS int64
+		KeyLifeSlack                       int64 // the key's life and slack, the bucket's TTL
+		// NewSections: the scopes a record keeps, in chunks of ChunkScopes
+		// (the record's concatenations).
+		NewSections                          [][]scopeData
+		ChunkScopes                          int
 		L                                    layoutData
 		R                                    replyData
 		Argv, At                             map[string]int
@@ -153,6 +163,16 @@ func (ps *policySet) generate() (string, error) {
 	for i, s := range ps.scopes {
 		d.Scopes = append(d.Scopes, scopeData{I: i + 1, Bit: 1 << i, Keep: s.keep, ID: s.id, PerCampaign: s.per == PerCampaign,
 			RetS: s.retention, From: ps.fromExpr(s), Used: used[i], Header: luaBytes(byte(s.id>>16), byte(s.id>>8), byte(s.id))})
+	}
+	d.ChunkScopes = chunkScopes
+	for _, sc := range d.Scopes {
+		if sc.Keep == 0 {
+			continue
+		}
+		if n := len(d.NewSections); n == 0 || len(d.NewSections[n-1]) == chunkScopes {
+			d.NewSections = append(d.NewSections, nil)
+		}
+		d.NewSections[len(d.NewSections)-1] = append(d.NewSections[len(d.NewSections)-1], sc)
 	}
 	var b bytes.Buffer
 	if err := scriptTemplate.Execute(&b, d); err != nil {

@@ -42,11 +42,21 @@ local function u32(s, i) -- the big-endian 4 bytes at i
 end
 local P = ARGV[2]
 -- The packed argument's fixed fields, in one call (a call per field costs
--- more than the arithmetic).
-local q1, q2, q3, q4, q5, q6, q7, q8, q9, q10, q11, q12, q13, q14, q15, q16, q17, q18, q19, q20, q21, q22, q23, q24, q25, q26, q27, q28, q29, q30, q31, q32, q33, q34, q35, q36, q37, q38, q39, q40, q41, q42, q43 = byte(P, 1, 43)
-local flags = q20
+-- more than the arithmetic). Its bytes are locals of a block: Lua gives a
+-- function at most 200 locals and 250 registers, and the largest policies
+-- need the rest.
+local flags, now, pol, am, rm, prio, cday, cweek, cmonth, uam, uch, uoff
+do
+  local q1, q2, q3, q4, q5, q6, q7, q8, q9, q10, q11, q12, q13, q14, q15, q16, q17, q18, q19, q20, q21, q22, q23, q24, q25, q26, q27, q28, q29, q30, q31, q32, q33, q34, q35, q36, q37, q38, q39, q40, q41, q42, q43 = byte(P, 1, 43)
+  flags, now, pol = q20, ((q6 * 256 + q7) * 256 + q8) * 256 + q9, q10 * 256 + q11
+  am, rm = ((q12 * 256 + q13) * 256 + q14) * 256 + q15, ((q16 * 256 + q17) * 256 + q18) * 256 + q19
+  prio = q21
+  cday = ((q22 * 256 + q23) * 256 + q24) * 256 + q25
+  cweek = ((q26 * 256 + q27) * 256 + q28) * 256 + q29
+  cmonth = ((q30 * 256 + q31) * 256 + q32) * 256 + q33
+  uam, uch, uoff = ((q37 * 256 + q38) * 256 + q39) * 256 + q40, q41, q42 * 256 + q43
+end
 local nowb = sub(P, 6, 6 + (4 - 1))
-local now = ((q6 * 256 + q7) * 256 + q8) * 256 + q9
 local v = redis.call('HMGET', KEYS[1], ARGV[1], 'x', 'u' .. ARGV[1])
 local rec = v[1] or '\0' -- no record: no entries, no sections
 local n, ni, ib = #rec, byte(rec, 1), 2
@@ -82,7 +92,7 @@ end
 -- bypass ignores them, as it ignores the caps.
 local utier, ucm
 if v[3] and flags % 2 < 1 then
-  local ul, chn = v[3], ({'\101\109\097\105\108', '\112\117\115\104', '\115\109\115'})[q41]
+  local ul, chn = v[3], ({'\101\109\097\105\108', '\112\117\115\104', '\115\109\115'})[uch]
   local s = tonumber(string.match(ul, ';s=(%d+)') or '') -- or '': a Lua without a match's nil (gopher-lua, the demo's) refuses tonumber()
   if s and s > now then
     local sc = string.match(ul, ';sc=([^;]*)')
@@ -91,7 +101,7 @@ if v[3] and flags % 2 < 1 then
   local qf, qt = string.match(ul, ';q=(%d+)-(%d+)')
   if qf then
     qf, qt = tonumber(qf), tonumber(qt)
-    local ls = (now + (q42 * 256 + q43 - 1024) * 60) % 86400 -- seconds after the user's midnight
+    local ls = (now + (uoff - 1024) * 60) % 86400 -- seconds after the user's midnight
     local lm = math.floor(ls / 60)
     if (qf < qt and lm >= qf and lm < qt) or (qt < qf and (lm >= qf or lm < qt)) then
       local e = now - ls + qt * 60
@@ -136,12 +146,7 @@ local a, b1, c1, c = byte(rec, p, p + 3)
 end
 
 -- The limits of the intent's policy that apply, in policy order.
-local cday = ((q22 * 256 + q23) * 256 + q24) * 256 + q25
-local cweek = ((q26 * 256 + q27) * 256 + q28) * 256 + q29
-local cmonth = ((q30 * 256 + q31) * 256 + q32) * 256 + q33
 if flags % 2 < 1 then -- not an honoured bypass
-local prio = q21
-local pol, am = q10 * 256 + q11, ((q12 * 256 + q13) * 256 + q14) * 256 + q15
 if pol == 1 then
   if am % 2 >= 1 then -- daily
     local m = 1
@@ -418,7 +423,6 @@ elseif pol == 2 then
 end
 -- The user's tier and channel limits, once the segment's passed.
 if utier or ucm then
-  local uam = ((q37 * 256 + q38) * 256 + q39) * 256 + q40
   if utier == '\102\101\119\101\114' then
     if uam % 2 >= 1 then -- user-tier/fewer/daily
       local m, i = 1, nil
@@ -453,7 +457,7 @@ if utier or ucm then
       return r
     end
   end
-  if ucm and q41 == 2 then -- user-channel/push
+  if ucm and uch == 2 then -- user-channel/push
     local m, i = ucm, nil
     if m == 0 then
       local r = 1 * 2^40 + 131 * 2^32
@@ -470,7 +474,7 @@ if utier or ucm then
         return r
       end
     end
-  elseif ucm and q41 == 3 then -- user-channel/sms
+  elseif ucm and uch == 3 then -- user-channel/sms
     local m, i = ucm, nil
     if m == 0 then
       local r = 1 * 2^40 + 132 * 2^32
@@ -497,7 +501,7 @@ end
 -- attempt's decision time (refund.lua.tmpl). Redis runs the attempt only now
 -- (a stalled server running what was queued before the give-back).
 if ni > 0 then
-  local vd, at = char(255 - q1) .. sub(P, 1 + 1, 6 + (4 - 1)), ib
+  local vd, at = char(255 - byte(P, 1)) .. sub(P, 1 + 1, 6 + (4 - 1)), ib
   while true do
     local p = string.find(rec, vd, at, true)
     if not p or p >= sb then break end
@@ -512,7 +516,6 @@ end
 -- largest max), a section of a scope this policy does not know (another
 -- policy version's) keeps 2682301s, and the intent goes into the sections of
 -- the scopes it falls in.
-local rm = ((q16 * 256 + q17) * 256 + q18) * 256 + q19
 local k = ib
 while k < sb and u32(rec, k + 5) < now - 86400 do k = k + 9 end
 if sb - k >= 1000 * 9 then k = sb - (1000 - 1) * 9 end
@@ -587,10 +590,11 @@ local a, b1, c1, c = byte(rec, p, p + 3)
   end
   p = e
 end
--- One concatenation (each makes a new string): the entries, the sections
--- kept, and a new section for each scope the intent falls in that had none
--- (need: done holds only scopes of rm; a condition per piece, so that no
--- piece is a string of its own).
+-- One concatenation (each makes a new string) for up to 8 scopes: the
+-- entries, the sections kept, and a new section for each scope the intent
+-- falls in that had none (need: done holds only scopes of rm; a condition
+-- per piece, so that no piece is a string of its own). More scopes take a
+-- concatenation each 8: a concatenation's pieces are registers.
 local need = rm - done
 if need == 0 then
   out = (ne < 128 and char(ne) or char(128 + math.floor(ne / 256), ne % 256)) .. sub(rec, k, sb - 1) .. sub(P, 1, 6 + (4 - 1)) .. out
