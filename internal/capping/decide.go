@@ -63,7 +63,10 @@ func (e *Engine) Decide(ctx context.Context, reqs []Request) ([]Decision, error)
 	for {
 		sent = sent || len(a.calls) > 0
 		f, at, err := e.round(ctx, set, &a)
-		failed, last = failed || f, at
+		failed = failed || f
+		if !at.IsZero() { // a round without calls answers nothing
+			last = at
+		}
 		if err != nil {
 			return a.out, err
 		}

@@ -190,7 +190,7 @@ func (d *Document) vocabulary() pacing.Vocabulary {
 
 // shadowedBy returns the first budget before budget i that covers every
 // intent budget i covers (-1 when none does): budget i could never pace
-// one (pacing.Budget.CoveredBy).
+// one (pacing.Where.CoveredBy).
 func shadowedBy(d *Document, i int) int {
 	b := d.Budgets[i].matching()
 	for j, e := range d.Budgets[:i] {

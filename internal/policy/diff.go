@@ -234,8 +234,9 @@ func diffBudgets(old, new *Document) []string {
 		if a, z := o.EffectiveBurst(), b.EffectiveBurst(); a != z {
 			add("budget %q: burst %d -> %d", b.Name, a, z)
 		}
+		zs := b.matching().Covering()
 		for k, a := range o.matching().Covering() {
-			if z := b.matching().Covering()[k]; a != z {
+			if z := zs[k]; a != z {
 				add("budget %q: %s -> %s", b.Name, a, z)
 			}
 		}
