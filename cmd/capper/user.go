@@ -4,8 +4,10 @@ package main
 // user-limits topic, kafka.topics.user_limits), and erasing a user.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,6 +66,8 @@ type userSetCmd struct {
 	ClearChannels bool     `name:"clear-channels" help:"Remove the user's channel limits (before --channel)."`
 	Quiet         string   `placeholder:"HH:MM-HH:MM" help:"The user's own quiet hours, in their time zone (22:00-07:00 spans midnight)."`
 	NoQuiet       bool     `name:"no-quiet" help:"No quiet hours of their own."`
+	Limit         []string `sep:"none" placeholder:"KIND=JSON" help:"Set a kind of limit as the user-limits record's field of that name writes it (e.g. quiet_hours={\"from\":\"22:00\",\"to\":\"07:00\"}): every kind, also those without a flag of their own; repeat for several."`
+	NoLimit       []string `name:"no-limit" placeholder:"KIND" help:"Remove a kind of limit (its record field's name, as for --limit); repeat for several."`
 	Clear         bool     `help:"Start from no limits (then apply the other flags): with no other flag, clears every limit, the snooze too."`
 	waitFlag
 }
@@ -75,9 +79,25 @@ func (c *userSetCmd) Run(e *env) error {
 		return cli.UsageError(errors.New("--tier and --no-tier: give one"))
 	case c.Quiet != "" && c.NoQuiet:
 		return cli.UsageError(errors.New("--quiet and --no-quiet: give one"))
-	case c.Tier == "" && !c.NoTier && len(c.Channel) == 0 && !c.ClearChannels && c.Quiet == "" && !c.NoQuiet && !c.Clear:
-		return cli.UsageError(errors.New("nothing to change: give --tier, --no-tier, --channel, --clear-channels, --quiet, --no-quiet or --clear"))
+	case c.Tier == "" && !c.NoTier && len(c.Channel) == 0 && !c.ClearChannels && c.Quiet == "" && !c.NoQuiet && !c.Clear && len(c.Limit) == 0 && len(c.NoLimit) == 0:
+		return cli.UsageError(errors.New("nothing to change: give --tier, --no-tier, --channel, --clear-channels, --quiet, --no-quiet, --limit, --no-limit or --clear"))
 	}
+	for _, kv := range c.Limit {
+		kind, raw, ok := strings.Cut(kv, "=")
+		if !ok {
+			return cli.UsageError(fmt.Errorf("--limit %q: want KIND=JSON, KIND one of %s", kv, strings.Join(capping.UserKinds(), ", ")))
+		}
+		if err := userlimits.DecodeField(kind, json.RawMessage(raw), &ch.Set); err != nil {
+			return cli.UsageError(fmt.Errorf("--limit %s: %w", kind, err))
+		}
+		ch.Kinds = append(ch.Kinds, kind)
+	}
+	for _, kind := range c.NoLimit {
+		if !slices.Contains(capping.UserKinds(), kind) {
+			return cli.UsageError(fmt.Errorf("--no-limit %q: not a kind of limit (%s)", kind, strings.Join(capping.UserKinds(), ", ")))
+		}
+	}
+	ch.Unset = c.NoLimit
 	if c.Tier != "" || c.NoTier {
 		ch.Tier = &c.Tier
 	}

@@ -57,6 +57,11 @@ func TestUserCLI(t *testing.T) {
 		{"bad quiet", []string{"user", "set", "42", "--quiet", "25:00-07:00", "--config", on}, `--quiet "25:00-07:00": want HH:MM-HH:MM`},
 		{"unknown tier", []string{"user", "set", "42", "--tier", "most", "--config", on}, `tier: "most" is not one of the policy's tiers (fewer)`},
 		{"channel not allowed", []string{"user", "set", "42", "--channel", "email=0", "--config", on}, `channels.email: "email" is not one of the channels users may turn down`},
+		{"limit kind", []string{"user", "set", "42", "--limit", `mood="calm"`, "--config", on}, `--limit mood: "mood" is not a kind of user limit`},
+		{"limit value", []string{"user", "set", "42", "--limit", `quiet_hours={"from":"25:00"}`, "--config", on}, `quiet_hours.from: "25:00" is not HH:MM`},
+		{"limit missing", []string{"user", "set", "42", "--limit", `quiet_hours={"from":"22:00"}`, "--config", on}, `quiet_hours.to: is required`},
+		{"limit form", []string{"user", "set", "42", "--limit", "tier", "--config", on}, `--limit "tier": want KIND=JSON`},
+		{"no limit kind", []string{"user", "set", "42", "--no-limit", "mood", "--config", on}, `--no-limit "mood": not a kind of limit`},
 		{"snooze nothing", []string{"user", "snooze", "42", "--config", on}, "give one of --until, --for and --off"},
 		{"snooze past", []string{"user", "snooze", "42", "--until", "2020-01-01T00:00:00Z", "--config", on}, "is not in the future"},
 		{"snooze for", []string{"user", "snooze", "42", "--for", "a week", "--config", on}, `--for: "a week" is not a duration`},
@@ -112,6 +117,17 @@ func TestUserCLI(t *testing.T) {
 	now, _, _ := strings.Cut(out, "was: ")
 	if code != 0 || strings.Contains(now, "channel ") || strings.Contains(now, "quiet") || !strings.Contains(now, "tier fewer") || !strings.Contains(now, "snoozed until") {
 		t.Fatalf("set --clear-channels --no-quiet: exit %d\n%s", code, out)
+	}
+	// Any kind through --limit (the record's field) and --no-limit.
+	out, stderr, code = capper(t, nil, "user", "set", "42", "--limit", `quiet_hours={"from":"21:30","to":"06:00"}`, "--no-limit", "tier", "--config", on)
+	now, _, _ = strings.Cut(out, "was: ")
+	if code != 0 || !strings.Contains(now, "quiet hours 21:30-06:00") || strings.Contains(now, "tier") || !strings.Contains(now, "snoozed until") {
+		t.Fatalf("set --limit quiet_hours --no-limit tier: exit %d\n%s%s", code, out, stderr)
+	}
+	out, _, code = capper(t, nil, "user", "set", "42", "--limit", `tier="fewer"`, "--no-limit", "quiet_hours", "--config", on)
+	now, _, _ = strings.Cut(out, "was: ")
+	if code != 0 || strings.Contains(now, "quiet") || !strings.Contains(now, "tier fewer") {
+		t.Fatalf("set --limit tier --no-limit quiet_hours: exit %d\n%s", code, out)
 	}
 	out, _, code = capper(t, nil, "user", "show", "42", "--json", "--config", on)
 	r, err := userlimits.Decode([]byte("42"), []byte(out))

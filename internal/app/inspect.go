@@ -40,9 +40,9 @@ type Inspection struct {
 	Control    *control.Entry
 	controlled bool // kafka.topics.control is set
 	// UserLimits are the user's own limits when the policy reads them
-	// (nil: it has no user_limits section); channelWindow counts theirs.
-	UserLimits    *capping.UserLimits
-	channelWindow time.Duration
+	// (nil: it has no user_limits section); userRules are the policy's.
+	UserLimits *capping.UserLimits
+	userRules  *capping.UserRules
 }
 
 // InspectOptions say what to look at.
@@ -118,7 +118,7 @@ func Inspect(ctx context.Context, cfg *config.Config, userID uint64, o InspectOp
 		if err != nil {
 			return nil, fmt.Errorf("inspect user %d: %w", userID, err)
 		}
-		in.UserLimits, in.channelWindow = &ul, u.ChannelWindow
+		in.UserLimits, in.userRules = &ul, u
 	}
 	return in, nil
 }
@@ -184,7 +184,7 @@ func (in *Inspection) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "campaign  %s: %s\n", in.Campaign, c)
 	}
 	if in.UserLimits != nil {
-		fmt.Fprintf(w, "own       %s\n", strings.Join(describeUserLimits(*in.UserLimits, in.channelWindow), "; "))
+		fmt.Fprintf(w, "own       %s\n", strings.Join(in.UserLimits.Describe(in.userRules), "; "))
 	}
 	fmt.Fprintf(w, "at        %s (%s)\n\n", local(in.At), in.TimeZone)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

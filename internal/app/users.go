@@ -68,7 +68,7 @@ type UserShown struct {
 	// (a tier it no longer names, ...): the script ignores those.
 	Policy   string
 	Problems problems.List
-	window   time.Duration // the policy's channel window (0: no user_limits)
+	rules    *capping.UserRules // the policy's user_limits (nil: none)
 }
 
 // ShowUser reads a user's limits from Redis.
@@ -82,20 +82,13 @@ func ShowUser(ctx context.Context, cfg *config.Config, uid uint64, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	return &UserShown{User: uid, Limits: u, Policy: s.pol.Version, Problems: s.pol.Rules.UserProblems(u), window: channelWindow(s.pol)}, nil
-}
-
-func channelWindow(pol *policy.Loaded) time.Duration {
-	if pol.Rules.Users == nil {
-		return 0
-	}
-	return pol.Rules.Users.ChannelWindow
+	return &UserShown{User: uid, Limits: u, Policy: s.pol.Version, Problems: s.pol.Rules.UserProblems(u), rules: s.pol.Rules.Users}, nil
 }
 
 // WriteText prints the limits, one a line.
 func (r *UserShown) WriteText(out io.Writer) error {
 	fmt.Fprintf(out, "user %d:\n", r.User)
-	for _, l := range describeUserLimits(r.Limits, r.window) {
+	for _, l := range r.Limits.Describe(r.rules) {
 		fmt.Fprintf(out, "  %s\n", l)
 	}
 	if len(r.Problems) > 0 {
@@ -126,43 +119,6 @@ func writeRecordJSON(out io.Writer, r userlimits.Record) error {
 	return err
 }
 
-// describeUserLimits says a user's limits for a person, one a line;
-// window is the policy's channel window.
-func describeUserLimits(u capping.UserLimits, window time.Duration) []string {
-	if u.IsZero() {
-		return []string{"no limits of their own"}
-	}
-	var lines []string
-	if !u.SnoozeUntil.IsZero() {
-		on := "every channel"
-		if len(u.SnoozeChannels) > 0 {
-			on = strings.Join(u.SnoozeChannels, ", ")
-		}
-		lines = append(lines, fmt.Sprintf("snoozed until %s (%s)", u.SnoozeUntil.UTC().Format(time.RFC3339), on))
-	}
-	if u.Tier != "" {
-		lines = append(lines, "tier "+u.Tier)
-	}
-	per := "the policy's channel window"
-	switch {
-	case window > 0 && window%(24*time.Hour) == 0:
-		per = fmt.Sprintf("%dd", window/(24*time.Hour))
-	case window > 0:
-		per = policy.Duration(window).String()
-	}
-	for _, c := range slices.Sorted(maps.Keys(u.Channels)) {
-		if n := u.Channels[c]; n == 0 {
-			lines = append(lines, fmt.Sprintf("channel %s off", c))
-		} else {
-			lines = append(lines, fmt.Sprintf("channel %s at most %d per %s", c, n, per))
-		}
-	}
-	if q := u.Quiet; q != nil {
-		lines = append(lines, fmt.Sprintf("quiet hours %s-%s (their time zone)", userlimits.FormatClock(q.From), userlimits.FormatClock(q.To)))
-	}
-	return lines
-}
-
 // UserChange is what `capper user set|snooze` asks, applied to the
 // user's limits in Redis; what it leaves out keeps its value.
 type UserChange struct {
@@ -177,9 +133,14 @@ type UserChange struct {
 	SnoozeUntil    time.Time
 	SnoozeChannels []string
 	NoSnooze       bool
+	// Kinds of limit (capping.UserKinds) taken from Set, after the
+	// above; Unset: kinds removed, before Kinds.
+	Set   capping.UserLimits
+	Kinds []string
+	Unset []string
 }
 
-func (c *UserChange) apply(u capping.UserLimits) capping.UserLimits {
+func (c *UserChange) apply(u capping.UserLimits) (capping.UserLimits, error) {
 	if c.Clear {
 		u = capping.UserLimits{}
 	}
@@ -210,7 +171,17 @@ func (c *UserChange) apply(u capping.UserLimits) capping.UserLimits {
 	case !c.SnoozeUntil.IsZero():
 		u.SnoozeUntil, u.SnoozeChannels = c.SnoozeUntil.UTC().Truncate(time.Second), slices.Clone(c.SnoozeChannels)
 	}
-	return u
+	for _, k := range c.Unset {
+		if err := capping.CopyUserKind(k, &u, capping.UserLimits{}); err != nil {
+			return u, err
+		}
+	}
+	for _, k := range c.Kinds {
+		if err := capping.CopyUserKind(k, &u, c.Set); err != nil {
+			return u, err
+		}
+	}
+	return u, nil
 }
 
 // SetUserOptions configure SetUser.
@@ -238,7 +209,7 @@ type UserSet struct {
 	// not deferred, under the snooze (longer than the policy's
 	// user_limits.max_defer); zero when none is.
 	CancelledBefore time.Time
-	window          time.Duration
+	rules           *capping.UserRules
 	maxDefer        time.Duration
 }
 
@@ -260,7 +231,10 @@ func SetUser(ctx context.Context, cfg *config.Config, uid uint64, c UserChange, 
 	if err != nil {
 		return nil, err
 	}
-	next := c.apply(before)
+	next, err := c.apply(before)
+	if err != nil {
+		return nil, configError{fmt.Errorf("user %d: %w", uid, err)}
+	}
 	if ps := s.pol.Rules.UserProblems(next); len(ps) > 0 {
 		return nil, configError{fmt.Errorf("user %d: the policy in force (%s) refuses these limits:\n%w", uid, s.pol.Version, ps.Err())}
 	}
@@ -276,7 +250,7 @@ func SetUser(ctx context.Context, cfg *config.Config, uid uint64, c UserChange, 
 	if err != nil {
 		return nil, err
 	}
-	r := &UserSet{User: uid, Before: before, Limits: next, Position: pos, window: channelWindow(s.pol),
+	r := &UserSet{User: uid, Before: before, Limits: next, Position: pos, rules: s.pol.Rules.Users,
 		CancelledBefore: snoozeCancels(s.pol, next, now)}
 	if s.pol.Rules.Users != nil {
 		r.maxDefer = s.pol.Rules.Users.MaxDefer
@@ -304,13 +278,13 @@ func SetUser(ctx context.Context, cfg *config.Config, uid uint64, c UserChange, 
 // WriteText says what was written, and whether it is applied.
 func (r *UserSet) WriteText(out io.Writer) error {
 	fmt.Fprintf(out, "user %d:\n", r.User)
-	for _, l := range describeUserLimits(r.Limits, r.window) {
+	for _, l := range r.Limits.Describe(r.rules) {
 		fmt.Fprintf(out, "  %s\n", l)
 	}
 	if !r.CancelledBefore.IsZero() {
 		fmt.Fprintf(out, "  %s\n", snoozeNote(r.CancelledBefore, r.maxDefer))
 	}
-	fmt.Fprintf(out, "was: %s\n", strings.Join(describeUserLimits(r.Before, r.window), "; "))
+	fmt.Fprintf(out, "was: %s\n", strings.Join(r.Before.Describe(r.rules), "; "))
 	fmt.Fprintf(out, "written to %s (acknowledged by every in-sync replica)\n", r.Position)
 	var err error
 	if r.Applied {
@@ -332,7 +306,7 @@ type UserForgotten struct {
 	User      uint64
 	Position  userlimits.Position // the tombstone
 	Forgotten capping.Forgotten
-	window    time.Duration
+	rules     *capping.UserRules
 }
 
 // ForgetUser erases a user: their record and limits from Redis first
@@ -366,7 +340,7 @@ func ForgetUser(ctx context.Context, cfg *config.Config, uid uint64, o ForgetUse
 	case ferr != nil:
 		return nil, fmt.Errorf("the tombstone is written to %s (the workers erase the user when Redis answers them), but: %w", pos, ferr)
 	}
-	return &UserForgotten{User: uid, Position: pos, Forgotten: f, window: channelWindow(s.pol)}, nil
+	return &UserForgotten{User: uid, Position: pos, Forgotten: f, rules: s.pol.Rules.Users}, nil
 }
 
 // WriteText says what was removed.
@@ -375,7 +349,7 @@ func (r *UserForgotten) WriteText(out io.Writer) error {
 	fmt.Fprintf(out, "user %d erased from Redis:\n", r.User)
 	limits := "none"
 	if !f.Limits.IsZero() {
-		limits = strings.Join(describeUserLimits(f.Limits, r.window), "; ")
+		limits = strings.Join(f.Limits.Describe(r.rules), "; ")
 	}
 	fmt.Fprintf(out, "  their limits: %s\n", limits)
 	if f.RecordBytes > 0 {

@@ -240,10 +240,11 @@ func (ps *policySet) decision(rep reply, r *Request, c callPlan) (Decision, erro
 		d.Outcome = Allowed
 	case codeDuplicate:
 		d.Outcome, d.At = Duplicate, time.Unix(rep.t, 0)
-	case codeSnoozed:
-		ps.snoozed(r, &d, time.Unix(rep.t, 0))
-	case codeUserQuiet:
-		d.Outcome, d.NotBefore, d.Reason = Deferred, time.Unix(rep.t, 0), ReasonUserQuietHours
+	case codeUserHeld:
+		if rep.limit >= int64(len(userKinds)) || userKinds[rep.limit].hold == nil {
+			return Decision{}, fmt.Errorf("script named users' limit kind %d, which holds nothing", rep.limit)
+		}
+		userKinds[rep.limit].hold(ps, r, &d, time.Unix(rep.t, 0))
 	case codeCapped, codeHeld:
 		if rep.limit >= userLimitBase {
 			return ps.userCapped(rep, r)

@@ -94,6 +94,8 @@ type (
 	// usersData: users' limits. Channels are the policy's channels as
 	// Lua string bodies, by index; Chans the channels users may turn down.
 	usersData struct {
+		// Kinds: each kind's part of the script (userkinds.go).
+		Kinds    []string
 		Channels []string
 		Tiers    []tierData
 		Chans    []chanData
@@ -126,7 +128,7 @@ type (
 	}
 )
 
-func (ps *policySet) generate() (string, error) {
+func (ps *policySet) generate() (_ string, err error) {
 	d := scriptData{Version: ps.version(), IdemS: ps.idem, KeyLife: ps.keyLife, Slack: ps.slack, KeyLifeSlack: ps.keyLife + ps.slack,
 		UnknownRetS: unknownRetention, L: layout, R: replyText, FlagBypass: flagBypass, FlagWantIdem: flagWantIdem, OffsetBias: utcOffsetBias, Packed: ps.args.packed}
 	d.Argv, d.At, d.Args = ps.argData()
@@ -158,6 +160,9 @@ func (ps *policySet) generate() (string, error) {
 		for i, c := range ps.users.Channels {
 			u.Chans = append(u.Chans, chanData{Idx: slices.Index(ps.rules.Channels, c) + 1, Lim: lim(ps.chanBase + i)})
 		}
+		if u.Kinds, err = kindsLua(); err != nil {
+			return "", err
+		}
 		d.Users = u
 	}
 	for i, s := range ps.scopes {
@@ -179,6 +184,27 @@ func (ps *policySet) generate() (string, error) {
 		return "", fmt.Errorf("generate the script: %w", err)
 	}
 	return b.String(), nil
+}
+
+// kindsLua is the script's part of each kind of users' limits.
+func kindsLua() ([]string, error) {
+	out := make([]string, len(userKinds))
+	for i, k := range userKinds {
+		t, err := template.New(k.name).Parse(k.lua)
+		if err != nil {
+			return nil, fmt.Errorf("the script of users' limits of kind %s: %w", k.name, err)
+		}
+		hold := fmt.Sprintf("%d * %s", codeUserHeld, replyText.Code)
+		if i > 0 {
+			hold += fmt.Sprintf(" + %d * %s", i, replyText.Limit)
+		}
+		var b strings.Builder
+		if err := t.Execute(&b, kindData{Hold: hold, OffsetBias: utcOffsetBias}); err != nil {
+			return nil, fmt.Errorf("the script of users' limits of kind %s: %w", k.name, err)
+		}
+		out[i] = b.String()
+	}
+	return out, nil
 }
 
 // limitOf is a limit as the template reads it, answered as limit i, bit

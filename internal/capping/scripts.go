@@ -52,10 +52,9 @@ const (
 	// entry of the id at its decision time: refund.lua.tmpl) recorded
 	// nothing (decide.go: an error, retried).
 	codeVoided = 4
-	// codeSnoozed: the user's snooze holds it until t; codeUserQuiet:
-	// the user's own quiet hours, until t. Nothing recorded.
-	codeSnoozed   = 5
-	codeUserQuiet = 6
+	// codeUserHeld: the user's own limit of kind limit (userKinds) holds
+	// it until t (a snooze, their quiet hours). Nothing recorded.
+	codeUserHeld = 5
 )
 
 // userLimitBase: a reply's limit from it up is users' limit limit -
@@ -77,7 +76,7 @@ const (
 )
 
 // replyData is the reply's packing as the script template writes it.
-type replyData struct{ Code, Duplicate, Capped, Held, Voided, Snoozed, UserQuiet, Limit string }
+type replyData struct{ Code, Duplicate, Capped, Held, Voided, Limit string }
 
 var replyText = replyData{
 	Code:      fmt.Sprintf("2^%d", replyCodeShift),
@@ -85,8 +84,6 @@ var replyText = replyData{
 	Capped:    fmt.Sprintf("%d * 2^%d", codeCapped, replyCodeShift),
 	Held:      fmt.Sprintf("%d * 2^%d", codeHeld, replyCodeShift),
 	Voided:    fmt.Sprintf("%d * 2^%d", codeVoided, replyCodeShift),
-	Snoozed:   fmt.Sprintf("%d * 2^%d", codeSnoozed, replyCodeShift),
-	UserQuiet: fmt.Sprintf("%d * 2^%d", codeUserQuiet, replyCodeShift),
 	Limit:     fmt.Sprintf("2^%d", replyLimitShift),
 }
 

@@ -41,14 +41,13 @@ else
   if ARGV[3] == 'forget' then redis.call('HDEL', KEYS[1], ARGV[5]) end
 end
 -- What the bucket holds now: limits that last (a tier, a channel, quiet
--- hours), the end of the latest snooze, records.
+-- hours: userkinds.go), the end of the latest limit that ends (a snooze),
+-- records.
 local all, lasting, snooze, records = redis.call('HGETALL', KEYS[1]), false, 0, 0
 for i = 1, #all, 2 do
   local b = string.byte(all[i], 1)
   if b == 117 then
-    if string.find(all[i + 1], ';[tcq]=') then lasting = true end
-    snooze = math.max(snooze, tonumber(string.match(all[i + 1], ';s=(%d+)') or '') or 0)
-  elseif b >= 48 and b <= 57 then
+` + kindsLifeLua("all[i + 1]", "    ") + `  elseif b >= 48 and b <= 57 then
     records = records + 1
   end
 end

@@ -3,48 +3,42 @@ package userlimits
 // Writing a record's value: the JSON Decode reads back to the same record.
 
 import (
+	"bytes"
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
-// wire is a record's value as Encode writes it.
-type wire struct {
-	UserID     uint64         `json:"user_id"`
-	Snooze     *wireSnooze    `json:"snooze,omitempty"`
-	Tier       string         `json:"tier,omitempty"`
-	Channels   map[string]int `json:"channels,omitempty"`
-	QuietHours *wireQuiet     `json:"quiet_hours,omitempty"`
-	UpdatedAt  string         `json:"updated_at,omitempty"`
-}
-
-type wireSnooze struct {
-	Until    string   `json:"until"`
-	Channels []string `json:"channels,omitempty"`
-}
-
-type wireQuiet struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-}
-
-// Encode writes a record's value (nil for Erase: a tombstone). Decode
-// reads it back to the same record.
+// Encode writes a record's value (nil for Erase: a tombstone): user_id,
+// each kind's field that is set (fields' order), updated_at. Decode reads
+// it back to the same record.
 func Encode(r Record) ([]byte, error) {
 	if r.Erase {
 		return nil, nil
 	}
-	w := wire{UserID: r.UserID, Tier: r.Limits.Tier, Channels: r.Limits.Channels}
-	if len(w.Channels) == 0 {
-		w.Channels = nil
+	b := bytes.NewBufferString(`{"user_id":`)
+	b.WriteString(strconv.FormatUint(r.UserID, 10))
+	add := func(name string, v any) error {
+		j, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		b.WriteString(`,"` + name + `":`)
+		b.Write(j)
+		return nil
 	}
-	if u := r.Limits; !u.SnoozeUntil.IsZero() {
-		w.Snooze = &wireSnooze{Until: u.SnoozeUntil.UTC().Format(time.RFC3339Nano), Channels: u.SnoozeChannels}
-	}
-	if q := r.Limits.Quiet; q != nil {
-		w.QuietHours = &wireQuiet{From: FormatClock(q.From), To: FormatClock(q.To)}
+	for _, f := range fields {
+		if v, ok := f.encode(r.Limits); ok {
+			if err := add(f.name, v); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if !r.UpdatedAt.IsZero() {
-		w.UpdatedAt = r.UpdatedAt.UTC().Format(time.RFC3339Nano)
+		if err := add("updated_at", r.UpdatedAt.UTC().Format(time.RFC3339Nano)); err != nil {
+			return nil, err
+		}
 	}
-	return json.Marshal(w)
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }

@@ -146,25 +146,18 @@ func DecodeValue(value []byte) (Record, error) {
 	}
 	d := &decoder{}
 	r := Record{}
-	fields := d.object(nil, top, "user_id", "snooze", "tier", "channels", "quiet_hours", "updated_at")
-	if raw, ok := fields["user_id"]; ok && !isNull(raw) {
+	in := d.object(nil, top, fieldNames()...)
+	if raw, ok := in["user_id"]; ok && !isNull(raw) {
 		r.UserID = d.userID(raw)
 	} else {
 		d.ps.Add(problems.Key("user_id"), "is required")
 	}
-	if raw := fields["snooze"]; !isNull(raw) {
-		r.Limits.SnoozeUntil, r.Limits.SnoozeChannels = d.snooze(raw)
+	for _, f := range fields {
+		if raw := in[f.name]; !isNull(raw) {
+			f.decode(d, raw, &r.Limits)
+		}
 	}
-	if raw := fields["tier"]; !isNull(raw) {
-		r.Limits.Tier = d.tier(raw)
-	}
-	if raw := fields["channels"]; !isNull(raw) {
-		r.Limits.Channels = d.channels(raw)
-	}
-	if raw := fields["quiet_hours"]; !isNull(raw) {
-		r.Limits.Quiet = d.quiet(raw)
-	}
-	if raw := fields["updated_at"]; !isNull(raw) {
+	if raw := in["updated_at"]; !isNull(raw) {
 		r.UpdatedAt = d.time(problems.Key("updated_at"), raw)
 	}
 	if len(d.ps) > 0 {

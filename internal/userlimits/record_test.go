@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +135,18 @@ func TestEncode(t *testing.T) {
 	}
 	if v, err := Encode(Record{UserID: 42, Erase: true}); v != nil || err != nil {
 		t.Errorf("a tombstone encodes to %q, %v; want a null value", v, err)
+	}
+}
+
+// TestEveryKindHasAField: the record has a field for every kind of
+// capping's table, and no other.
+func TestEveryKindHasAField(t *testing.T) {
+	var names []string
+	for _, f := range fields {
+		names = append(names, f.name)
+	}
+	if want := capping.UserKinds(); !slices.Equal(names, want) {
+		t.Fatalf("the record's fields are %v, capping's kinds %v: add the kind's row to fields.go", names, want)
 	}
 }
 

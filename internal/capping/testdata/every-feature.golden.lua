@@ -31,7 +31,8 @@
 -- window, 0 for a calendar or max 0 limit); 2: a duplicate allowed at t;
 -- 3: held by that limit, which had room without the slots campaign plans
 -- book (t as for 1, 0 when the bookings alone fill it); 4: voided, nothing
--- recorded (an attempt given back before Redis ran it).
+-- recorded (an attempt given back before Redis ran it); 5: held back until
+-- t by the user's own limit of that kind (userkinds.go), nothing recorded.
 --
 -- Only the base, string and math libraries are used (no struct, no bit), so
 -- that an embedded Redis (the demo's) runs it too.
@@ -86,10 +87,10 @@ if ni > 0 then
   end
 end
 
--- The user's own limits (users.go), in field u<uid%32>: a snooze or their
--- quiet hours hold the intent back, recording nothing; their tier's and
--- channel's limits are checked after the segment's (below). An honoured
--- bypass ignores them, as it ignores the caps.
+-- The user's own limits (users.go), in field u<uid%32>, by kind (userkinds.go):
+-- a snooze or their quiet hours hold the intent back, recording nothing;
+-- their tier's and channel's limits are checked after the segment's
+-- (below). An honoured bypass ignores them, as it ignores the caps.
 local utier, ucm
 if v[3] and flags % 2 < 1 then
   local ul, chn = v[3], ({'\101\109\097\105\108', '\112\117\115\104', '\115\109\115'})[uch]
@@ -97,6 +98,13 @@ if v[3] and flags % 2 < 1 then
   if s and s > now then
     local sc = string.match(ul, ';sc=([^;]*)')
     if not sc or string.find(',' .. sc .. ',', ',' .. chn .. ',', 1, true) then return 5 * 2^40 + s end
+  end
+  utier = string.match(ul, ';t=([^;]*)')
+  local cs = string.match(ul, ';c=([^;]*)')
+  if cs then
+    cs = ',' .. cs
+    local q = string.find(cs, ',' .. chn .. ':', 1, true)
+    if q then ucm = tonumber(string.match(cs, '^%d+', q + #chn + 2) or '') end
   end
   local qf, qt = string.match(ul, ';q=(%d+)-(%d+)')
   if qf then
@@ -106,15 +114,8 @@ if v[3] and flags % 2 < 1 then
     if (qf < qt and lm >= qf and lm < qt) or (qt < qf and (lm >= qf or lm < qt)) then
       local e = now - ls + qt * 60
       if e <= now then e = e + 86400 end
-      return 6 * 2^40 + e
+      return 5 * 2^40 + 3 * 2^32 + e
     end
-  end
-  utier = string.match(ul, ';t=([^;]*)')
-  local cs = string.match(ul, ';c=([^;]*)')
-  if cs then
-    cs = ',' .. cs
-    local q = string.find(cs, ',' .. chn .. ':', 1, true)
-    if q then ucm = tonumber(string.match(cs, '^%d+', q + #chn + 2) or '') end
   end
 end
 

@@ -28,7 +28,8 @@
 -- window, 0 for a calendar or max 0 limit); 2: a duplicate allowed at t;
 -- 3: held by that limit, which had room without the slots campaign plans
 -- book (t as for 1, 0 when the bookings alone fill it); 4: voided, nothing
--- recorded (an attempt given back before Redis ran it).
+-- recorded (an attempt given back before Redis ran it); 5: held back until
+-- t by the user's own limit of that kind (userkinds.go), nothing recorded.
 --
 -- Only the base, string and math libraries are used (no struct, no bit), so
 -- that an embedded Redis (the demo's) runs it too.
