@@ -6,11 +6,14 @@ package capping
 // the same call, atomically with the caps: no extra round trip, nothing
 // cached in a worker. The policy names the tiers and how channels are
 // counted (UserRules); the user's limits name a tier by name, so a policy
-// change never needs the stored limits rewritten.
+// change never needs the stored limits rewritten. The kinds are one table
+// (userkinds.go); here are what reads it (the stored form, the checks, the
+// words) and the decisions the script's answers become.
 
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/capper-dev/capper/internal/problems"
@@ -162,4 +165,111 @@ func (ps *policySet) limitNamed(pol int, name string) *compiledLimit {
 		}
 	}
 	return nil
+}
+
+// kindsLifeLua is the users' limits script's part that reads a user's
+// stored limits v: lasting set when one of them lasts, snooze raised to
+// the end of one that ends.
+func kindsLifeLua(v, indent string) string {
+	var lasting, ends []string
+	for _, k := range userKinds {
+		if k.ends == "" {
+			lasting = append(lasting, fmt.Sprintf("string.find(%s, ';%s=', 1, true)", v, k.keys[0]))
+		} else {
+			ends = append(ends, fmt.Sprintf("%ssnooze = math.max(snooze, tonumber(string.match(%s, ';%s=(%%d+)') or '') or 0)\n", indent, v, k.ends))
+		}
+	}
+	return indent + "if " + strings.Join(lasting, " or ") + " then lasting = true end\n" + strings.Join(ends, "")
+}
+
+// UserKinds are the kinds' names, as the user-limits record's fields, in
+// the stored form's order.
+func UserKinds() []string {
+	names := make([]string, len(userKinds))
+	for i, k := range userKinds {
+		names[i] = k.name
+	}
+	return names
+}
+
+// CopyUserKind sets dst's limit of the kind named name to src's.
+func CopyUserKind(name string, dst *UserLimits, src UserLimits) error {
+	i := slices.IndexFunc(userKinds, func(k userKind) bool { return k.name == name })
+	if i < 0 {
+		return fmt.Errorf("%q is not a kind of user limit (%s)", name, strings.Join(UserKinds(), ", "))
+	}
+	userKinds[i].copy(dst, src)
+	return nil
+}
+
+// IsZero reports whether u holds no limit.
+func (u UserLimits) IsZero() bool {
+	return !slices.ContainsFunc(userKinds, func(k userKind) bool { return k.set(u) })
+}
+
+// Describe says the limits for a person, one a line; ur (nil: none) are
+// the policy's rules for them.
+func (u UserLimits) Describe(ur *UserRules) []string {
+	if u.IsZero() {
+		return []string{"no limits of their own"}
+	}
+	var lines []string
+	for _, k := range userKinds {
+		if k.set(u) {
+			lines = append(lines, strings.Split(k.describe(u, ur), "\n")...)
+		}
+	}
+	return lines
+}
+
+// userLimitsVersion starts every stored form: a later format is another.
+const userLimitsVersion = "1"
+
+// Encode is the stored form the decide script reads: "1", then each set
+// kind's parts, ";<key>=<value>" (docs/design/record-layout.md). Names
+// never hold ';', ',' or ':' (validName).
+func (u UserLimits) Encode() string {
+	var b strings.Builder
+	b.WriteString(userLimitsVersion)
+	for _, k := range userKinds {
+		b.WriteString(k.encode(u))
+	}
+	return b.String()
+}
+
+// ParseUserLimits reads Encode's form.
+func ParseUserLimits(s string) (UserLimits, error) {
+	var u UserLimits
+	parts := strings.Split(s, ";")
+	if parts[0] != userLimitsVersion {
+		return u, fmt.Errorf("stored user limits %q: version %q, want %s", s, parts[0], userLimitsVersion)
+	}
+	for _, p := range parts[1:] {
+		key, v, _ := strings.Cut(p, "=")
+		i := slices.IndexFunc(userKinds, func(k userKind) bool { return slices.Contains(k.keys, key) })
+		if i < 0 {
+			return UserLimits{}, fmt.Errorf("stored user limits %q: unknown part %q", s, key)
+		}
+		if err := userKinds[i].parse(&u, key, v); err != nil {
+			return UserLimits{}, fmt.Errorf("stored user limits %q: %w", s, err)
+		}
+	}
+	return u, nil
+}
+
+// UserProblems checks a user's limits against the rules, each problem at
+// its path (snooze.channels[0], tier, channels.sms, quiet_hours.from, as
+// the user-limits record names them).
+func (r Rules) UserProblems(u UserLimits) problems.List {
+	var ps problems.List
+	if r.Users == nil {
+		if !u.IsZero() {
+			ps.Add(problems.Key("user_limits"), "the policy in force has no user_limits section: users' limits are not applied")
+		}
+		return ps
+	}
+	for _, k := range userKinds {
+		k.problems(r, u, &ps)
+	}
+	return ps
 }

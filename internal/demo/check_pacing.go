@@ -6,30 +6,22 @@ package demo
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/capping"
 	"github.com/capper-dev/capper/internal/kafka"
+	"github.com/capper-dev/capper/internal/pacing"
 )
 
 // budgetFact is a budget of the demo's policy: its rate a second, its
-// burst, and the intents it covers (channels and routes).
+// burst, and the intents it covers (pacing's table matches them).
 type budgetFact struct {
-	name             string
-	rate             float64
-	burst            int
-	channels, routes []string
-}
-
-// covers reports whether the budget covers an intent of channel and
-// route (an empty list covers every value; routes, when set, only the
-// intents that name one of them).
-func (b budgetFact) covers(channel, route string) bool {
-	return (len(b.channels) == 0 || slices.Contains(b.channels, channel)) &&
-		(len(b.routes) == 0 || slices.Contains(b.routes, route))
+	name  string
+	rate  float64
+	burst int
+	where pacing.Where
 }
 
 // checkBudgets: no budget's deliveries (capper-released-at, of those held
@@ -76,7 +68,7 @@ func checkReleases(rules capping.Rules, budgets []budgetFact, deliveries []kafka
 	for _, m := range deliveries {
 		var budget *budgetFact
 		for i := range budgets {
-			if budgets[i].covers(jsonString(m.Value, "channel"), jsonString(m.Value, "route")) {
+			if budgets[i].where.Matches(pacing.Intent{Channel: jsonString(m.Value, "channel"), Route: jsonString(m.Value, "route")}) {
 				budget = &budgets[i]
 				break
 			}

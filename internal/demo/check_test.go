@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/kafka"
+	"github.com/capper-dev/capper/internal/pacing"
 
 	"github.com/capper-dev/capper/configs"
 	"github.com/capper-dev/capper/internal/audit"
@@ -228,7 +229,7 @@ func pacedDelivery(id, category, lane string, released, decided time.Time) kafka
 	return rec(`{"id":"`+id+`","user_id":23000,"campaign_id":"c","channel":"push","category":"`+category+`","route":"fcm"}`, h...)
 }
 
-var testBudgets = []budgetFact{{name: budgetName, rate: 10, burst: 2, channels: []string{"push"}, routes: []string{paceRoute}}}
+var testBudgets = []budgetFact{{name: budgetName, rate: 10, burst: 2, where: pacing.Where{Channels: []string{"push"}, Routes: []string{paceRoute}}}}
 
 // TestCheckBudgets: 12 releases within a second (1.01 x 10 + 2 = 12.1)
 // pass; a 13th within the same second is a violation; releases a second

@@ -23,6 +23,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/capper-dev/capper/internal/kafka"
+	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -174,7 +175,7 @@ func Run(ctx context.Context, o Options) error {
 func (sec *sections) facts(rules capping.Rules, plan *plans.Manifest) facts {
 	return facts{rules: rules, refunded: sec.refunded, plans: map[string]time.Time{plan.Campaign: plan.Ends},
 		stops:   []stopFact{{campFlash, sec.stopApplied}, {campDigest, sec.pace.applied}},
-		budgets: []budgetFact{{name: budgetName, rate: paceRate, burst: paceBurst, channels: []string{paceChannel}, routes: []string{paceRoute}}},
+		budgets: []budgetFact{{name: budgetName, rate: paceRate, burst: paceBurst, where: pacing.Where{Channels: []string{paceChannel}, Routes: []string{paceRoute}}}},
 		users:   sec.userFacts(), inputTopic: topicIn}
 }
 

@@ -83,8 +83,12 @@ var dims = [...]dim{
 		}},
 }
 
-// covers reports whether w covers the intent: in every dimension, an
-// empty list or one that holds the intent's value.
+// Matches reports whether w covers the intent: in every dimension, an
+// empty list or one that holds the intent's value (what an audit of the
+// deliveries asks too).
+func (w Where) Matches(in Intent) bool { return w.covers(&in) }
+
+// covers is Matches without copies.
 func (w *Where) covers(in *Intent) bool {
 	for i := range dims {
 		d := &dims[i]

@@ -1,10 +1,10 @@
 // Package userlimits carries users' own limits from the user-limits topic
-// (kafka.topics.user_limits) into Redis: the record format (record.go),
-// the applier every worker runs in a consumer group of its own, which
-// checks each record against the policy in force and writes it with the
-// engine (applier.go), and the follower every worker runs outside any
-// group, which drops what its refusal cache holds about a user whose
-// record changed or was erased (follower.go). The decision side (the
+// (kafka.topics.user_limits) into Redis: the record format (record.go,
+// each kind's field in fields.go), the applier every worker runs in a
+// consumer group of its own, which checks each record against the policy
+// in force and writes it with the engine (applier.go), and the follower
+// every worker runs outside any group, which drops what its refusal cache
+// holds about a user whose record changed or was erased (follower.go). The decision side (the
 // policy's user_limits section, the stored form and the script that
 // enforces it) is internal/capping's.
 //
