@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/pacing"
 )
 
 // pacedPolicy writes configs/policy.yaml with budgets in place of its
@@ -121,9 +123,9 @@ func TestBudgetsCLI(t *testing.T) {
 	s.commitDelay(t, "capper-lanes.push-fcm.bulk", 0, 40)
 
 	out, errOut, code = capper(t, nil, "budgets", "--config", s.path)
-	want := regexp.MustCompile(`^budget +rate/s +burst +covers +lanes +waiting +drains in\n` +
-		`push-fcm +100 +10 +channels push, routes fcm +2 +150 +1\.5s\n` +
-		`email +0\.5 +1 +channels email, any route +1 +3 +6s\n` +
+	want := regexp.MustCompile(`^budget +rate/s +effective/s +burst +covers +lanes +waiting +drains in\n` +
+		`push-fcm +100 +100 +10 +channels push, routes fcm +2 +150 +1\.5s\n` +
+		`email +0\.5 +0\.5 +1 +channels email, any route +1 +3 +6s\n` +
 		`2 budgets in policy [0-9a-f]+\n` +
 		`workers: none reports a policy version \(none running\?\)\n$`)
 	if code != 0 || !want.MatchString(out) {
@@ -134,7 +136,7 @@ func TestBudgetsCLI(t *testing.T) {
 	}
 
 	out, errOut, code = capper(t, nil, "budgets", "show", "push-fcm", "--config", s.path)
-	want = regexp.MustCompile(`^budget +push-fcm\npolicy +[0-9a-f]+\nworkers +none reports a policy version \(none running\?\)\nrate +100/s, burst 10\ncovers +channels push, routes fcm\nwaiting +150, drains in 1\.5s\n\n` +
+	want = regexp.MustCompile(`^budget +push-fcm\npolicy +[0-9a-f]+\nworkers +none reports a policy version \(none running\?\)\nrate +100/s, burst 10\neffective +100/s\ncovers +channels push, routes fcm\nwaiting +150, drains in 1\.5s\n\n` +
 		`lane +takes +topic +waiting +drains in\n` +
 		`urgent +high and up +capper-lanes\.push-fcm\.urgent +20 +200ms\n` +
 		`bulk +the rest +capper-lanes\.push-fcm\.bulk +130 +1\.5s\n$`)
@@ -181,6 +183,28 @@ func TestBudgetsCLI(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &listed); code != 0 || err != nil || len(listed.Budgets) != 2 || listed.Budgets[1].Waiting != 3 {
 		t.Fatalf("budgets -o json: exit %d, %v\n%s%s", code, err, out, errOut)
+	}
+
+	// Its provider throttled a send: the effective rate, one in Redis,
+	// shows, and the drain times are at it.
+	lease := &pacing.RedisLeaser{Client: s.redis.Client(), Prefix: s.cfg.Capping.KeyPrefix}
+	if _, err := lease.Throttle(context.Background(), pacing.ThrottleRequest{Budget: "push-fcm", Rate: 100, MinRate: 10, RetryAfter: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = capper(t, nil, "budgets", "show", "push-fcm", "--config", s.path)
+	if code != 0 || !regexp.MustCompile(`\neffective +9[0-9](\.[0-9]+)?/s \(lowered: its provider throttles sends; back at the rate by itself, 2% of it a second\), nothing released for [0-9ms.]+ more \(the provider's Retry-After\)\n`).MatchString(out) ||
+		!regexp.MustCompile(`\nwaiting +150, drains in 1\.[5-7]s\n`).MatchString(out) {
+		t.Fatalf("budgets show after a throttled send: exit %d\n%s%s", code, out, errOut)
+	}
+	out, _, _ = capper(t, nil, "budgets", "show", "push-fcm", "--config", s.path, "-o", "json")
+	var eff struct {
+		Budget struct {
+			EffectiveRate *float64 `json:"effective_rate"`
+			HeldSeconds   float64  `json:"held_seconds"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &eff); err != nil || eff.Budget.EffectiveRate == nil || *eff.Budget.EffectiveRate >= 100 || eff.Budget.HeldSeconds < 50 {
+		t.Fatalf("show -o json after a throttled send: %v\n%s", err, out)
 	}
 
 	_, errOut, code = capper(t, nil, "budgets", "show", "sms", "--config", s.path)

@@ -67,6 +67,7 @@ type pacingScale struct {
 	campaignAt, killAt, stopAt, txnUntil time.Duration
 	restartAfter                         time.Duration // after the kill; negative: never
 	sample                               int           // cancelled users checked in Redis
+	statusTopic                          string        // kafka.topics.delivery_status ("": none)
 }
 
 func pacingScaleFromEnv(b *testing.B) pacingScale {
@@ -461,6 +462,7 @@ func pacingStack(b *testing.B, sc pacingScale, paced bool) (*stack, *config.Conf
 	if paced {
 		cfg.Kafka.Topics.Lanes = paceLanes
 	}
+	cfg.Kafka.Topics.DeliveryStatus = sc.statusTopic
 	if sc.masters == 1 {
 		cfg.Redis.Mode, cfg.Redis.Addrs = "single", []string{testenv.StartRedis(b, testenv.RedisOptions{}).Addr()}
 	} else {

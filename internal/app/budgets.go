@@ -85,7 +85,9 @@ type BudgetsReport struct {
 	// (nil without: --policy, or WorkersErr).
 	Workers    *WorkersPolicy
 	WorkersErr error
-	fix        string // the command that creates missing lane topics
+	// EffectiveErr: Redis did not say the budgets' effective rates.
+	EffectiveErr error
+	fix          string // the command that creates missing lane topics
 }
 
 // BudgetState is a budget and what waits in it.
@@ -95,9 +97,12 @@ type BudgetState struct {
 	// in each.
 	LaneStates []LaneState
 	// Waiting is every lane's; DrainIn the time to release them all at
-	// Rate.
+	// the effective rate (Rate when it is unknown).
 	Waiting int64
 	DrainIn time.Duration
+	// Effective is its effective rate in Redis (nil: not read, for a
+	// --policy file, or Redis did not answer).
+	Effective *pacing.Effective
 }
 
 // LaneState is a lane and what waits in it.
@@ -175,6 +180,9 @@ func Budgets(ctx context.Context, cfg *config.Config, o BudgetsOptions, log *slo
 		s.DrainIn = drainTime(s.Waiting, b.Rate)
 		r.Budgets = append(r.Budgets, s)
 	}
+	if o.PolicyFile == "" {
+		r.readEffective(ctx, cfg)
+	}
 	return r, nil
 }
 
@@ -225,9 +233,10 @@ func (r *BudgetsReport) missingErr() error {
 // policy.
 func (r *BudgetsReport) WriteList(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "budget\trate/s\tburst\tcovers\tlanes\twaiting\tdrains in")
-	for _, b := range r.Budgets {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", b.Name, formatRate(b.Rate), b.Burst, b.Budget.Covers(), len(b.Lanes),
+	fmt.Fprintln(tw, "budget\trate/s\teffective/s\tburst\tcovers\tlanes\twaiting\tdrains in")
+	for i := range r.Budgets {
+		b := &r.Budgets[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", b.Name, formatRate(b.Rate), effectiveColumn(b), b.Burst, b.Budget.Covers(), len(b.Lanes),
 			b.Waiting, formatDrain(b.DrainIn))
 	}
 	if err := tw.Flush(); err != nil {
@@ -243,7 +252,8 @@ func (r *BudgetsReport) WriteList(w io.Writer) error {
 // WriteShow writes the (one) budget, then a table of its lanes: name,
 // the priorities it takes, topic, waiting, drains in.
 func (r *BudgetsReport) WriteShow(w io.Writer) error {
-	for _, b := range r.Budgets {
+	for i := range r.Budgets {
+		b := &r.Budgets[i]
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "budget\t%s\n", b.Name)
 		fmt.Fprintf(tw, "policy\t%s%s\n", r.Policy, r.policyMark())
@@ -251,6 +261,7 @@ func (r *BudgetsReport) WriteShow(w io.Writer) error {
 			fmt.Fprintf(tw, "workers\t%s\n", strings.TrimPrefix(line, "workers: "))
 		}
 		fmt.Fprintf(tw, "rate\t%s/s, burst %d\n", formatRate(b.Rate), b.Burst)
+		fmt.Fprintf(tw, "effective\t%s\n", r.effectiveText(b))
 		fmt.Fprintf(tw, "covers\t%s\n", b.Budget.Covers())
 		fmt.Fprintf(tw, "waiting\t%d, drains in %s\n", b.Waiting, formatDrain(b.DrainIn))
 		if err := tw.Flush(); err != nil {
@@ -312,14 +323,17 @@ func pluralize(n int, one string, many ...string) string {
 
 // budgetJSON is a budget in WriteJSON.
 type budgetJSON struct {
-	Name         string     `json:"name"`
-	Rate         float64    `json:"rate"`
-	Burst        int        `json:"burst"`
-	Channels     []string   `json:"channels"`
-	Routes       []string   `json:"routes"`
-	Waiting      int64      `json:"waiting"`
-	DrainSeconds float64    `json:"drain_seconds"`
-	Lanes        []laneJSON `json:"lanes"`
+	Name string  `json:"name"`
+	Rate float64 `json:"rate"`
+	// EffectiveRate: null when unknown; HeldSeconds: the Retry-After left.
+	EffectiveRate *float64   `json:"effective_rate"`
+	HeldSeconds   float64    `json:"held_seconds"`
+	Burst         int        `json:"burst"`
+	Channels      []string   `json:"channels"`
+	Routes        []string   `json:"routes"`
+	Waiting       int64      `json:"waiting"`
+	DrainSeconds  float64    `json:"drain_seconds"`
+	Lanes         []laneJSON `json:"lanes"`
 }
 
 // laneJSON is a lane in WriteJSON.
@@ -336,8 +350,8 @@ type laneJSON struct {
 // [...]}, or, with one (show), {"policy", "workers", "budget": {...}}.
 // workers (null with --policy, or when Redis did not answer): reporting
 // (how many), in_use (workers by version), refused (by version: workers,
-// error). A budget: name, rate,
-// burst, channels and routes ([]: every one), waiting, drain_seconds, and
+// error). A budget: name, rate, effective_rate (null: unknown),
+// held_seconds (a Retry-After's rest), burst, channels and routes ([]: every one), waiting, drain_seconds, and
 // its lanes in precedence order: name, min_priority (0-100; the last
 // lane's 0), topic, exists, waiting, drain_seconds (of the lanes up to
 // this one).
@@ -346,6 +360,9 @@ func (r *BudgetsReport) WriteJSON(w io.Writer, one bool) error {
 	for _, b := range r.Budgets {
 		j := budgetJSON{Name: b.Name, Rate: b.Rate, Burst: b.Burst, Channels: append([]string{}, b.Channels...),
 			Routes: append([]string{}, b.Routes...), Waiting: b.Waiting, DrainSeconds: b.DrainIn.Seconds(), Lanes: []laneJSON{}}
+		if e := b.Effective; e != nil {
+			j.EffectiveRate, j.HeldSeconds = &e.Rate, e.HeldFor.Seconds()
+		}
 		for _, l := range b.LaneStates {
 			j.Lanes = append(j.Lanes, laneJSON{Name: l.Name, MinPriority: int(l.MinPriority), Topic: l.Topic, Exists: !l.Missing,
 				Waiting: l.Waiting, DrainSeconds: l.DrainIn.Seconds()})

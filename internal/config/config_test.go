@@ -34,6 +34,7 @@ var badFiles = map[string][]string{
 	"bad-source.bad.yaml":          {"segments.source", "gs://bucket/segments"},
 	"window-range.bad.yaml":        {`capping.segments[0] (segment "new").limits[0] (limit "burst").window: 30s out of range`},
 	"refusal-cache.bad.yaml":       {`capping.refusal_cache.ttl: 1h0m0s out of range [1s, 10m]`},
+	"throttled-refund.bad.yaml":    {`refunds.statuses[1]: "throttled" cannot refund: a throttled send is sent again, and stays counted`},
 	"refusal-cache-bytes.bad.yaml": {`capping.refusal_cache.max_bytes: must be from 1048576 (1 MiB) to 68719476736 (64 GiB), got 4096`},
 	"policy-and-inline.bad.yaml":   {"capping.segments: the policy comes from policy.source (file:///etc/capper/policy.yaml); remove the policy from the worker config"},
 	"policy-source.bad.yaml": {"policy.poll_interval: must be above 0, got 0s",

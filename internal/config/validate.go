@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/problems"
 )
 
@@ -212,8 +213,13 @@ func (r *Refunds) validate(p *problems.List, topic string) {
 		p.Add(problems.Key("refunds.statuses"), "at least one status is required with kafka.topics.delivery_status")
 	}
 	for i, s := range r.Statuses {
-		if s == "" || len(s) > 64 {
+		switch {
+		case s == "" || len(s) > 64:
 			p.Add(problems.Key("refunds.statuses").Index(i), "%q must be 1 to 64 bytes", s)
+		case s == pacing.StatusThrottled:
+			// Its sender sends it again: refunded, that send would go
+			// uncounted.
+			p.Add(problems.Key("refunds.statuses").Index(i), "%q cannot refund: a throttled send is sent again, and stays counted (it slows its budget instead)", s)
 		}
 	}
 }

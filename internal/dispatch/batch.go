@@ -83,8 +83,10 @@ type entry struct {
 	next capping.Deferral
 	// dueAt: a deferred or hopping entry's tier hands it over then (route).
 	dueAt time.Time
-	// refund is what became of a kindStatus entry.
-	refund string
+	// refund is what became of a kindStatus entry; throttle what a
+	// throttled one reports to its budget.
+	refund   string
+	throttle *throttleReport
 	// home: the user's input partition, the index of the tier partition a
 	// deferral of it waits in (copartition.go).
 	home int
@@ -135,6 +137,7 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message, prev cha
 	if err := w.refund(ctx, b.entries, refunds); err != nil {
 		return nil, err
 	}
+	w.reportThrottles(ctx, b.entries)
 	// byReq[j] is reqs[j]'s entry: reqs are the decided entries', in
 	// batch order.
 	byReq := make([]int, 0, len(reqs))

@@ -7,6 +7,7 @@ package dispatch
 // the lane records' headers and what a released intent gives back.
 
 import (
+	"context"
 	"strconv"
 	"sync"
 	"time"
@@ -28,6 +29,9 @@ type Pacer interface {
 	Charge(budget string, n int)
 	Held(budget, lane string, n int)
 	Expired(budget, lane string)
+	// Throttled reports a send of budget its provider throttled (ok
+	// false: no such budget).
+	Throttled(ctx context.Context, budget string, retryAfter time.Duration) (ok bool, err error)
 }
 
 // Headers of a lane record (and, for the last three, of a released

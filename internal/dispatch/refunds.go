@@ -12,16 +12,20 @@ import (
 	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/capping"
+	"github.com/capper-dev/capper/internal/pacing"
 )
 
 // Results of a delivery-status record (capper_refunds_total{result}).
 const (
 	refundIgnored = "ignored" // its status does not refund
 	refundFailed  = "failed"  // Redis could not answer and the worker fails open: kept (over-counts)
+	// refundThrottled: a throttled send (pacing.StatusThrottled): no refund, its
+	// budget slows (throttle.go).
+	refundThrottled = "throttled"
 )
 
 // refundResults are the labels of capper_refunds_total.
-var refundResults = []string{capping.RefundApplied.String(), capping.RefundUnknown.String(), capping.RefundNothing.String(), refundIgnored, refundFailed}
+var refundResults = []string{capping.RefundApplied.String(), capping.RefundUnknown.String(), capping.RefundNothing.String(), refundIgnored, refundFailed, refundThrottled}
 
 type refundReq struct {
 	i int // the entry's index in the batch
@@ -37,6 +41,13 @@ func (w *Worker) readStatus(m *kafka.Message, e *entry) (capping.RefundRequest, 
 		return capping.RefundRequest{}, false
 	}
 	e.kind = kindStatus
+	if s.Status == pacing.StatusThrottled {
+		e.refund = refundThrottled
+		if s.Budget != "" {
+			e.throttle = &throttleReport{budget: s.Budget, retryAfter: s.RetryAfter}
+		}
+		return capping.RefundRequest{}, false
+	}
 	if !w.refunds[s.Status] {
 		e.refund = refundIgnored
 		return capping.RefundRequest{}, false

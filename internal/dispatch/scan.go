@@ -26,7 +26,7 @@ import (
 type fields struct {
 	id, userID, campaignID, channel, category, createdAt json.RawValue
 	tags, priority, timeZone, override, sendBy, route    json.RawValue
-	status, at                                           json.RawValue // a delivery status's
+	status, at, lane, retryAfter                         json.RawValue // a delivery status's
 }
 
 func (f *fields) slot(name []byte) *json.RawValue {
@@ -59,6 +59,10 @@ func (f *fields) slot(name []byte) *json.RawValue {
 		return &f.status
 	case "at":
 		return &f.at
+	case "lane":
+		return &f.lane
+	case "retry_after":
+		return &f.retryAfter
 	}
 	return nil
 }

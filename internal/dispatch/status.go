@@ -2,20 +2,29 @@ package dispatch
 
 // Delivery statuses: what the delivery service reports about a send, read
 // from the delivery-status topic. A status that refunds gives the send's
-// slot back (capping.Engine.Refund).
+// slot back (capping.Engine.Refund); a throttled one slows its budget.
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/capper-dev/capper/internal/clip"
+	"github.com/capper-dev/capper/internal/pacing"
 )
 
-// Status is one delivery-status record: {"id", "user_id", "status", "at"}.
+// Status is one delivery-status record: {"id", "user_id", "status", "at"},
+// and a throttled one's "lane" and "retry_after".
 type Status struct {
 	ID     string // the intent's id
 	UserID uint64
-	Status string // e.g. delivered, failed, bounced, rejected
+	Status string // e.g. delivered, failed, bounced, rejected, throttled
 	At     time.Time
+	// Throttled: a throttled status's budget (the delivery's capper-lane,
+	// budget/lane: "" when it was not paced) and the provider's
+	// Retry-After (0: none).
+	Budget     string
+	RetryAfter time.Duration
 }
 
 // DecodeStatus validates a delivery-status record: the same rules as an
@@ -44,5 +53,33 @@ func (d *Decoder) DecodeStatus(value []byte) (Status, error) {
 	if s.At, err = time.Parse(time.RFC3339Nano, at); err != nil {
 		return Status{}, invalid("at", "%q is not an RFC 3339 time (required)", clip.String(at, 40))
 	}
-	return s, nil
+	if s.Status == pacing.StatusThrottled {
+		err = f.throttled(&s)
+	}
+	return s, err
+}
+
+// throttled reads a throttled status's lane and retry_after.
+func (f *fields) throttled(s *Status) error {
+	lane, err := f.str("lane", f.lane, false)
+	if err != nil {
+		return err
+	}
+	if lane != "" {
+		budget, _, ok := strings.Cut(lane, "/")
+		if !ok || !pacing.NamePattern.MatchString(budget) {
+			return invalid("lane", "%q is not a capper-lane header (budget/lane)", clip.String(lane, 40))
+		}
+		s.Budget = strings.Clone(budget)
+	}
+	if f.retryAfter == nil || string(f.retryAfter) == "null" {
+		return nil
+	}
+	sec, err := strconv.ParseFloat(string(f.retryAfter), 64)
+	if err != nil || !(sec > 0) || sec > pacing.MaxRetryAfter.Seconds() {
+		return invalid("retry_after", "%s is not a number of seconds above 0 and at most %d (the provider's Retry-After)",
+			clip.String(string(f.retryAfter), 40), int(pacing.MaxRetryAfter.Seconds()))
+	}
+	s.RetryAfter = time.Duration(sec * float64(time.Second))
+	return nil
 }

@@ -25,6 +25,9 @@ type bucket struct {
 	credit   int   // with the next lease: minus the exempt sends charged
 	leasing  bool  // a caller is leasing (or waiting to lease again)
 	changed  chan struct{}
+	// reported: when this worker last reported a throttled send of the
+	// budget; heldUntil the end of the latest Retry-After it reported.
+	reported, heldUntil time.Time
 }
 
 // broadcast wakes every caller waiting on the bucket (mu held).

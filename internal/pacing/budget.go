@@ -19,6 +19,9 @@ type Budget struct {
 	Name  string
 	Rate  float64
 	Burst int
+	// MinRate is the least its effective rate drops to while its provider
+	// throttles (throttle.go).
+	MinRate float64
 	Where
 	Lanes []Lane
 }

@@ -25,26 +25,35 @@ import (
 // (or all that was asked), so a busy budget costs one call per unit
 // releases.
 //
+// The bucket fills at the budget's effective rate (throttle.go): the
+// configured rate, or less while its provider throttles, climbing back by
+// itself; and grants nothing while the provider's Retry-After lasts.
+//
 // KEYS[1] the budget's hash. ARGV: rate/s, burst, ask, credit (negative:
 // debt), lane, ttl ms, unit, ahead ms. Reply: {granted, valid in ms, wait
-// ms (nothing granted: ask again then)}.
+// ms (nothing granted: ask again then), the effective rate in 1/1000 a
+// second}.
 var leaseScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
 local ask, credit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local lane, ttl, unit, ahead = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local s = redis.call('HMGET', KEYS[1], 'tok', 'ts')
+local s = redis.call('HMGET', KEYS[1], 'tok', 'ts', 'eff', 'eat', 'hold')
 local tok, ts = tonumber(s[1]), tonumber(s[2])
+` + effectiveLua + `
+local r = eff or rate
 if tok == nil or ts == nil then tok, ts = burst, now end
 if now > ts then
-  tok = math.min(burst, tok + (now - ts) * rate / 1000)
+  tok = math.min(burst, tok + (now - ts) * r / 1000)
   ts = now
 end
 tok = math.min(burst, tok + credit)
 local grant, valid, wait = 0, 0, 0
 if ask > 0 then
   local blocked = 0
+  local hold = tonumber(s[5])
+  if hold and hold > now then blocked = hold - now end -- the provider's Retry-After
   for j = 0, lane - 1 do
     local w = tonumber(redis.call('HGET', KEYS[1], 'want' .. j))
     if w ~= nil and w > now then blocked = math.max(blocked, w - now) end
@@ -56,7 +65,7 @@ if ask > 0 then
   else
     grant = math.min(ask, math.max(unit, math.floor(tok)))
     local left = tok - grant
-    if left < 0 then valid = math.ceil(-left * 1000 / rate) end
+    if left < 0 then valid = math.ceil(-left * 1000 / r) end
     if valid > ahead then
       wait = valid - ahead
       grant, valid = 0, 0
@@ -68,9 +77,14 @@ if ask > 0 then
   local was = tonumber(redis.call('HGET', KEYS[1], 'want' .. lane))
   if was == nil or till > was then redis.call('HSET', KEYS[1], 'want' .. lane, till) end
 end
-redis.call('HSET', KEYS[1], 'tok', tostring(tok), 'ts', ts)
-redis.call('PEXPIRE', KEYS[1], 3600000)
-return {grant, valid, wait}
+if eff then
+  redis.call('HSET', KEYS[1], 'tok', tostring(tok), 'ts', ts, 'eff', tostring(eff), 'eat', now)
+else
+  redis.call('HSET', KEYS[1], 'tok', tostring(tok), 'ts', ts)
+  if s[3] then redis.call('HDEL', KEYS[1], 'eff', 'eat', 'ed') end -- back at the rate
+end
+redis.call('PEXPIRE', KEYS[1], ` + bucketLifeMs + `)
+return {grant, valid, wait, math.floor(r * 1000)}
 `)
 
 // Lease is one call's answer: the tokens granted and from when, or when
@@ -81,6 +95,9 @@ type Lease struct {
 	Granted int
 	ValidMs int64 // the granted tokens may be spent this many ms from now
 	WaitMs  int64 // nothing granted: ask again this many ms from now
+	// Effective is the budget's effective rate a second (its rate unless
+	// its provider throttles).
+	Effective float64
 }
 
 // LeaseRequest is one call: Ask tokens for Lane (0 is the highest), Credit
@@ -113,8 +130,8 @@ func (l *RedisLeaser) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 	if err != nil {
 		return Lease{}, fmt.Errorf("lease tokens of budget %s: %w", r.Budget, err)
 	}
-	if len(v) != 3 {
-		return Lease{}, fmt.Errorf("lease tokens of budget %s: reply %v is not {granted, valid, wait}", r.Budget, v)
+	if len(v) != 4 {
+		return Lease{}, fmt.Errorf("lease tokens of budget %s: reply %v is not {granted, valid, wait, effective rate}", r.Budget, v)
 	}
-	return Lease{Granted: int(v[0]), ValidMs: v[1], WaitMs: v[2]}, nil
+	return Lease{Granted: int(v[0]), ValidMs: v[1], WaitMs: v[2], Effective: float64(v[3]) / 1000}, nil
 }

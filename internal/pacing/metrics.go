@@ -13,7 +13,8 @@ type metrics struct {
 	calls                    *prometheus.CounterVec
 	granted, unused, charged *prometheus.CounterVec
 	released, held, expired  *prometheus.CounterVec
-	rate, burst              *prometheus.GaugeVec
+	rate, burst, effective   *prometheus.GaugeVec
+	throttled                *prometheus.CounterVec
 	waiting, drain           *prometheus.GaugeVec
 	oldest                   *oldest
 }
@@ -44,6 +45,10 @@ func newMetrics(reg prometheus.Registerer, now func() time.Time) *metrics {
 			Help: "A budget's rate per second in the policy in force (all workers together)."}, []string{"budget"}),
 		burst: f.NewGaugeVec(prometheus.GaugeOpts{Name: "capper_pacing_budget_burst",
 			Help: "A budget's burst in the policy in force."}, []string{"budget"}),
+		effective: f.NewGaugeVec(prometheus.GaugeOpts{Name: "capper_pacing_rate_effective",
+			Help: "A budget's effective rate per second as this worker last saw it in Redis (one for all workers): its rate, or less while its provider throttles sends."}, []string{"budget"}),
+		throttled: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_throttled_total",
+			Help: "Delivery statuses saying a budget's provider throttled a send (status throttled)."}, []string{"budget"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.oldest)
@@ -55,11 +60,14 @@ func newMetrics(reg prometheus.Registerer, now func() time.Time) *metrics {
 func (m *metrics) setBudgets(s *Set) {
 	m.rate.Reset()
 	m.burst.Reset()
+	m.effective.Reset()
 	m.waiting.Reset()
 	m.drain.Reset()
 	for _, b := range s.Budgets() {
 		m.rate.WithLabelValues(b.Name).Set(b.Rate)
 		m.burst.WithLabelValues(b.Name).Set(float64(b.Burst))
+		m.effective.WithLabelValues(b.Name).Set(b.Rate) // until Redis says
+		m.throttled.WithLabelValues(b.Name)
 		// Counters start at 0 (a rate over a new budget's first hour).
 		m.granted.WithLabelValues(b.Name)
 		m.unused.WithLabelValues(b.Name)

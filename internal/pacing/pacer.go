@@ -21,6 +21,7 @@ import (
 // Leaser takes leases of a budget's tokens (*RedisLeaser).
 type Leaser interface {
 	Lease(ctx context.Context, r LeaseRequest) (Lease, error)
+	Throttle(ctx context.Context, r ThrottleRequest) (Throttled, error)
 }
 
 // Options configure New.
@@ -85,6 +86,8 @@ type Pacer struct {
 	mu      sync.Mutex
 	buckets map[string]*bucket
 	waiting map[string][]int64 // per budget, per lane: intents waiting (SetWaiting)
+	// effective: per budget, its effective rate as Redis last said it.
+	effective map[string]float64
 }
 
 // New returns a Pacer with no budgets (SetBudgets installs a policy's).
@@ -247,6 +250,9 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 		p.m.granted.WithLabelValues(bud.Name).Add(float64(l.Granted))
 		wait = time.Duration(l.ValidMs) * time.Millisecond
 	}
+	if err == nil {
+		p.setEffective(bud.Name, l.Effective)
+	}
 	var serr error
 	if wait > 0 {
 		serr = p.o.Sleep(ctx, wait)
@@ -315,6 +321,7 @@ func (p *Pacer) SetWaiting(budget string, lanes []int64) {
 		p.waiting = map[string][]int64{}
 	}
 	p.waiting[budget] = lanes
+	rate := p.rateOf(b)
 	p.mu.Unlock()
 	var ahead int64
 	for i, l := range b.Lanes {
@@ -323,13 +330,13 @@ func (p *Pacer) SetWaiting(budget string, lanes []int64) {
 		}
 		ahead += lanes[i]
 		p.m.waiting.WithLabelValues(budget, l.Name).Set(float64(lanes[i]))
-		p.m.drain.WithLabelValues(budget, l.Name).Set(float64(ahead) / b.Rate)
+		p.m.drain.WithLabelValues(budget, l.Name).Set(float64(ahead) / rate)
 	}
 }
 
 // Wait is how long an intent put in lane of budget now would wait: the
-// intents waiting in its lane and the lanes above, at the budget's rate (as
-// of the last SetWaiting).
+// intents waiting in its lane and the lanes above (as of the last
+// SetWaiting), at the budget's effective rate.
 func (p *Pacer) Wait(budget string, lane int) time.Duration {
 	b, ok := p.set.Load().Budget(budget)
 	if !ok {
@@ -343,7 +350,7 @@ func (p *Pacer) Wait(budget string, lane int) time.Duration {
 			ahead += n
 		}
 	}
-	return time.Duration(float64(ahead) / b.Rate * float64(time.Second))
+	return time.Duration(float64(ahead) / p.rateOf(b) * float64(time.Second))
 }
 
 // Expired counts an intent of budget's lane cancelled for its send-by.

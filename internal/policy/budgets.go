@@ -28,6 +28,10 @@ type Budget struct {
 	// Burst is what may go above the rate in any second; 0 (left out):
 	// max(1, rate/10 rounded up).
 	Burst int `yaml:"burst,omitempty"`
+	// MinRate is the least the budget's effective rate drops to while its
+	// provider throttles sends (throttle feedback); 0 (left out): the
+	// rate/10. Above 0, at most the rate.
+	MinRate float64 `yaml:"min_rate,omitempty"`
 	// Channels are the policy's channels the budget covers; empty, every
 	// channel.
 	Channels []string `yaml:"channels,omitempty"`
@@ -67,6 +71,14 @@ func (b Budget) EffectiveBurst() int {
 	return max(1, int(math.Ceil(b.Rate/10)))
 }
 
+// EffectiveMinRate is the budget's min_rate, its default filled in.
+func (b Budget) EffectiveMinRate() float64 {
+	if b.MinRate != 0 {
+		return b.MinRate
+	}
+	return b.Rate / 10
+}
+
 // EffectiveLanes are the budget's lanes, the default lane when it names
 // none.
 func (b Budget) EffectiveLanes() []Lane {
@@ -103,13 +115,16 @@ func (d *Document) Pacing() (*pacing.Set, problems.List) {
 		if b.Burst < 0 {
 			ps.Add(at.Key("burst"), "%d must be at least 1 (left out: the rate/10, at least 1)", b.Burst)
 		}
+		if b.MinRate != 0 && (!(b.MinRate > 0) || b.MinRate > b.Rate) {
+			ps.Add(at.Key("min_rate"), "%s must be above 0 and at most the rate, %s (left out: the rate/10)", formatRate(b.MinRate), formatRate(b.Rate))
+		}
 		pb := pacing.Budget{Name: b.Name, Where: b.matching()}
 		pb.Problems(d.vocabulary(), func(key string, j int, msg string) { ps.Add(at.Key(key).Index(j), "%s", msg) })
 		pb.Lanes = b.lanes(&ps, at)
 		if j := shadowedBy(d, i); j >= 0 {
 			ps.Add(at, "can never pace an intent: budget %q (budgets[%d]) comes first and covers every intent it covers (an intent is paced by the first budget that covers it)", d.Budgets[j].Name, j)
 		}
-		pb.Rate, pb.Burst = b.Rate, b.EffectiveBurst()
+		pb.Rate, pb.Burst, pb.MinRate = b.Rate, b.EffectiveBurst(), b.EffectiveMinRate()
 		out = append(out, pb)
 	}
 	if len(ps) > 0 {
@@ -207,8 +222,12 @@ func formatRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
 // DescribeBudget says what a budget does, in words: its rate and burst,
 // the intents it covers and its lanes.
 func DescribeBudget(b Budget) string {
-	return fmt.Sprintf("%s/s, burst %d, %s, lanes %s",
-		formatRate(b.Rate), b.EffectiveBurst(), b.matching().Covers(), describeLanes(b))
+	floor := ""
+	if b.MinRate != 0 {
+		floor = ", min rate " + formatRate(b.MinRate) + "/s"
+	}
+	return fmt.Sprintf("%s/s, burst %d%s, %s, lanes %s",
+		formatRate(b.Rate), b.EffectiveBurst(), floor, b.matching().Covers(), describeLanes(b))
 }
 
 // describeLanes lists a budget's lanes with the priorities each takes.

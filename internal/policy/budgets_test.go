@@ -23,6 +23,7 @@ budgets:
       - {name: bulk}
   - name: sms
     rate: 2.5
+    min_rate: 1
     channels: [sms]
   - name: everything-else
     rate: 50000
@@ -48,10 +49,10 @@ func TestPacing(t *testing.T) {
 		t.Fatalf("Problems: %v", d.Problems().Err())
 	}
 	want := []pacing.Budget{
-		{Name: "push-fcm", Rate: 2000, Burst: 200, Where: pacing.Where{Channels: []string{"push"}, Routes: []string{"fcm"}},
+		{Name: "push-fcm", Rate: 2000, Burst: 200, MinRate: 200, Where: pacing.Where{Channels: []string{"push"}, Routes: []string{"fcm"}},
 			Lanes: []pacing.Lane{{Name: "urgent", MinPriority: capping.High}, {Name: "bulk"}}},
-		{Name: "sms", Rate: 2.5, Burst: 1, Where: pacing.Where{Channels: []string{"sms"}}, Lanes: []pacing.Lane{{Name: pacing.DefaultLane}}},
-		{Name: "everything-else", Rate: 50000, Burst: 5000,
+		{Name: "sms", Rate: 2.5, Burst: 1, MinRate: 1, Where: pacing.Where{Channels: []string{"sms"}}, Lanes: []pacing.Lane{{Name: pacing.DefaultLane}}},
+		{Name: "everything-else", Rate: 50000, Burst: 5000, MinRate: 5000,
 			Lanes: []pacing.Lane{{Name: "top", MinPriority: 90}, {Name: "mid", MinPriority: capping.Low}, {Name: "rest"}}},
 	}
 	if got := set.Budgets(); !reflect.DeepEqual(got, want) {
@@ -140,6 +141,8 @@ func TestBudgetProblems(t *testing.T) {
 		{one(`{name: b, rate: 10000001}`), []string{bud + ".rate: 10000001 must be above 0 and at most 10000000 (releases per second, all workers together)"}},
 		{one(`{name: b, rate: .inf}`), []string{bud + ".rate: +Inf must be above 0 and at most 10000000 (releases per second, all workers together)"}},
 		{one(`{name: b, rate: .nan}`), []string{bud + ".rate: NaN must be above 0 and at most 10000000 (releases per second, all workers together)"}},
+		{one(`{name: b, rate: 10, min_rate: 20}`), []string{bud + ".min_rate: 20 must be above 0 and at most the rate, 10 (left out: the rate/10)"}},
+		{one(`{name: b, rate: 10, min_rate: -1}`), []string{bud + ".min_rate: -1 must be above 0 and at most the rate, 10 (left out: the rate/10)"}},
 		// burst
 		{one(`{name: b, rate: 10, burst: -1}`), []string{bud + ".burst: -1 must be at least 1 (left out: the rate/10, at least 1)"}},
 		// channels
@@ -241,7 +244,7 @@ func TestDescribeBudget(t *testing.T) {
 	}
 	want := []string{
 		"2000/s, burst 200, channels push, routes fcm, lanes urgent (high and up), bulk (the rest)",
-		"2.5/s, burst 1, channels sms, any route, lanes marketing (every priority)",
+		"2.5/s, burst 1, min rate 1/s, channels sms, any route, lanes marketing (every priority)",
 		"50000/s, burst 5000, every channel, any route, lanes top (90 and up), mid (low and up), rest (the rest)",
 	}
 	for i, b := range d.Budgets {

@@ -14,7 +14,7 @@ import (
 // Diff returns one line per change from old to new: the segments (added,
 // removed, reordered), their limits and what they hold back (on_cap,
 // max_defer, quiet_hours), default_policy, the budgets (added, removed,
-// reordered, their rate, burst, coverage and lanes), then the document's
+// reordered, their rate, burst, min rate, coverage and lanes), then the document's
 // settings. No lines: the two decide and pace alike.
 func Diff(old, new *Document) []string {
 	var out []string
@@ -233,6 +233,10 @@ func diffBudgets(old, new *Document) []string {
 		}
 		if a, z := o.EffectiveBurst(), b.EffectiveBurst(); a != z {
 			add("budget %q: burst %d -> %d", b.Name, a, z)
+		}
+		// (A default min rate follows the rate: said when one is set.)
+		if a, z := o.EffectiveMinRate(), b.EffectiveMinRate(); a != z && (o.MinRate != 0 || b.MinRate != 0) {
+			add("budget %q: min rate %s/s -> %s/s", b.Name, formatRate(a), formatRate(z))
 		}
 		zs := b.matching().Covering()
 		for k, a := range o.matching().Covering() {

@@ -1,0 +1,234 @@
+package main
+
+// BenchmarkThrottleFeedback: pacing's throttle feedback measured on real
+// `capper run` workers against a simulated provider that accepts less
+// than the budget, then all of it.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/pacing"
+)
+
+// Throttle feedback's goals (docs/concepts/pacing.md, throttle feedback).
+const (
+	goalFollowDown   = 10 * time.Second // effective rate within 10% of C
+	goalThrottled    = 0.05             // throttled answers / sends once it follows
+	goalFollowUp     = 30 * time.Second // back within 10% of the rate
+	paceStatusTopic  = "delivery-status"
+	providerGroup    = "provider"
+	effectiveSamples = 100 * time.Millisecond
+)
+
+// throttleRun is what the provider and the samples saw.
+type throttleRun struct {
+	mu sync.Mutex
+	// first: the provider's first answer; throttledFrom its first
+	// throttled one; raised: when it began to accept the whole rate.
+	first, throttledFrom, raised time.Time
+	// answers per second of the provider's clock (Unix s): accepted and
+	// throttled.
+	accepted, throttled map[int64]int
+	effective           []effectiveSample
+}
+
+type effectiveSample struct {
+	at   time.Time
+	rate float64
+}
+
+// BenchmarkThrottleFeedback: WORKERS (3) `capper run` processes drain a
+// blast of INTENTS (130000) pushes through one budget of RATE (2000)/s,
+// burst RATE/10, as BenchmarkPacing runs them (one redis-server). A
+// simulated provider reads the deliveries topic as the workers write it
+// and accepts LOW (1200) sends a second by its clock, answering the rest
+// with a delivery status `throttled` (the delivery's capper-lane) on the
+// status topic, until LOW_FOR (30) seconds after its first answer; then
+// it accepts RATE a second. The budget's effective rate is read from
+// Redis every 100 ms. Printed with their goals: how long until the
+// effective rate is within 10% of LOW after the first throttled answer,
+// the throttled share of the answers from then until the provider is
+// raised, how long until it is back within 10% of RATE after, the most
+// releases in any second, and that every intent has one outcome:
+//
+//	go test ./cmd/capper -run '^$' -bench BenchmarkThrottleFeedback -benchtime 1x -timeout 20m
+func BenchmarkThrottleFeedback(b *testing.B) {
+	sc := pacingScaleFromEnv(b)
+	num := func(name string, def float64) float64 {
+		if v := os.Getenv("CAPPER_BENCH_PACING_" + name); v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f <= 0 {
+				b.Fatalf("CAPPER_BENCH_PACING_%s=%q: not a number above 0", name, v)
+			}
+			return f
+		}
+		return def
+	}
+	sc.blast, sc.campaign, sc.statusTopic = int(num("INTENTS", 130_000)), 0, paceStatusTopic
+	low, lowFor := num("LOW", 1200), time.Duration(num("LOW_FOR", 30)*float64(time.Second))
+	for b.Loop() {
+		s, _ := pacingStack(b, sc, true)
+		d := &pacingDriver{b: b, sc: sc, s: s, r: &pacingRun{paced: true}}
+		d.startWorkers()
+		rdb := redis.NewClient(&redis.Options{Addr: s.cfg.Redis.Addrs[0]})
+		defer rdb.Close()
+		run := &throttleRun{accepted: map[int64]int{}, throttled: map[int64]int{}}
+		ctx, stop := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { run.sample(ctx, rdb, s.cfg.Capping.KeyPrefix, sc.rate) })
+		var answered atomic.Int64
+		wg.Go(func() { run.provide(ctx, b, s.kafka.Addrs, low, sc.rate, lowFor, &answered) })
+		if err := <-d.produceBlast(); err != nil {
+			b.Fatal(err)
+		}
+		waitPacingDrained(b, s, sc, []string{pacing.Topic(paceLanes, paceBudget, "high"), pacing.Topic(paceLanes, paceBudget, "normal")}, sc.blast, d.ws)
+		for answered.Load() < int64(sc.blast) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		stop()
+		wg.Wait()
+		d.finish()
+		out := readPacingOutputs(b, s.kafka.Addrs, sc, nil)
+		reportThrottle(b, sc, low, run, &out)
+	}
+}
+
+// sample reads the budget's effective rate from Redis every 100 ms.
+func (r *throttleRun) sample(ctx context.Context, rdb *redis.Client, prefix string, rate float64) {
+	l := &pacing.RedisLeaser{Client: rdb, Prefix: prefix}
+	t := time.NewTicker(effectiveSamples)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		e, err := l.Effective(ctx, &pacing.Budget{Name: paceBudget, Rate: rate})
+		if err == nil {
+			r.mu.Lock()
+			r.effective = append(r.effective, effectiveSample{time.Now(), e.Rate})
+			r.mu.Unlock()
+		}
+	}
+}
+
+// provide is the provider: it answers each delivery as it arrives,
+// accepted while fewer than its capacity were accepted in the second (by
+// its clock), else throttled (a status on the status topic).
+func (r *throttleRun) provide(ctx context.Context, b *testing.B, addrs []string, low, rate float64, lowFor time.Duration, answered *atomic.Int64) {
+	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: addrs, GroupID: providerGroup, Topic: "deliveries", MinBytes: 1, MaxBytes: 16 << 20,
+		MaxWait: 20 * time.Millisecond, StartOffset: kafka.FirstOffset, CommitInterval: time.Second})
+	defer rd.Close()
+	w := &kafka.Writer{Addr: kafka.TCP(addrs...), Topic: paceStatusTopic, Balancer: &kafka.Murmur2Balancer{},
+		BatchTimeout: 5 * time.Millisecond, BatchSize: 1000, Async: true, RequiredAcks: kafka.RequireOne}
+	defer w.Close()
+	for {
+		m, err := rd.FetchMessage(ctx)
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		r.mu.Lock()
+		if r.first.IsZero() {
+			r.first = now
+		}
+		capacity := low
+		if now.Sub(r.first) >= lowFor {
+			capacity = rate
+			if r.raised.IsZero() {
+				r.raised = now
+			}
+		}
+		sec := now.Unix()
+		ok := float64(r.accepted[sec]) < capacity
+		if ok {
+			r.accepted[sec]++
+		} else {
+			r.throttled[sec]++
+			if r.throttledFrom.IsZero() {
+				r.throttledFrom = now
+			}
+		}
+		r.mu.Unlock()
+		answered.Add(1)
+		if ok {
+			continue
+		}
+		campaign, i := intentOf(b, &m)
+		st := fmt.Sprintf(`{"id":"%s-%d","user_id":%s,"status":"throttled","at":%q,"lane":%q}`, campaign, i, m.Key,
+			now.UTC().Format(time.RFC3339Nano), headerOf(&m, dispatch.HeaderLane))
+		if err := w.WriteMessages(ctx, kafka.Message{Key: m.Key, Value: []byte(st)}); err != nil && ctx.Err() == nil {
+			b.Errorf("write a throttled status: %v", err)
+		}
+	}
+}
+
+// reportThrottle prints each figure with its goal and ratio.
+func reportThrottle(b *testing.B, sc pacingScale, low float64, r *throttleRun, o *pacingOutputs) {
+	b.Helper()
+	rp := &pacingReport{sc: sc}
+	rp.line("throttle feedback: %d workers, %d partitions, one redis-server; budget %v/s burst %d; a provider accepting %v/s, then %v/s from %s",
+		sc.workers, sc.partitions, sc.rate, sc.burst, low, sc.rate, r.raised.Sub(r.first).Round(time.Second))
+	within := func(from time.Time, ok func(float64) bool) (time.Duration, bool) {
+		for _, e := range r.effective {
+			if !e.at.Before(from) && ok(e.rate) {
+				return e.at.Sub(from), true
+			}
+		}
+		return 0, false
+	}
+	down, okDown := within(r.throttledFrom, func(v float64) bool { return v <= 1.1*low && v >= 0.9*low })
+	rp.line("1. effective rate within 10%% of %v/s %s after the first throttled answer; goal <= %s: %s (%v)", low, down.Round(100*time.Millisecond),
+		goalFollowDown, paceRatio(down.Seconds(), goalFollowDown.Seconds()), okDown)
+	var acc, thr int
+	var sum float64
+	var n int
+	for sec := r.throttledFrom.Add(down).Unix() + 1; sec < r.raised.Unix(); sec++ {
+		acc, thr = acc+r.accepted[sec], thr+r.throttled[sec]
+	}
+	for _, e := range r.effective {
+		if e.at.After(r.throttledFrom.Add(down)) && e.at.Before(r.raised) {
+			sum, n = sum+e.rate, n+1
+		}
+	}
+	share := float64(thr) / float64(max(1, acc+thr))
+	rp.line("2. once it follows, until the provider is raised: %d sends answered, %d throttled (%.2f%%); goal <= %.0f%%: %s; mean effective rate %.0f/s (%.3f x %v)",
+		acc+thr, thr, 100*share, 100*goalThrottled, paceRatio(share, goalThrottled), sum/float64(max(1, n)), sum/float64(max(1, n))/low, low)
+	up, okUp := within(r.raised, func(v float64) bool { return v >= 0.9*sc.rate })
+	rp.line("3. back within 10%% of %v/s %s after the provider accepts it; goal <= %s: %s (%v)", sc.rate, up.Round(100*time.Millisecond),
+		goalFollowUp, paceRatio(up.Seconds(), goalFollowUp.Seconds()), okUp)
+	most := mostInOneSecond(o.laneRel)
+	limit := goalMostPerSecond*sc.rate + float64(sc.burst)
+	rp.line("4. most released in any 1 s: %d; goal <= %.0f (1.01 x rate + burst): %s", most, limit, paceRatio(float64(most), limit))
+	delivered, cancelled := 0, 0
+	for i := range o.blastDel {
+		if o.blastDel[i] {
+			delivered++
+		}
+		if o.blastCanc[i] {
+			cancelled++
+		}
+	}
+	rp.line("5. outcomes: %d intents, %d delivered, %d cancelled, %d other, %d duplicates, %d dead letters (goal: each intent delivered once)",
+		sc.blast, delivered, cancelled, o.blastOther, o.duplicates, o.deadLetters)
+	fmt.Print(rp.w.String())
+	if delivered != sc.blast || o.duplicates != 0 || o.deadLetters != 0 || o.blastOther != 0 {
+		b.Errorf("not every intent delivered once: %d of %d, %d duplicates, %d dead letters, %d other", delivered, sc.blast, o.duplicates, o.deadLetters, o.blastOther)
+	}
+	b.ReportMetric(down.Seconds(), "s-to-follow-down")
+	b.ReportMetric(share, "throttled-share")
+	b.ReportMetric(up.Seconds(), "s-to-follow-up")
+	b.ReportMetric(float64(most)/limit, "x-of-rate-bound")
+}
