@@ -102,14 +102,24 @@ func TestSoak(t *testing.T) {
 	if !ownLimits {
 		t.Logf("soak: %s has no users' own limits: the policies have no user_limits, no records are written, and their check is skipped", bin)
 	}
-	v1, v2 := policies(from.Format("15:04"), to.Format("15:04"), true, ownLimits)
+	v1, v2 := policies(from.Format("15:04"), to.Format("15:04"), true, true, ownLimits)
 	policyFile := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(policyFile, v1, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	paced := hasPacing(bin, policyFile)
+	// A build without throttle feedback refuses min_rate; one without
+	// send pacing, budgets.
+	paced, throttles := true, hasPacing(bin, policyFile)
+	if !throttles {
+		v1, v2 = policies(from.Format("15:04"), to.Format("15:04"), true, false, ownLimits)
+		if err := os.WriteFile(policyFile, v1, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paced = hasPacing(bin, policyFile)
+		t.Logf("soak: %s has no throttle feedback: no throttled statuses", bin)
+	}
 	if !paced {
-		v1, v2 = policies(from.Format("15:04"), to.Format("15:04"), false, ownLimits)
+		v1, v2 = policies(from.Format("15:04"), to.Format("15:04"), false, false, ownLimits)
 		t.Logf("soak: %s has no send pacing: the policies have no budget, and its checks are skipped", bin)
 	}
 	versions := map[string]capping.Rules{}
@@ -185,6 +195,9 @@ func TestSoak(t *testing.T) {
 
 	// Traffic, and the faults beside it.
 	g := newWorkload(seed, users, p)
+	if throttles {
+		g.throttles = rand.New(rand.NewPCG(seed, 0x7407))
+	}
 	prod := newProducer(b.addr)
 	defer prod.w.Close()
 	ch.prod = prod
@@ -226,8 +239,8 @@ func TestSoak(t *testing.T) {
 	for _, w := range ws {
 		w.start(t, bin, logs) // any worker a fault left down
 	}
-	t.Logf("soak: %d intents produced (%d bad, %d retries of an earlier id among them, %d paced by budget %s), %d delivery statuses; faults done:\n  %s",
-		g.intents, g.bad, g.intents-g.n, g.paced, paceBudget, g.statuses, strings.Join(ch.log, "\n  "))
+	t.Logf("soak: %d intents produced (%d bad, %d retries of an earlier id among them, %d paced by budget %s), %d delivery statuses (%d throttled); faults done:\n  %s",
+		g.intents, g.bad, g.intents-g.n, g.paced, paceBudget, g.statuses, g.throttled, strings.Join(ch.log, "\n  "))
 	if ownLimits {
 		var lines []string
 		for _, w := range uw.writes() {
@@ -242,7 +255,11 @@ func TestSoak(t *testing.T) {
 	// releases need past the traffic's end is added).
 	var o outputs
 	deadline := time.Now().Add(3 * time.Minute)
-	if behind := time.Duration(float64(g.paced)/paceRate*float64(time.Second)) - traffic; paced && behind > 0 {
+	drainRate := float64(paceRate)
+	if throttles {
+		drainRate = paceMinRate // throttled statuses may hold it there
+	}
+	if behind := time.Duration(float64(g.paced)/drainRate*float64(time.Second)) - traffic; paced && behind > 0 {
 		deadline = deadline.Add(behind)
 	}
 	for {

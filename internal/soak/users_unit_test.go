@@ -26,7 +26,7 @@ import (
 // refunded one) are not, and a delivery decided while a record settles
 // is counted ambiguous, not judged.
 func TestUserLimitsCheck(t *testing.T) {
-	v1, _ := policies("00:00", "00:01", true, true)
+	v1, _ := policies("00:00", "00:01", true, true, true)
 	l, err := policy.Load(v1, "v1")
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,9 @@ const hBad = "soak-bad"
 const (
 	refundStatus  = "failed"
 	ignoredStatus = "delivered"
+	// throttledStatus: the provider throttled a paced send (it slows the
+	// budget, down to paceMinRate; sometimes with a Retry-After).
+	throttledStatus = "throttled"
 )
 
 type sent struct {
@@ -56,6 +59,11 @@ type workload struct {
 	// paced counts the intents written that the budget holds (retries
 	// included): what the drain waits for at the budget's rate.
 	paced int
+	// throttles (nil: a build without throttle feedback) draws which
+	// statuses of paced sends say throttled: a stream of its own, so that
+	// the rest of a seed's workload is what it was before.
+	throttles *rand.Rand
+	throttled int
 }
 
 func newWorkload(seed uint64, users int, p *plan) *workload {
@@ -98,14 +106,26 @@ func (g *workload) tick(now time.Time) (intents, statuses []kafka.Message) {
 	if g.rng.IntN(100) < 30 && len(g.sent) > 0 {
 		s := g.sent[g.rng.IntN(len(g.sent))]
 		status := ignoredStatus
-		if g.rng.IntN(3) > 0 {
+		refund := g.rng.IntN(3) > 0
+		st := map[string]any{"id": s.id, "user_id": s.user, "at": now.UTC().Format(time.RFC3339)}
+		switch {
+		case s.paced && g.throttles != nil && g.throttles.IntN(4) == 0:
+			// Throttled: counted, and its sender sends it again (not
+			// the soak's business: the statuses are about earlier ids).
+			status, st["lane"] = throttledStatus, paceBudget+"/"+paceLanes[1]
+			if g.throttles.IntN(5) == 0 {
+				st["retry_after"] = 1
+			}
+			g.throttled++
+		case refund:
 			status = refundStatus
 			if g.refunded[s.user] == nil {
 				g.refunded[s.user] = map[string]bool{}
 			}
 			g.refunded[s.user][s.id] = true
 		}
-		v, _ := json.Marshal(map[string]any{"id": s.id, "user_id": s.user, "status": status, "at": now.UTC().Format(time.RFC3339)})
+		st["status"] = status
+		v, _ := json.Marshal(st)
 		statuses = append(statuses, kafka.Message{Key: []byte(strconv.FormatUint(s.user, 10)), Value: v})
 		g.statuses++
 	}
@@ -296,6 +316,8 @@ const (
 	paceRate   = 8
 	paceBurst  = 4
 	paceRoute  = "fcm"
+	// paceMinRate: throttled statuses slow the budget down to it, no lower.
+	paceMinRate = 6
 )
 
 // paceLanes are the budget's lanes, in precedence order.
@@ -311,29 +333,37 @@ func laneTopics() []string {
 }
 
 // budgetsYAML is the policies' budgets section.
-func budgetsYAML(rate float64) string {
+func budgetsYAML(rate, minRate float64) string {
+	floor := ""
+	if minRate > 0 {
+		floor = fmt.Sprintf("\n    min_rate: %v", minRate)
+	}
 	return fmt.Sprintf(`budgets:
   - name: %s
     rate: %v
-    burst: %d
+    burst: %d%s
     channels: [push]
     routes: [%s]
     lanes:
       - {name: %s, min_priority: high}
       - {name: %s}
-`, paceBudget, rate, paceBurst, paceRoute, paceLanes[0], paceLanes[1])
+`, paceBudget, rate, paceBurst, floor, paceRoute, paceLanes[0], paceLanes[1])
 }
 
 // policies are the two policy versions a soak swaps between: v1 defers
 // for active users and has quiet hours for dormant ones (in UTC, from
 // quietFrom to quietTo, "HH:MM"); v2 tightens one limit, loosens another
 // and has no quiet hours. Both have the budget, unless paced is false (a
-// build without send pacing), and the same user_limits section, unless
+// build without send pacing), with its min_rate when throttles is true (a
+// build with throttle feedback), and the same user_limits section, unless
 // users is false (a build without users' own limits).
-func policies(quietFrom, quietTo string, paced, users bool) (v1, v2 []byte) {
+func policies(quietFrom, quietTo string, paced, throttles, users bool) (v1, v2 []byte) {
 	budgets := ""
-	if paced {
-		budgets = budgetsYAML(paceRate)
+	switch {
+	case paced && throttles:
+		budgets = budgetsYAML(paceRate, paceMinRate)
+	case paced:
+		budgets = budgetsYAML(paceRate, 0)
 	}
 	if users {
 		budgets += userLimitsYAML
