@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -306,6 +305,14 @@ func header(m kafka.Message, key string) string {
 	return ""
 }
 
+func topicsOf(ms []kafka.Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Topic
+	}
+	return out
+}
+
 // sources maps each input record (capper-source) to the output topics that
 // hold it.
 func (o outputs) sources() map[string]map[string]int {
@@ -380,11 +387,11 @@ func (e *e2e) verifyOutcomes(o outputs, redelivered bool) {
 	if len(in) != e.inputs {
 		e.t.Fatalf("input topic holds %d records, produced %d", len(in), e.inputs)
 	}
-	src := o.sources()
+	copies := audit.NewCopies(tIn, in, o.deliveries, o.suppressed, o.dlq)
 	redecided := 0
-	for _, r := range in {
-		key := fmt.Sprintf("%s/%d/%d", tIn, r.Partition, r.Offset)
-		topics := src[key]
+	for _, key := range copies.Inputs() {
+		// (A redelivery within one topic, a duplicate, is judged below.)
+		topics := slices.Compact(slices.Sorted(slices.Values(topicsOf(copies.Of(key)))))
 		switch {
 		case len(topics) == 0:
 			e.t.Errorf("input %s has no outcome: lost", key)
@@ -394,10 +401,9 @@ func (e *e2e) verifyOutcomes(o outputs, redelivered bool) {
 			redecided++
 			e.redecidedAfterRetry(key, o)
 		}
-		delete(src, key)
 	}
-	if len(src) > 0 {
-		e.t.Errorf("%d outputs name no input: %v", len(src), keys(src))
+	if unknown := copies.Unknown(""); len(unknown) > 0 {
+		e.t.Errorf("%d outputs name no input: %v", len(unknown), unknown)
 	}
 	if redecided > 0 {
 		e.t.Logf("%d redelivered inputs were capped, then delivered after their retry-after", redecided)
@@ -534,18 +540,6 @@ func (e *e2e) redecidedAfterRetry(src string, o outputs) {
 			}
 		}
 	}
-}
-
-func keys(m map[string]map[string]int) []string {
-	var k []string
-	for s := range m {
-		k = append(k, s)
-	}
-	sort.Strings(k)
-	if len(k) > 5 {
-		k = k[:5]
-	}
-	return k
 }
 
 func count(msgs []kafka.Message, key, value string) int {

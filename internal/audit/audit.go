@@ -243,7 +243,7 @@ func CheckVersions(rulesOf func(version string) (capping.Rules, bool), sends []S
 				continue
 			}
 			for _, l := range rules.PolicyOf(s.Segment).Limits {
-				if !matches(rules, l.Where, s) {
+				if !Matches(rules, l.Where, s) {
 					continue // this limit did not apply to this decision
 				}
 				from := s.At.Add(-l.Window)
@@ -261,7 +261,7 @@ func CheckVersions(rulesOf func(version string) (capping.Rules, bool), sends []S
 					// Sends decided before s: earlier, or at the same time
 					// and before it in its batch.
 					before := o.At.Before(s.At) || o.At.Equal(s.At) && o.Seq <= s.Seq
-					if o.At.After(from) && before && matches(rules, l.Where, o) &&
+					if o.At.After(from) && before && Matches(rules, l.Where, o) &&
 						(l.Per != capping.PerCampaign || o.Campaign == s.Campaign) {
 						n++
 					}
@@ -284,9 +284,9 @@ func CheckVersions(rulesOf func(version string) (capping.Rules, bool), sends []S
 	return out
 }
 
-// matches reports whether a send falls in a limit's where: every dimension
+// Matches reports whether a send falls in a limit's where: every dimension
 // that is set (any of the tags).
-func matches(rules capping.Rules, w capping.Where, s Send) bool {
+func Matches(rules capping.Rules, w capping.Where, s Send) bool {
 	category := s.Category
 	if category == "" {
 		category = rules.DefaultCategory

@@ -92,7 +92,7 @@ func CheckRefusals(rulesOf func(version string) (capping.Rules, bool), sends []S
 				k = i
 			}
 		}
-		if k < 0 || !matches(rules, limits[k].Where, r.Send) {
+		if k < 0 || !Matches(rules, limits[k].Where, r.Send) {
 			problem("no limit of that name applies to it in its segment's policy")
 			continue
 		}
@@ -101,7 +101,7 @@ func CheckRefusals(rulesOf func(version string) (capping.Rules, bool), sends []S
 			loc = rules.TimeZone
 		}
 		for i, l := range limits[:k+1] {
-			if !matches(rules, l.Where, r.Send) {
+			if !Matches(rules, l.Where, r.Send) {
 				continue
 			}
 			allowed := l.Max
@@ -114,7 +114,7 @@ func CheckRefusals(rulesOf func(version string) (capping.Rules, bool), sends []S
 			}
 			sure, maybe := 0, 0
 			for _, o := range byUser[r.User] {
-				if o.ID == r.ID || !matches(rules, l.Where, o) || l.Per == capping.PerCampaign && o.Campaign != r.Campaign {
+				if o.ID == r.ID || !Matches(rules, l.Where, o) || l.Per == capping.PerCampaign && o.Campaign != r.Campaign {
 					continue
 				}
 				if o.At.After(from.Add(-time.Second)) && !o.At.After(r.At) {

@@ -216,35 +216,17 @@ func checkHolds(plans map[string]time.Time, o outputs) checkResult {
 // names an input, and every input that waited in a delay tier ended
 // delivered or suppressed.
 func checkOutcomes(inputTopic string, o outputs) checkResult {
-	where := make(map[string][]string, len(o.input))
-	for _, m := range o.input {
-		where[fmt.Sprintf("%s/%d/%d", inputTopic, m.Partition, m.Offset)] = nil
-	}
+	c := audit.NewCopies(inputTopic, o.input, o.deliveries, o.suppressed, o.dlq)
 	r := checkResult{name: "one outcome"}
-	for _, t := range []struct {
-		name string
-		msgs []kafka.Message
-	}{{"deliveries", o.deliveries}, {"suppressed", o.suppressed}, {"dead-letter", o.dlq}} {
-		for _, m := range t.msgs {
-			src := headerOf(m, "capper-source")
-			if !strings.HasPrefix(src, inputTopic+"/") {
-				continue // a delivery status dead-lettered: not an intent
-			}
-			if _, ok := where[src]; !ok {
-				r.violations = append(r.violations, fmt.Sprintf("a record of %s names input %s, which the input topic does not hold", t.name, src))
-				continue
-			}
-			where[src] = append(where[src], t.name)
-		}
+	// (A delivery status dead-lettered names the status topic: no intent.)
+	for _, src := range c.Unknown(inputTopic + "/") {
+		r.violations = append(r.violations, fmt.Sprintf("an output names input %s, which the input topic does not hold", src))
 	}
-	for _, m := range o.input {
-		src := fmt.Sprintf("%s/%d/%d", inputTopic, m.Partition, m.Offset)
-		switch n := len(where[src]); {
-		case n == 0:
-			r.violations = append(r.violations, fmt.Sprintf("input %s has no outcome: lost", src))
-		case n > 1:
-			r.violations = append(r.violations, fmt.Sprintf("input %s has %d outcomes (%s)", src, n, strings.Join(where[src], ", ")))
-		}
+	for _, src := range c.Missing() {
+		r.violations = append(r.violations, fmt.Sprintf("input %s has no outcome: lost", src))
+	}
+	for _, s := range c.Several() {
+		r.violations = append(r.violations, "input "+s+" has several outcomes")
 	}
 	waited := map[string]bool{}
 	for _, m := range o.tiers {
@@ -253,12 +235,20 @@ func checkOutcomes(inputTopic string, o outputs) checkResult {
 			continue
 		}
 		waited[src] = true
-		if ts, ok := where[src]; !ok || len(ts) != 1 || ts[0] == "dead-letter" {
-			r.violations = append(r.violations, fmt.Sprintf("input %s waited in a delay tier and ended in %v, not delivered or suppressed", src, ts))
+		if cs := c.Of(src); len(cs) != 1 || cs[0].Topic == topicDLQ {
+			r.violations = append(r.violations, fmt.Sprintf("input %s waited in a delay tier and ended in %v, not one delivery or suppressed record", src, topicsOf(cs)))
 		}
 	}
 	r.ok = fmt.Sprintf("%d inputs, each with exactly one outcome (%d of them after waiting in the delay tiers)", len(o.input), len(waited))
 	return r
+}
+
+func topicsOf(ms []kafka.Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Topic
+	}
+	return out
 }
 
 // checkStop: no delivery of a stopped campaign was decided after the

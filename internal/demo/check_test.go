@@ -179,22 +179,26 @@ func TestCheckOutcomes(t *testing.T) {
 		return out
 	}
 	src := func(s string) kafka.Message { return rec(`{}`, "capper-source", s) }
-	good := outputs{input: in(0, 0, 1, 2), deliveries: []kafka.Message{src("send-intents/0/0"), src("send-intents/0/2")},
-		suppressed: []kafka.Message{src("send-intents/0/1")}, dlq: []kafka.Message{src("delivery-status/1/5")},
+	in2 := func(topic, s string) kafka.Message { m := src(s); m.Topic = topic; return m }
+	del := func(s string) kafka.Message { return in2(topicDel, s) }
+	sup := func(s string) kafka.Message { return in2(topicSup, s) }
+	dlq := func(s string) kafka.Message { return in2(topicDLQ, s) }
+	good := outputs{input: in(0, 0, 1, 2), deliveries: []kafka.Message{del("send-intents/0/0"), del("send-intents/0/2")},
+		suppressed: []kafka.Message{sup("send-intents/0/1")}, dlq: []kafka.Message{dlq("delivery-status/1/5")},
 		tiers: []kafka.Message{src("send-intents/0/2"), src("send-intents/0/2")}}
 	r := checkOutcomes(topicIn, good)
 	wantViolations(t, r)
 	if r.ok != "3 inputs, each with exactly one outcome (1 of them after waiting in the delay tiers)" {
 		t.Errorf("outcomes: %q", r.ok)
 	}
-	bad := outputs{input: in(0, 0, 1, 2, 3), deliveries: []kafka.Message{src("send-intents/0/0"), src("send-intents/0/9")},
-		suppressed: []kafka.Message{src("send-intents/0/1")}, dlq: []kafka.Message{src("send-intents/0/1"), src("send-intents/0/3")},
+	bad := outputs{input: in(0, 0, 1, 2, 3), deliveries: []kafka.Message{del("send-intents/0/0"), del("send-intents/0/9")},
+		suppressed: []kafka.Message{sup("send-intents/0/1")}, dlq: []kafka.Message{dlq("send-intents/0/1"), dlq("send-intents/0/3")},
 		tiers: []kafka.Message{src("send-intents/0/3")}}
 	wantViolations(t, checkOutcomes(topicIn, bad),
-		"a record of deliveries names input send-intents/0/9, which the input topic does not hold",
-		"input send-intents/0/1 has 2 outcomes (suppressed, dead-letter)",
+		"an output names input send-intents/0/9, which the input topic does not hold",
 		"input send-intents/0/2 has no outcome: lost",
-		"input send-intents/0/3 waited in a delay tier and ended in [dead-letter], not delivered or suppressed")
+		"input send-intents/0/1 ("+topicSup+", "+topicDLQ+") has several outcomes",
+		"input send-intents/0/3 waited in a delay tier and ended in ["+topicDLQ+"], not one delivery or suppressed record")
 }
 
 // TestCheckStop: a delivery of the stopped campaign decided after the

@@ -66,20 +66,11 @@ func header(m kafka.Message, key string) string {
 func source(m kafka.Message) string { return fmt.Sprintf("%s/%d/%d", m.Topic, m.Partition, m.Offset) }
 
 // missing lists the inputs without any outcome yet.
-func (o outputs) missing() []string {
-	have := map[string]bool{}
-	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed, o.d} {
-		for _, m := range x {
-			have[header(m, hSource)] = true
-		}
-	}
-	var out []string
-	for _, m := range o.inputs {
-		if !have[source(m)] {
-			out = append(out, source(m))
-		}
-	}
-	return out
+func (o outputs) missing() []string { return o.copies().Missing() }
+
+// copies are the outputs of each input.
+func (o outputs) copies() *audit.Copies {
+	return audit.NewCopies(tIn, o.inputs, o.deliveries, o.suppressed, o.d)
 }
 
 // report collects the problems of a run, by check.
@@ -166,17 +157,11 @@ func check(o outputs, versions map[string]capping.Rules, refunded map[uint64]map
 // (later copies carry capper-duplicate); an input in two topics was capped,
 // then delivered after its retry-after (a redelivery decided again).
 func checkOutcomes(r *report, o outputs) {
-	copies := map[string][]kafka.Message{}
-	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed, o.d} {
-		for _, m := range x {
-			copies[header(m, hSource)] = append(copies[header(m, hSource)], m)
-		}
-	}
+	copies := o.copies()
 	r.counts["inputs"] = len(o.inputs)
-	for _, in := range o.inputs {
-		src, bad := source(in), header(in, hBad)
-		cs := copies[src]
-		delete(copies, src)
+	for i, src := range copies.Inputs() {
+		bad := header(o.inputs[i], hBad)
+		cs := copies.Of(src)
 		if len(cs) == 0 {
 			r.add("outcomes", "input %s has no outcome: lost", src)
 			continue
@@ -195,7 +180,7 @@ func checkOutcomes(r *report, o outputs) {
 		}
 		redecided(r, src, cs)
 	}
-	for src := range copies {
+	for _, src := range copies.Unknown("") {
 		r.add("outcomes", "an output names input %s, which the input topic does not hold", src)
 	}
 	type key struct{ user, id string }

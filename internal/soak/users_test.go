@@ -549,21 +549,6 @@ func stateAt(ws []userWrite, t time.Time, stalls []downWindow) (st userState, kn
 	return st, known, false
 }
 
-// whereMatches reports whether a send falls in a limit's where, as the
-// policy format defines it: every dimension set (any of the tags).
-func whereMatches(rules capping.Rules, w capping.Where, s audit.Send) bool {
-	category := s.Category
-	if category == "" {
-		category = rules.DefaultCategory
-	}
-	if len(w.Channels) > 0 && !slices.Contains(w.Channels, s.Channel) ||
-		len(w.Categories) > 0 && !slices.Contains(w.Categories, category) ||
-		len(w.Campaigns) > 0 && !slices.Contains(w.Campaigns, s.Campaign) {
-		return false
-	}
-	return len(w.Tags) == 0 || slices.ContainsFunc(s.Tags, func(t string) bool { return slices.Contains(w.Tags, t) })
-}
-
 // tierOf is the tier named name of rules.
 func tierOf(rules capping.Rules, name string) (capping.UserTier, bool) {
 	if rules.Users != nil {
@@ -755,11 +740,11 @@ func checkUserLimits(r *report, o outputs, versions map[string]capping.Rules, re
 					bad("tier %q is not one of the policy's", st.tier)
 				}
 				for _, l := range t.Limits {
-					if isRefunded || l.Calendar != capping.None || !whereMatches(rules, l.Where, s) {
+					if isRefunded || l.Calendar != capping.None || !audit.Matches(rules, l.Where, s) {
 						continue
 					}
 					n := countBefore(counted[u], s, s.At.Add(-l.Window), func(o audit.Send) bool {
-						return whereMatches(rules, l.Where, o) && (l.Per != capping.PerCampaign || o.Campaign == s.Campaign)
+						return audit.Matches(rules, l.Where, o) && (l.Per != capping.PerCampaign || o.Campaign == s.Campaign)
 					})
 					if n > l.Max {
 						bad("the %d-th delivery in the %s ending then that tier %s's limit %q counts, it allows %d", n, l.Window, st.tier, l.Name, l.Max)
@@ -833,11 +818,11 @@ func checkUserLimits(r *report, o outputs, versions map[string]capping.Rules, re
 			switch {
 			case st.tier != tl[0] || l == nil:
 				bad("not a limit of the user's tier in force")
-			case !whereMatches(rules, l.Where, f.Send):
+			case !audit.Matches(rules, l.Where, f.Send):
 				bad("the limit does not apply to it")
 			case l.Calendar == capping.None:
 				if n := maybe(l.Window, func(o audit.Send) bool {
-					return whereMatches(rules, l.Where, o) && (l.Per != capping.PerCampaign || o.Campaign == f.Campaign)
+					return audit.Matches(rules, l.Where, o) && (l.Per != capping.PerCampaign || o.Campaign == f.Campaign)
 				}); n < l.Max {
 					bad("its window held %d deliveries at most, the limit allows %d", n, l.Max)
 				}
