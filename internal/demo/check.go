@@ -42,6 +42,7 @@ type facts struct {
 	stops      []stopFact                 // the campaigns stopped
 	budgets    []budgetFact               // the policy's budgets
 	users      map[uint64]userFact        // users' own limits, as the demo wrote them
+	throttle   throttleRun                // what the throttle feedback part saw
 	inputTopic string
 }
 
@@ -102,6 +103,7 @@ func auditAll(o outputs, f facts) ([]checkResult, error) {
 		checkStop(f.stops, o.deliveries),
 		checkBudgets(f.budgets, o.deliveries),
 		checkReleases(f.rules, f.budgets, o.deliveries),
+		checkThrottle(f.throttle),
 		checkSnoozes(f.users, o),
 		checkTiers(f.rules, f.users, sends, ownRefusals),
 	}, nil
@@ -323,7 +325,7 @@ func writeAudit(w io.Writer, results []checkResult, deliveries, inputs int) erro
 		fmt.Fprintf(w, "audit: %d violations (%s)\n", bad, strings.Join(failed, ", "))
 		return fmt.Errorf("%w: %d violations (%s)", ErrAudit, bad, strings.Join(failed, ", "))
 	}
-	fmt.Fprintf(w, "audit: ok, no user above any limit, every refusal explained, nothing inside quiet hours, nothing held past its plan, one outcome per input, nothing delivered after a stop, no budget above its rate, every paced intent decided when released, nothing delivered to a snoozed user, no user above their tier (%d delivery records, %d inputs checked)\n",
+	fmt.Fprintf(w, "audit: ok, no user above any limit, every refusal explained, nothing inside quiet hours, nothing held past its plan, one outcome per input, nothing delivered after a stop, no budget above its rate, every paced intent decided when released, the budget's rate following its provider down and back up, nothing delivered to a snoozed user, no user above their tier (%d delivery records, %d inputs checked)\n",
 		deliveries, inputs)
 	return nil
 }

@@ -118,3 +118,23 @@ func mostInOneSecond(ts []time.Time) int {
 	most, _ := audit.BusiestSecond(ts)
 	return most
 }
+
+// checkThrottle: FCM's throttled answers brought the budget's effective
+// rate within 10% of what FCM accepted, and it climbed back within 10% of
+// the budget's rate once FCM accepted that.
+func checkThrottle(r throttleRun) checkResult {
+	c := checkResult{name: "throttling"}
+	switch {
+	case !r.done:
+		c.violations = append(c.violations, "the throttle feedback part did not run")
+	case r.throttled == 0:
+		c.violations = append(c.violations, fmt.Sprintf("FCM throttled none of %d answers: nothing to follow", r.answered))
+	case r.downIn == 0:
+		c.violations = append(c.violations, fmt.Sprintf("the effective rate fell to %.0f/s, never within 10%% of %d/s", r.lowest, provLow))
+	case r.backIn == 0:
+		c.violations = append(c.violations, fmt.Sprintf("the effective rate never came back within 10%% of %d/s", paceRate))
+	}
+	c.ok = fmt.Sprintf("%s's effective rate followed FCM down to %.0f/s (%d of %d answers throttled) and back up to %d/s",
+		budgetName, r.lowest, r.throttled, r.answered, paceRate)
+	return c
+}

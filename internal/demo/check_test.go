@@ -498,3 +498,22 @@ func TestInterleave(t *testing.T) {
 		t.Fatalf("interleave: %v, want %v", got, want)
 	}
 }
+
+// TestCheckThrottle: the effective rate must have come within 10% of what
+// FCM accepted and back within 10% of the budget's rate, after throttled
+// answers.
+func TestCheckThrottle(t *testing.T) {
+	good := throttleRun{answered: 3000, throttled: 200, lowest: 117, downIn: 4 * time.Second, backIn: 15 * time.Second, done: true}
+	wantViolations(t, checkThrottle(good))
+	for _, c := range []struct {
+		r    throttleRun
+		want string
+	}{
+		{throttleRun{}, "the throttle feedback part did not run"},
+		{throttleRun{answered: 3000, done: true}, "FCM throttled none of 3000 answers: nothing to follow"},
+		{throttleRun{answered: 3000, throttled: 5, lowest: 180, done: true}, "the effective rate fell to 180/s, never within 10% of 120/s"},
+		{throttleRun{answered: 3000, throttled: 5, lowest: 110, downIn: time.Second, done: true}, "the effective rate never came back within 10% of 200/s"},
+	} {
+		wantViolations(t, checkThrottle(c.r), c.want)
+	}
+}

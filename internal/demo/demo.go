@@ -176,7 +176,7 @@ func (sec *sections) facts(rules capping.Rules, plan *plans.Manifest) facts {
 	return facts{rules: rules, refunded: sec.refunded, plans: map[string]time.Time{plan.Campaign: plan.Ends},
 		stops:   []stopFact{{campFlash, sec.stopApplied}, {campDigest, sec.pace.applied}},
 		budgets: []budgetFact{{name: budgetName, rate: paceRate, burst: paceBurst, where: pacing.Where{Channels: []string{paceChannel}, Routes: []string{paceRoute}}}},
-		users:   sec.userFacts(), inputTopic: topicIn}
+		users:   sec.userFacts(), throttle: sec.throttle, inputTopic: topicIn}
 }
 
 // defaults sets the writers left nil to io.Discard.

@@ -14,7 +14,7 @@ import (
 // TestDemo runs the whole demo, small, as `capper-demo` does: embedded
 // Kafka and Redis, the real worker, the blast's table, the sections
 // (campaign plans, deferral and quiet hours, refunds, campaign control,
-// send pacing, users' own limits) with the numbers their set-up implies,
+// send pacing and its throttle feedback, users' own limits) with the numbers their set-up implies,
 // and every audit check passing.
 func TestDemo(t *testing.T) {
 	var out, progress bytes.Buffer
@@ -28,10 +28,12 @@ func TestDemo(t *testing.T) {
 		"\ncampaign plans: shoppers 1500-1573 ", "\ndeferral and quiet hours: subscribers ", "\nrefunds: shoppers ", "\ncampaign control: flash-sale ",
 		"\nsend pacing: members 1722-4721 get their pushes through FCM", "\nusers' own limits: readers 4722-4758 ",
 		"  caps           ok: no user above any limit", "  refusals       ok: ", "  quiet hours    ok: ", "  plan holds     ok: ",
-		// The blast's 3000 and its 541 of the sections, the pacing section's 3300.
-		"  one outcome    ok: 6841 inputs, each with exactly one outcome",
+		// The blast's 3000 and its 541 of the sections, the pacing section's
+		// 3300, its throttle part's 3000.
+		"  one outcome    ok: 9841 inputs, each with exactly one outcome",
 		"  campaign stop  ok: no delivery of flash-sale decided after ", ", nor of weekly-digest after ",
 		"  budget rate    ok: no budget above its rate: push-fcm at most ", "  paced release  ok: ",
+		"  throttling     ok: push-fcm's effective rate followed FCM down to ", "\nthrottle feedback: then app-news, a push to each member",
 		"  snooze         ok: no delivery to the 18 snoozed users decided while their snooze was in force",
 		"  user tier      ok: no user above their tier: 9 users on a tier, their 9 sends since checked", "\naudit: ok, "} {
 		if !strings.Contains(report, want) {

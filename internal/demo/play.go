@@ -3,8 +3,8 @@ package demo
 // The demo's timeline once the worker runs: users' tiers, the blast (and,
 // in the middle of it, users' snoozes and the stop of a campaign), the
 // failed deliveries and the emails sent after them, send pacing (a blast
-// held for a budget), then the clock moved on past the hours the held
-// intents wait.
+// held for a budget, then a provider that throttles), then the clock moved
+// on past the hours the held intents wait.
 
 import (
 	"context"
@@ -49,6 +49,9 @@ func (p *play) run(ctx context.Context, msgs, early, late []kafka.Message) (thro
 		return throughput{}, nil, err
 	}
 	if err := p.pacing(ctx); err != nil {
+		return throughput{}, nil, err
+	}
+	if err := p.throttle(ctx); err != nil {
 		return throughput{}, nil, err
 	}
 	cart, err := p.later(ctx)

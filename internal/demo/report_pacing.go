@@ -113,6 +113,10 @@ func (s *sections) writePacing(w *tableWriter, o outputs) {
 		w.printf("the budget: at most %d releases in any one second (rate %d + burst %d = %d); %d releases and %d receipts charged in %s\n",
 			mostInOneSecond(all), paceRate, paceBurst, paceRate+paceBurst, len(all), rc.delivered, secs(slices.MaxFunc(all, time.Time.Compare).Sub(s.pace.start)))
 	}
+	if t := s.throttle; t.done {
+		w.printf("throttle feedback: then %s, a push to each member, while FCM accepts %d a second for %s, answering the rest throttled (%d of its %d answers, each reported as a delivery status): %s's effective rate fell to %.0f/s, within 10%% of %d/s %s after the first throttled answer, and was back within 10%% of %d/s %s after FCM accepted that\n",
+			campNews, provLow, provLowFor, t.throttled, t.answered, budgetName, t.lowest, provLow, secs(t.downIn), paceRate, secs(t.backIn))
+	}
 }
 
 // paceMade is when the pacing section's intent of campaign to user was

@@ -157,6 +157,7 @@ type sections struct {
 	refundsApplied float64                    // capper_refunds_total{result="applied"}
 	fcfs, plan     *replay.PlanStats          // capper replay --plans of the plan's intents
 	pace           paceRun                    // the send pacing section's timeline
+	throttle       throttleRun                // its throttle feedback part's
 	own            ownRun                     // the users' own limits section's
 }
 
