@@ -124,7 +124,8 @@ func pacingScaleFromEnv(b *testing.B) pacingScale {
 // MASTERS 1, RESTART 0) fit a 2-core machine; for a 16-core one:
 // INTENTS=10000000 RATE=50000 WORKERS=8 MASTERS=6. SAMPLE (1000) is how
 // many cancelled users are read back from Redis; SECONDS=1 also prints the
-// run second by second, PROFILE=DIR saves CPU profiles of one worker. The
+// run second by second, PROFILE=DIR saves CPU profiles of the workers never
+// killed (profileAt). The
 // workers are static members (kafka.group_instance_id w-0, w-1, ..., as the
 // Helm chart sets it); MEMBERS=dynamic runs them without.
 func BenchmarkPacing(b *testing.B) {
@@ -233,8 +234,11 @@ func runPacing(b *testing.B, sc pacingScale, paced bool) *pacingRun {
 	var txnSent atomic.Int64
 	txnDone := make(chan error, 1)
 	go func() { txnDone <- produceTransactional(txnCtx, d.s.kafka.Addrs, sc, d.txnTimes, &txnSent) }()
-	d.profileAt("release", 2*time.Second, 6*time.Second)
-	d.profileAt("stop", sc.stopAt, 3*time.Second)
+	// One CPU profile at a time per process: the blast's arrival (held
+	// when paced), the releases up to the kill, the stop's read-back.
+	d.profileAt("hold", 0, 5*time.Second)
+	d.profileAt("release", 6*time.Second, 13*time.Second)
+	d.profileAt("stop", sc.stopAt, 4*time.Second)
 	d.timeline()
 	if err := <-blastDone; err != nil {
 		b.Fatal(err)
@@ -325,19 +329,23 @@ func (d *pacingDriver) produceBlast() chan error {
 }
 
 // profileAt saves, with CAPPER_BENCH_PACING_PROFILE=dir, a CPU profile of
-// one worker that is never killed, secs long from t0+from.
+// each worker that is never killed, secs long from t0+from
+// (<paced|unpaced>-<name>-<i>.pprof): a worker burns a few percent of a
+// core, so one worker's seconds hold too few samples to say anything;
+// `go tool pprof -top -diff_base 'unpaced-*' 'paced-*'` merges them.
 func (d *pacingDriver) profileAt(name string, from, secs time.Duration) {
 	if d.profile == "" {
 		return
 	}
-	addr := d.ws[len(d.ws)-1].addr
-	d.profiles.Go(func() {
-		time.Sleep(time.Until(d.r.t0.Add(from)))
-		file := filepath.Join(d.profile, map[bool]string{true: "paced", false: "unpaced"}[d.r.paced]+"-"+name+".pprof")
-		if err := saveProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(secs.Seconds())), file); err != nil {
-			d.b.Error(err)
-		}
-	})
+	for i, w := range d.ws[1:] {
+		d.profiles.Go(func() {
+			time.Sleep(time.Until(d.r.t0.Add(from)))
+			file := filepath.Join(d.profile, fmt.Sprintf("%s-%s-%d.pprof", map[bool]string{true: "paced", false: "unpaced"}[d.r.paced], name, i+1))
+			if err := saveProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", w.addr, int(secs.Seconds())), file); err != nil {
+				d.b.Error(err)
+			}
+		})
+	}
 }
 
 // timeline: the campaign, the kill, the stop and the restart, each at its
