@@ -17,6 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/capper-dev/capper/internal/kafka"
 
 	"github.com/capper-dev/capper/internal/config"
@@ -142,8 +144,18 @@ func Budgets(ctx context.Context, cfg *config.Config, o BudgetsOptions, log *slo
 		list = []pacing.Budget{*b}
 	}
 	r := &BudgetsReport{Policy: p.version, fix: topicsCommand("create", o.ConfigPath, o.PolicyFile)}
+	// The policy in force: what the workers report, and the budgets'
+	// effective rates, from Redis (one client for both).
+	var rdb redis.UniversalClient
 	if o.PolicyFile == "" {
-		r.readWorkers(ctx, cfg)
+		c, err := NewRedisClient(cfg)
+		if err != nil {
+			r.WorkersErr, r.EffectiveErr = err, err
+		} else {
+			rdb = c
+			defer c.Close()
+			r.readWorkers(ctx, rdb, cfg)
+		}
 	}
 	if len(list) == 0 {
 		return r, nil
@@ -180,8 +192,8 @@ func Budgets(ctx context.Context, cfg *config.Config, o BudgetsOptions, log *slo
 		s.DrainIn = drainTime(s.Waiting, b.Rate)
 		r.Budgets = append(r.Budgets, s)
 	}
-	if o.PolicyFile == "" {
-		r.readEffective(ctx, cfg)
+	if rdb != nil {
+		r.readEffective(ctx, rdb, cfg)
 	}
 	return r, nil
 }

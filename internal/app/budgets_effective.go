@@ -10,6 +10,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/pacing"
 )
@@ -17,13 +19,7 @@ import (
 // readEffective reads each budget's effective rate (BudgetState.Effective)
 // and computes the drain times at it. Redis not answering leaves them
 // unknown (EffectiveErr), and the drain times at the rate.
-func (r *BudgetsReport) readEffective(ctx context.Context, cfg *config.Config) {
-	rdb, err := NewRedisClient(cfg)
-	if err != nil {
-		r.EffectiveErr = err
-		return
-	}
-	defer rdb.Close()
+func (r *BudgetsReport) readEffective(ctx context.Context, rdb redis.UniversalClient, cfg *config.Config) {
 	ctx, cancel := context.WithTimeout(ctx, 2*cfg.Redis.DialTimeout.D()+time.Second)
 	defer cancel()
 	l := &pacing.RedisLeaser{Client: rdb, Prefix: cfg.Capping.KeyPrefix}

@@ -12,17 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/capper-dev/capper/internal/config"
 )
 
 // readWorkers sets r.Workers from Redis, or r.WorkersErr.
-func (r *BudgetsReport) readWorkers(ctx context.Context, cfg *config.Config) {
-	rdb, err := NewRedisClient(cfg)
-	if err != nil {
-		r.WorkersErr = err
-		return
-	}
-	defer rdb.Close()
+func (r *BudgetsReport) readWorkers(ctx context.Context, rdb redis.UniversalClient, cfg *config.Config) {
 	ctx, cancel := context.WithTimeout(ctx, 2*cfg.Redis.DialTimeout.D()+time.Second)
 	defer cancel()
 	w, err := readWorkersPolicy(ctx, rdb, cfg.Capping.KeyPrefix)

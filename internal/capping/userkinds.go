@@ -60,8 +60,8 @@ type userKind struct {
 	parse func(u *UserLimits, key, v string) error
 	// problems checks the limit against the rules (r.Users is not nil).
 	problems func(r Rules, u UserLimits, ps *problems.List)
-	// describe says the limit for a person (it is set).
-	describe func(u UserLimits, ur *UserRules) string
+	// describe says the limit for a person, a line a part (it is set).
+	describe func(u UserLimits, ur *UserRules) []string
 	// lua is the script's part (a template; its data is kindData): run
 	// in order, for a user with limits, before the caps; ul holds the
 	// stored form, chn the intent's channel. A kind that holds intents
@@ -114,12 +114,12 @@ var userKinds = []userKind{
 				ps.Add(problems.Key("snooze").Key("until"), "is required")
 			}
 		},
-		describe: func(u UserLimits, _ *UserRules) string {
+		describe: func(u UserLimits, _ *UserRules) []string {
 			on := "every channel"
 			if len(u.SnoozeChannels) > 0 {
 				on = strings.Join(u.SnoozeChannels, ", ")
 			}
-			return fmt.Sprintf("snoozed until %s (%s)", u.SnoozeUntil.UTC().Format(time.RFC3339), on)
+			return []string{fmt.Sprintf("snoozed until %s (%s)", u.SnoozeUntil.UTC().Format(time.RFC3339), on)}
 		},
 		lua: `  local s = tonumber(string.match(ul, ';s=(%d+)') or '') -- or '': a Lua without a match's nil (gopher-lua, the demo's) refuses tonumber()
   if s and s > now then
@@ -143,7 +143,7 @@ var userKinds = []userKind{
 				ps.Add(problems.Key("tier"), "%q is not one of the policy's tiers (%s)", u.Tier, strings.Join(names, ", "))
 			}
 		},
-		describe: func(u UserLimits, _ *UserRules) string { return "tier " + u.Tier },
+		describe: func(u UserLimits, _ *UserRules) []string { return []string{"tier " + u.Tier} },
 		// The tier's limits are checked after the segment's (the template).
 		lua: `  utier = string.match(ul, ';t=([^;]*)')`,
 	},
@@ -234,8 +234,8 @@ var userKinds = []userKind{
 				ps.Add(problems.Key("quiet_hours"), "from and to are the same time: quiet hours would never end")
 			}
 		},
-		describe: func(u UserLimits, _ *UserRules) string {
-			return fmt.Sprintf("quiet hours %02d:%02d-%02d:%02d (their time zone)", u.Quiet.From/60, u.Quiet.From%60, u.Quiet.To/60, u.Quiet.To%60)
+		describe: func(u UserLimits, _ *UserRules) []string {
+			return []string{fmt.Sprintf("quiet hours %02d:%02d-%02d:%02d (their time zone)", u.Quiet.From/60, u.Quiet.From%60, u.Quiet.To/60, u.Quiet.To%60)}
 		},
 		lua: `  local qf, qt = string.match(ul, ';q=(%d+)-(%d+)')
   if qf then
@@ -256,7 +256,7 @@ var userKinds = []userKind{
 
 // describeChannels says a user's channel limits, "per" the policy's
 // channel window.
-func describeChannels(u UserLimits, ur *UserRules) string {
+func describeChannels(u UserLimits, ur *UserRules) []string {
 	per := "the policy's channel window"
 	switch {
 	case ur != nil && ur.ChannelWindow%(24*time.Hour) == 0: // 7d, not model's 1w
@@ -272,7 +272,7 @@ func describeChannels(u UserLimits, ur *UserRules) string {
 			parts = append(parts, fmt.Sprintf("channel %s at most %d per %s", c, n, per))
 		}
 	}
-	return strings.Join(parts, "\n")
+	return parts
 }
 
 func cond(ok bool, yes string, no ...string) string {

@@ -216,7 +216,7 @@ func (u UserLimits) Describe(ur *UserRules) []string {
 	var lines []string
 	for _, k := range userKinds {
 		if k.set(u) {
-			lines = append(lines, strings.Split(k.describe(u, ur), "\n")...)
+			lines = append(lines, k.describe(u, ur)...)
 		}
 	}
 	return lines
