@@ -60,7 +60,8 @@ func (m *Memory) Users() int { return len(m.users) }
 
 // Decide decides one request and, when it is allowed, records it, with the
 // engine's steps (assemble.go) around run, the script's Go port. Invalid
-// requests are answered with an Err wrapping ErrInvalidRequest.
+// requests are answered with an Err wrapping ErrInvalidRequest, an attempt
+// a give-back voided with one wrapping ErrVoided.
 func (m *Memory) Decide(r *Request) Decision {
 	// The memo holds a batch's periods in the engine; a replay's time
 	// moves on, so it starts over when full.
@@ -74,7 +75,10 @@ func (m *Memory) Decide(r *Request) Decision {
 		c := &a.calls[k]
 		var err error
 		rep := m.run(r, c.plan, c.bypass)
-		if rep.code > codeHeld { // the reply is built here; this would be a bug in run
+		switch {
+		case rep.code == codeVoided: // as Engine.Decide answers it
+			err = fmt.Errorf("decide: %w", ErrVoided)
+		case rep.code > codeHeld: // the reply is built here; this would be a bug in run
 			err = fmt.Errorf("decide: run answered code %d", rep.code)
 		}
 		a.answer(k, rep, err)

@@ -10,7 +10,7 @@ func (m *Memory) Refund(r RefundRequest) RefundResult {
 		return RefundUnknown
 	}
 	rec, ok := m.users[r.UserID]
-	if !ok && !r.Forget {
+	if !ok && (!r.Forget || r.Answered) {
 		return RefundUnknown
 	}
 	d := digest(r.IntentID)
@@ -23,14 +23,16 @@ func (m *Memory) Refund(r RefundRequest) RefundResult {
 
 // refundRecord is the refund script on one record ("": none): what it does
 // for the intent whose digest is d5, and the record after it. giveBack (""
-// for a refund: "f" and times otherwise) removes a send only when the id's
-// entry has one of its times, and forgets d5's idempotency entries too; it
-// voids its attempts unless an entry of the id stays (voidedEntries). The
-// steps are the script's; keep them in step.
+// for a refund: "f" or "g" and times otherwise) removes a send only when
+// the id's entry has one of its times, and forgets d5's idempotency entries
+// too; with "f" it voids its attempts unless an entry of the id stays
+// (voidedEntries), with "g" (attempts answered) it voids none. The steps
+// are the script's; keep them in step.
 func refundRecord(rec, d5, giveBack string) (string, RefundResult) {
 	forget := giveBack != ""
+	voids := forget && giveBack[0] == 'f' // "g": the attempts were answered, not voided
 	if rec == "" {
-		if !forget {
+		if !voids {
 			return rec, RefundUnknown
 		}
 		rec = "\x00" // no entries, no sections
@@ -44,7 +46,7 @@ func refundRecord(rec, d5, giveBack string) (string, RefundResult) {
 			at = p + digestSize
 		}
 	}
-	if at < 0 && forget { // nothing recorded yet: the attempts are voided
+	if at < 0 && voids { // nothing recorded yet: the attempts are voided
 		return string(voidedEntries(nil, rec[ib:sb], d5, giveBack)) + rec[sb:], RefundUnknown
 	}
 	if at < 0 {
@@ -108,13 +110,16 @@ func refundRecord(rec, d5, giveBack string) (string, RefundResult) {
 }
 
 // voidedEntries appends to b a give-back's idempotency entries, with their
-// count: those of ents without d5's, and a voided entry per attempt of
-// giveBack (d5 with its first byte inverted, at the attempt's time), in
+// count: those of ents without d5's, and with "f" a voided entry per attempt
+// of giveBack (d5 with its first byte inverted, at the attempt's time), in
 // time order, the oldest beyond maxIdem left out (refund.lua.tmpl's voided).
 func voidedEntries(b []byte, ents, d5, giveBack string) []byte {
 	vd := voidDigest(d5)
 	var kept []string
 	q := 1
+	if giveBack[0] != 'f' { // "g": no attempt to void
+		q = len(giveBack)
+	}
 	void := func(limit int64, all bool) {
 		for ; q+timeSize <= len(giveBack) && (all || u32(giveBack, q) <= limit); q += timeSize {
 			if e := vd + giveBack[q:q+timeSize]; len(kept) == 0 || kept[len(kept)-1] != e {

@@ -42,20 +42,28 @@ type RefundRequest struct {
 	// waiting). Only a send recorded at one of Attempts (decision times,
 	// to the second) is taken out, and the id's idempotency entry goes too,
 	// so that the intent may be decided again and counted then, rather than
-	// answered Duplicate. The attempts are voided too: one that Redis runs
-	// after the give-back records nothing (ErrVoided), so a give-back need
-	// not wait until no lost attempt can run any more.
-	Forget   bool
+	// answered Duplicate. The attempts are voided too (unless Answered):
+	// one that Redis runs after the give-back records nothing (ErrVoided),
+	// so a give-back need not wait until no lost attempt can run any more.
+	Forget bool
+	// Answered (with Forget): the attempts were answered (a send handed
+	// back to be decided again): they are not voided, so a decision of the
+	// same intent in the same second records as any.
+	Answered bool
 	Attempts []time.Time
 }
 
 // giveBack is the refund script's third argument: "" for a refund, "f" and
-// the attempts' times for a give-back.
+// the attempts' times for a give-back, "g" and the times for one whose
+// attempts were answered (not voided).
 func (r *RefundRequest) giveBack() string {
 	if !r.Forget {
 		return ""
 	}
 	b := []byte{'f'}
+	if r.Answered {
+		b[0] = 'g'
+	}
 	for _, t := range r.Attempts {
 		b = append(b, packTime(t.Unix())...)
 	}

@@ -162,3 +162,124 @@ func TestGiveBackMakesALivingBucket(t *testing.T) {
 		t.Fatalf("a bucket holding a user's tier lives %v after a give-back, want no expiry", ttl)
 	}
 }
+
+// TestGiveBackOfAnAnsweredAttempt: a give-back whose attempt was answered
+// (Answered: a send handed back to be decided again) takes the send out
+// and forgets the id as any give-back, but voids nothing: the intent
+// decided again in the same second is allowed and counts. Without Answered
+// that decision is voided. An answered give-back that finds no entry of
+// the id writes nothing. Memory answers each step as Redis does and holds
+// the same records, byte for byte.
+func TestGiveBackOfAnAnsweredAttempt(t *testing.T) {
+	rdb := testenv.StartRedis(t, testenv.RedisOptions{}).Client()
+	idem := time.Hour
+	rules := Rules{Default: Policy{Limits: []Limit{{Name: "daily", Window: day, Max: 1}}}}
+	e := newEngine(t, rdb, Options{Rules: rules, IdempotencyWindow: idem, KeyPrefix: "answered"})
+	mem := newTestMemory(t, e.set.Load().rules, idem)
+	ctx := context.Background()
+	at := time.Now().Truncate(time.Second)
+	decide := func(uid uint64, id string, at time.Time) Decision {
+		t.Helper()
+		r := Request{UserID: uid, IntentID: id, Campaign: "c", Channel: "push", Category: "marketing", At: at}
+		ds, err := e.Decide(ctx, []Request{r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, m := ds[0], mem.Decide(&r)
+		switch {
+		case d.Err != nil || m.Err != nil:
+			if !errors.Is(d.Err, ErrVoided) || !errors.Is(m.Err, ErrVoided) {
+				t.Fatalf("user %d intent %s: Redis %+v, Memory %+v", uid, id, d, m)
+			}
+		default:
+			if err := compare(m, d, compareOpts{}); err != nil {
+				t.Fatalf("user %d intent %s: Memory against Redis: %v", uid, id, err)
+			}
+		}
+		return d
+	}
+	giveBack := func(uid uint64, id string, answered bool, want RefundResult) {
+		t.Helper()
+		r := RefundRequest{UserID: uid, IntentID: id, Forget: true, Answered: answered, Attempts: []time.Time{at}}
+		res, err := e.Refund(ctx, []RefundRequest{r})
+		if err != nil || res[0].Err != nil || res[0].Result != want {
+			t.Fatalf("give-back of user %d intent %s (answered %v): %+v %v, want %s", uid, id, answered, res, err, want)
+		}
+		if m := mem.Refund(r); m != want {
+			t.Fatalf("give-back of user %d intent %s (answered %v) in Memory: %s, want %s", uid, id, answered, m, want)
+		}
+	}
+	record := func(uid uint64) string {
+		t.Helper()
+		rec, err := rdb.HGet(ctx, e.keys.bucket(uid), field(uid)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		return rec
+	}
+
+	// Answered: the same intent in the same second is allowed, and counts.
+	if d := decide(1, "held", at); d.Err != nil || d.Outcome != Allowed {
+		t.Fatalf("first decision: %+v, want allowed", d)
+	}
+	giveBack(1, "held", true, RefundApplied)
+	d5 := digest("held")
+	if ents := entriesOf(record(1)); slices.Contains(ents, string(d5[:digestSize])) || slices.Contains(ents, voidDigest(string(d5[:digestSize]))) {
+		t.Fatalf("after an answered give-back: entries %x, want neither the id's nor a voided one", ents)
+	}
+	if d := decide(1, "held", at.Add(400*time.Millisecond)); d.Err != nil || d.Outcome != Allowed {
+		t.Fatalf("decided again in the same second: %+v, want allowed (not voided, not a duplicate)", d)
+	}
+	if d := decide(1, "next", at.Add(time.Second)); d.Err != nil || d.Outcome != Capped {
+		t.Fatalf("the user's next intent: %+v, want capped (the send decided again counts)", d)
+	}
+	if d := decide(1, "held", at.Add(2*time.Second)); d.Err != nil || d.Outcome != Duplicate {
+		t.Fatalf("the intent redelivered: %+v, want duplicate", d)
+	}
+
+	// Not answered: the attempt is voided, the same second answers ErrVoided.
+	if d := decide(2, "held", at); d.Err != nil || d.Outcome != Allowed {
+		t.Fatalf("first decision: %+v, want allowed", d)
+	}
+	giveBack(2, "held", false, RefundApplied)
+	if d := decide(2, "held", at.Add(400*time.Millisecond)); !errors.Is(d.Err, ErrVoided) {
+		t.Fatalf("decided again in the voided second: %+v, want ErrVoided", d)
+	}
+	if d := decide(2, "next", at.Add(time.Second)); d.Err != nil || d.Outcome != Allowed {
+		t.Fatalf("the user's next intent: %+v, want allowed (nothing counts)", d)
+	}
+
+	// Answered, known id with nothing left to remove: the entry goes all the same.
+	if d := decide(3, "refunded", at); d.Err != nil || d.Outcome != Allowed {
+		t.Fatalf("first decision: %+v, want allowed", d)
+	}
+	if res, err := e.Refund(ctx, []RefundRequest{{UserID: 3, IntentID: "refunded"}}); err != nil || res[0].Result != RefundApplied {
+		t.Fatalf("refund: %+v %v, want applied", res, err)
+	}
+	if m := mem.Refund(RefundRequest{UserID: 3, IntentID: "refunded"}); m != RefundApplied {
+		t.Fatalf("refund in Memory: %s, want applied", m)
+	}
+	giveBack(3, "refunded", true, RefundNothing)
+	if d := decide(3, "refunded", at.Add(400*time.Millisecond)); d.Err != nil || d.Outcome != Allowed {
+		t.Fatalf("decided again in the same second: %+v, want allowed", d)
+	}
+
+	// Answered, no entry of the id: nothing written, in a record or without one.
+	if d := decide(4, "other", at); d.Err != nil || d.Outcome != Allowed {
+		t.Fatalf("first decision: %+v, want allowed", d)
+	}
+	before, x := record(4), rdb.HGet(ctx, e.keys.bucket(4), xField).Val()
+	giveBack(4, "absent", true, RefundUnknown)
+	if after, x2 := record(4), rdb.HGet(ctx, e.keys.bucket(4), xField).Val(); after != before || x2 != x {
+		t.Fatalf("an answered give-back that found nothing changed the record %x to %x, x %x to %x", before, after, x, x2)
+	}
+	users := mem.Users()
+	giveBack(1000, "absent", true, RefundUnknown)
+	if n := rdb.Exists(ctx, e.keys.bucket(1000)).Val(); n != 0 {
+		t.Fatal("an answered give-back to a user without a record made a bucket")
+	}
+	if mem.Users() != users {
+		t.Fatalf("Memory holds %d records after an answered give-back to a user without one, want %d", mem.Users(), users)
+	}
+	sameAsRedis(t, rdb, mem, "answered")
+}
