@@ -82,8 +82,8 @@ func (s *stack) commitDelay(t *testing.T, topic string, partition int, offset in
 	}
 }
 
-// TestBudgetsCLI: `capper topics` covers the lane topics of the policy in
-// force (and of --policy FILE); `capper budgets` lists the budgets with the
+// TestBudgetsCLI: `capper topics` covers the lane topics, each with its
+// retry topic, of the policy in force (and of --policy FILE); `capper budgets` lists the budgets with the
 // intents waiting in their lanes (the delay group's lag: past its commit,
 // or from the start of a partition it never committed) and the drain times
 // (lanes in precedence order, at the budget's rate); `show` the lanes of
@@ -101,12 +101,13 @@ func TestBudgetsCLI(t *testing.T) {
 		t.Fatalf("budgets with its lane topics missing: exit %d\n%s%s", code, out, errOut)
 	}
 	out, errOut, code = capper(t, nil, "topics", "check", "--config", s.path)
-	if code != 1 || !strings.Contains(out, `missing  capper-lanes.push-fcm.urgent  budget "push-fcm" lane "urgent"`) ||
+	if code != 1 || !strings.Contains(out, `missing  capper-lanes.push-fcm.urgent        budget "push-fcm" lane "urgent"`) ||
+		!strings.Contains(out, `missing  capper-lanes.push-fcm.urgent.retry  budget "push-fcm" lane "urgent" retry`) ||
 		!strings.Contains(errOut, `capper-lanes.email.marketing (budget "email" lane "marketing") missing`) {
 		t.Fatalf("topics check: exit %d\n%s%s", code, out, errOut)
 	}
 	out, errOut, code = capper(t, nil, "topics", "create", "--config", s.path, "--replication-factor", "1")
-	if code != 0 || strings.Count(out, "created") != 3 || !regexp.MustCompile(`created +capper-lanes\.push-fcm\.bulk +budget "push-fcm" lane "bulk" +4 partitions, replication factor 1, retention\.ms=604800000`).MatchString(out) {
+	if code != 0 || strings.Count(out, "created") != 6 || !strings.Contains(out, "capper-lanes.push-fcm.bulk.retry") || !regexp.MustCompile(`created +capper-lanes\.push-fcm\.bulk +budget "push-fcm" lane "bulk" +4 partitions, replication factor 1, retention\.ms=604800000`).MatchString(out) {
 		t.Fatalf("topics create: exit %d\n%s%s", code, out, errOut)
 	}
 	if out, errOut, code = capper(t, nil, "topics", "check", "--config", s.path); code != 0 {

@@ -1,7 +1,7 @@
 package main
 
 // capper topics check|create: the Kafka topics a worker config names, and
-// the lane topics of its policy's budgets.
+// the lane topics (and their retry topics) of its policy's budgets.
 
 import (
 	"fmt"
@@ -12,8 +12,8 @@ import (
 )
 
 type topicsCmd struct {
-	Check  topicsCheckCmd  `cmd:"" help:"Check every topic the config names, and the lane topics of the policy's budgets: one line per topic (ok, warn, missing, or wrong with the fix); exit 1 naming each missing or wrong one."`
-	Create topicsCreateCmd `cmd:"" help:"Create the topics the config names, and the lane topics of the policy's budgets, that are missing, with the partitions and settings capper needs; existing topics are never altered (a wrong one is reported, exit 1)."`
+	Check  topicsCheckCmd  `cmd:"" help:"Check every topic the config names, and the lane topics (each with its retry topic) of the policy's budgets: one line per topic (ok, warn, missing, or wrong with the fix); exit 1 naming each missing or wrong one."`
+	Create topicsCreateCmd `cmd:"" help:"Create the topics the config names, and the lane topics of the policy's budgets (each with its retry topic), that are missing, with the partitions and settings capper needs; existing topics are never altered (a wrong one is reported, exit 1)."`
 }
 
 // policyFlag is a command's --policy: the policy whose budgets it covers,

@@ -19,8 +19,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/capper-dev/capper/internal/kafka"
-
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/pacing"
 	"github.com/capper-dev/capper/internal/topics"
@@ -169,15 +167,8 @@ func Budgets(ctx context.Context, cfg *config.Config, o BudgetsOptions, log *slo
 	for _, b := range list {
 		for _, l := range b.Lanes {
 			topic := pacing.Topic(prefix, b.Name, l.Name)
-			lags, err := admin.Lags(ctx, cfg.Kafka.DelayGroup(), topic)
-			switch {
-			case errors.Is(err, kafka.ErrUnknownTopic):
-				missing[topic] = true
-			case err != nil:
+			if waiting[topic], missing[topic], err = laneLag(ctx, admin, cfg.Kafka.DelayGroup(), prefix, b.Name, l.Name); err != nil {
 				return nil, fmt.Errorf("budget %q lane %q: %w", b.Name, l.Name, err)
-			}
-			for _, n := range lags {
-				waiting[topic] += n
 			}
 		}
 	}

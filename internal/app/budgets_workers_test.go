@@ -78,8 +78,10 @@ func TestBudgetsSaysWhatTheWorkersRun(t *testing.T) {
 	}
 
 	// The lane topics created, the workers load it at their next poll.
-	if err := e.kafka.Cluster.CreateTopic(pacing.Topic(tLanes, "push-apns", pacing.DefaultLane), 4, nil); err != nil {
-		t.Fatal(err)
+	for _, topic := range []string{pacing.Topic(tLanes, "push-apns", pacing.DefaultLane), pacing.RetryTopic(tLanes, "push-apns", pacing.DefaultLane)} {
+		if err := e.kafka.Cluster.CreateTopic(topic, 4, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitFor(t, 10*time.Second, func() bool { r = report(); return r.Workers.InUse[refused] == 2 })
 	if r.Err() != nil || len(r.Workers.Refused) != 0 {

@@ -388,6 +388,8 @@ func (e *e2e) verifyOutcomes(o outputs, redelivered bool) {
 		e.t.Fatalf("input topic holds %d records, produced %d", len(in), e.inputs)
 	}
 	copies := audit.NewCopies(tIn, in, o.deliveries, o.suppressed, o.dlq)
+	// A status that hands a throttled send back is an input of its own.
+	copies.AddInputs(tStatus, audit.HandBacks(e.statuses(ctx)))
 	redecided := 0
 	for _, key := range copies.Inputs() {
 		// (A redelivery within one topic, a duplicate, is judged below.)
@@ -459,6 +461,9 @@ func (e *e2e) verifyOrder(o outputs) {
 		if _, err := fmt.Sscanf(strings.ReplaceAll(src, "/", " "), "%s %d %d", &topic, &p, &off); err != nil {
 			e.t.Fatalf("capper-source %q: %v", src, err)
 		}
+		if topic != tIn {
+			continue // a send handed back: its status is no intent of the user's order
+		}
 		k := fmt.Sprintf("%d/%s", p, e.keyOf(topic, p, off))
 		byUser[k] = append(byUser[k], input{off, t})
 	}
@@ -494,11 +499,25 @@ func (e *e2e) keyOf(topic string, p int, off int64) string {
 // violations audits the deliveries against the caps.
 func (e *e2e) violations(o outputs, cfg *config.Config) []audit.Violation {
 	e.t.Helper()
-	sends, err := audit.Sends(o.deliveries)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// A delivery its sender handed back (throttled) was not sent.
+	sends, err := audit.Sends(audit.Delivered(o.deliveries, e.statuses(ctx)))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return audit.Check(cfg.Rules(), sends)
+}
+
+// statuses are the delivery-status topic's records (none: the topic is
+// missing or empty).
+func (e *e2e) statuses(ctx context.Context) []kafka.Message {
+	e.t.Helper()
+	st, err := audit.ReadTopic(ctx, e.kafka.Addrs, tStatus)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
 }
 
 // redecidedAfterRetry checks an input found in two topics: it was capped,

@@ -82,13 +82,14 @@ func (p *pacer) lanes(set *pacing.Set) map[string]string {
 	for _, b := range set.Budgets() {
 		for _, l := range b.Lanes {
 			topics[fmt.Sprintf("budget %q lane %q", b.Name, l.Name)] = pacing.Topic(p.prefix, b.Name, l.Name)
+			topics[fmt.Sprintf("budget %q lane %q retry", b.Name, l.Name)] = pacing.RetryTopic(p.prefix, b.Name, l.Name)
 		}
 	}
 	return topics
 }
 
-// checkLanes refuses budgets whose lane topics are missing: their intents
-// would stall on the first write.
+// checkLanes refuses budgets whose lane topics (or their retry topics) are
+// missing: their intents would stall on the first write.
 func (p *pacer) checkLanes(ctx context.Context, set *pacing.Set) error {
 	topics := p.lanes(set)
 	if len(topics) == 0 {
@@ -145,7 +146,7 @@ func (p *pacer) apply(ctx context.Context, reader *dispatch.Consumer, version st
 // topic with the lanes' prefix on the brokers (a budget a later policy
 // dropped, or renamed: what waits there drains, unpaced).
 func (p *pacer) toRead(ctx context.Context, set *pacing.Set) ([]string, error) {
-	lanes := set.Topics(p.prefix)
+	lanes := append(set.Topics(p.prefix), set.RetryTopics(p.prefix)...)
 	names, err := p.admin.TopicNames(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list the lane topics: %w", err)
@@ -191,16 +192,33 @@ func (p *pacer) refreshWaiting(ctx context.Context, group string) error {
 	for _, b := range p.Budgets().Budgets() {
 		lanes := make([]int64, len(b.Lanes))
 		for i, l := range b.Lanes {
-			lags, err := p.admin.Lags(ctx, group, pacing.Topic(p.prefix, b.Name, l.Name))
+			n, _, err := laneLag(ctx, p.admin, group, p.prefix, b.Name, l.Name)
 			if err != nil {
 				errs = append(errs, err)
-				continue
 			}
-			for _, n := range lags {
-				lanes[i] += n
-			}
+			lanes[i] = n
 		}
 		p.SetWaiting(b.Name, lanes)
 	}
 	return errors.Join(errs...)
+}
+
+// laneLag is the group's lag on a lane's topic and its retry topic (whose
+// records wait ahead of the lane's); missing: the lane's topic is (a
+// missing retry topic counts nothing: capper topics check names it).
+func laneLag(ctx context.Context, admin *capkafka.Admin, group, prefix, budget, lane string) (n int64, missing bool, err error) {
+	topic := pacing.Topic(prefix, budget, lane)
+	for _, t := range []string{topic, pacing.RetryTopic(prefix, budget, lane)} {
+		lags, err := admin.Lags(ctx, group, t)
+		switch {
+		case errors.Is(err, capkafka.ErrUnknownTopic):
+			missing = missing || t == topic
+		case err != nil:
+			return n, missing, err
+		}
+		for _, l := range lags {
+			n += l
+		}
+	}
+	return n, missing, nil
 }

@@ -44,8 +44,10 @@ func (e *e2e) paceConfig(policyYAML string) *config.Config {
 	e.t.Helper()
 	e.now = time.Now
 	for _, lane := range []string{"urgent", "bulk"} {
-		if err := e.kafka.Cluster.CreateTopic(pacing.Topic(tLanes, "push-fcm", lane), 4, nil); err != nil {
-			e.t.Fatal(err)
+		for _, topic := range []string{pacing.Topic(tLanes, "push-fcm", lane), pacing.RetryTopic(tLanes, "push-fcm", lane)} {
+			if err := e.kafka.Cluster.CreateTopic(topic, 4, nil); err != nil {
+				e.t.Fatal(err)
+			}
 		}
 	}
 	cfg := e.holdConfig(policyYAML)

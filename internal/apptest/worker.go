@@ -200,7 +200,7 @@ func topicsOf(t testing.TB, cfg *config.Config) []string {
 	if len(ps) > 0 || set.Len() == 0 {
 		t.Fatalf("the policy's budgets: %v (%d budgets)", ps, set.Len())
 	}
-	return append(topics, set.Topics(cfg.Kafka.Topics.Lanes)...)
+	return append(append(topics, set.Topics(cfg.Kafka.Topics.Lanes)...), set.RetryTopics(cfg.Kafka.Topics.Lanes)...)
 }
 
 // recorder is a prometheus.Registerer that notes the names of every

@@ -63,9 +63,13 @@ const (
 	paceStopAfter     = paceRate / 4
 )
 
-// laneTopics are the budget's lane topics.
+// laneTopics are the budget's lane topics and their retry topics.
 func laneTopics() []string {
-	return []string{pacing.Topic(topicLanes, budgetName, laneUrgent), pacing.Topic(topicLanes, budgetName, laneBulk)}
+	var ts []string
+	for _, l := range []string{laneUrgent, laneBulk} {
+		ts = append(ts, pacing.Topic(topicLanes, budgetName, l), pacing.RetryTopic(topicLanes, budgetName, l))
+	}
+	return ts
 }
 
 // pushes are the pacing section's intents of campaign (pushes through

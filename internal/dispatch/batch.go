@@ -87,6 +87,11 @@ type entry struct {
 	// throttled one reports to its budget.
 	refund   string
 	throttle *throttleReport
+	// back: a throttled send its status handed back (handback.go), decided
+	// or held as its intent; throttledAt: a released lane record's
+	// capper-throttled-at (a Duplicate at that time is its own delivery).
+	back        *handBack
+	throttledAt time.Time
 	// home: the user's input partition, the index of the tier partition a
 	// deferral of it waits in (copartition.go).
 	home int
@@ -146,7 +151,16 @@ func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message, prev cha
 			byReq = append(byReq, i)
 		}
 	}
-	decisions, err := w.decide(ctx, reqs, func(out []capping.Decision, still []int) {
+	var owns [][]lostAttempt // a handed-back send's throttled delivery that may still count
+	for j, i := range byReq {
+		if l := handedBackLost(&b.entries[i]); l != nil {
+			if owns == nil {
+				owns = make([][]lostAttempt, len(byReq))
+			}
+			owns[j] = l
+		}
+	}
+	decisions, err := w.decide(ctx, reqs, owns, func(out []capping.Decision, still []int) {
 		w.writeEarly(ctx, b, reqs, byReq, out, still)
 	})
 	if err != nil {
@@ -181,7 +195,9 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 			if r, ok := w.readStatus(m, e); ok {
 				refunds = append(refunds, refundReq{i, r})
 			}
-			continue
+			if e.back == nil {
+				continue
+			}
 		case w.tiers[m.Topic]:
 			if !w.readTier(m, e, b.now) { // a hop, or unreadable
 				continue
@@ -198,6 +214,9 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 		in, err := w.o.Decoder.Decode(m.Key, m.Value)
 		if err != nil {
 			e.setUnreadable(err)
+			continue
+		}
+		if !checkHandBack(e, &in) {
 			continue
 		}
 		held, releaseAt := w.hold(e, &in, b.now)
@@ -285,6 +304,9 @@ func (w *Worker) noteRebalance() {
 // since this worker's refusal (Consumer.Cacheable); its Request is marked
 // Redelivered otherwise.
 func (w *Worker) cacheable(m *kafka.Message, e *entry) bool {
+	if e.back != nil {
+		return false // a send handed back: on the status topic, decided by Redis
+	}
 	g, ok := w.o.Reader.(cacheGate)
 	return ok && g.Cacheable(m, e.home)
 }

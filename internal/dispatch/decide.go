@@ -35,13 +35,17 @@ import (
 // that ends undelivered is given back before its user's later intents are
 // decided, which wait for that.
 //
+// owns[i] (nil, or as long as reqs) are attempts of request i made before
+// this batch whose sends may still count (a handed-back send's throttled
+// delivery whose give-back Redis did not apply): lost answers, as above.
+//
 // It calls early (when not nil) with the answers so far whenever some
 // requests must wait (for a retry, or for the give-back of a lost answer):
 // every request but those in still has its final one in out. The batch's
 // deliveries decided then need not wait for their batch-mates
 // (writeEarly).
-func (w *Worker) decide(ctx context.Context, reqs []capping.Request, early func(out []capping.Decision, still []int)) ([]capping.Decision, error) {
-	a := newAttempts(reqs)
+func (w *Worker) decide(ctx context.Context, reqs []capping.Request, owns [][]lostAttempt, early func(out []capping.Decision, still []int)) ([]capping.Decision, error) {
+	a := newAttempts(reqs, owns)
 	backoff := w.retryBackoff()
 	for attempt := 1; len(a.pending) > 0; attempt++ {
 		w.step()
@@ -132,9 +136,12 @@ type attempts struct {
 	decided []int
 }
 
-func newAttempts(reqs []capping.Request) *attempts {
+func newAttempts(reqs []capping.Request, owns [][]lostAttempt) *attempts {
 	a := &attempts{reqs: reqs, out: make([]capping.Decision, len(reqs)), lost: make([][]lostAttempt, len(reqs)),
 		pending: make([]int, len(reqs)), waits: make([]bool, len(reqs))}
+	for i, l := range owns {
+		a.lost[i] = slices.Clone(l)
+	}
 	for i := range a.pending {
 		a.pending[i] = i
 	}

@@ -58,6 +58,9 @@ type tierHeaders struct {
 	notBefore time.Time
 	capping.Deferral
 	source []byte // capper-source: the intent's input record
+	// handedBack: capper-handed-back, the input of the throttled delivery
+	// a status handed back (handback.go): its user's home partition.
+	handedBack []byte
 	// paused: it waits for a paused campaign (capper-reason: paused).
 	paused bool
 }
@@ -95,10 +98,20 @@ func readDeferred(m *kafka.Message, e *entry) bool {
 		e.setUnreadable(bad)
 		return false
 	}
-	if h := homeOf(e.tier.source); h >= 0 {
+	if h := e.tier.home(); h >= 0 {
 		e.home = h
 	}
 	return true
+}
+
+// home is the user's input partition a tier or lane record names (-1:
+// none): its input's, or the throttled delivery's input's of a send
+// handed back (its source is the status record).
+func (t *tierHeaders) home() int {
+	if t.handedBack != nil {
+		return homeOf(t.handedBack)
+	}
+	return homeOf(t.source)
 }
 
 // readTierHeaders reads a delay tier's record's headers (capper wrote
@@ -125,6 +138,8 @@ func readTierHeaders(h []kafka.Header) (tierHeaders, *InvalidError) {
 			first(&reason, x.Value)
 		case HeaderSource:
 			d.source = x.Value
+		case HeaderHandedBack:
+			d.handedBack = x.Value
 		}
 	}
 	bad := func(name string, e error) *InvalidError {

@@ -164,7 +164,7 @@ func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 	}
 	hb.scratch = add
 
-	n := len(add) + 1
+	n := len(add) + 2
 	for _, x := range m.Headers {
 		if !strings.HasPrefix(x.Key, capperPrefix) {
 			n++
@@ -181,6 +181,9 @@ func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 		}
 	}
 	h = append(h, add...)
+	if e.tier.handedBack != nil {
+		h = append(h, kafka.Header{Key: HeaderHandedBack, Value: e.tier.handedBack})
+	}
 	return append(h, kafka.Header{Key: HeaderSource, Value: hb.source(m, e)})
 }
 

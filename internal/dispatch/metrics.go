@@ -30,6 +30,7 @@ type metrics struct {
 	expired      prometheus.Counter
 	refunds      *prometheus.CounterVec
 	givenBack    *prometheus.CounterVec
+	handedBack   *prometheus.CounterVec
 	held         *prometheus.CounterVec
 	cancelled    *prometheus.CounterVec
 	pausedWait   prometheus.Gauge
@@ -53,8 +54,9 @@ func newMetrics(reg prometheus.Registerer, topics, segmentNames []string) *metri
 	}
 	for _, r := range refundResults {
 		m.refunds.WithLabelValues(r)
-		if r != refundIgnored {
+		if r != refundIgnored && r != refundThrottled {
 			m.givenBack.WithLabelValues(r)
+			m.handedBack.WithLabelValues(r)
 		}
 	}
 	for _, t := range topics {
@@ -175,6 +177,10 @@ func (m *metrics) registerRefunds(f promauto.Factory) {
 		Name: "capper_given_back_total",
 		Help: "Intents whose attempt's answer was lost and that ended undelivered (cancelled, waiting for a pause, deferred, capped, dead-lettered), given back by result: applied (the lost attempt had counted it: taken out), unknown (it had not), nothing (counted, but kept: over-counts only), failed (Redis down with on_redis_error: allow).",
 	}, []string{"result"})
+	m.handedBack = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "capper_handed_back_total",
+		Help: "Throttled sends their sender handed back (a throttled status with the delivery), held again ahead of their lane, by the give-back's result: applied (taken out of the user's record), unknown (not recorded: given back before), nothing (known, kept: over-counts only), failed (Redis down with on_redis_error: allow: it stays counted, and its next delivery is that send).",
+	}, []string{"result"})
 }
 
 // observe counts a committed batch: a status by its refund, a hop as a
@@ -185,10 +191,15 @@ func (w *Worker) observe(b *batch) {
 	for i := range b.entries {
 		e := &b.entries[i]
 		d := &e.decision
-		switch e.kind {
-		case kindStatus:
+		if e.kind == kindStatus {
 			w.m.refunds.WithLabelValues(e.refund).Inc()
 			continue
+		}
+		if e.back != nil { // a status that handed a send back: that intent's too
+			w.m.refunds.WithLabelValues(refundThrottled).Inc()
+			w.m.handedBack.WithLabelValues(e.refund).Inc()
+		}
+		switch e.kind {
 		case kindHop:
 			w.m.hops.Inc()
 			continue

@@ -91,7 +91,7 @@ func (w *Worker) isLane(topic string) bool {
 // entry: it is decided now). A record without capper-held-since was not
 // written by capper: it is dead-lettered.
 func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
-	var held, released, since, count, lane []byte
+	var held, released, since, count, lane, throttled []byte
 	for _, x := range m.Headers {
 		switch x.Key {
 		case HeaderHeldSince:
@@ -108,6 +108,10 @@ func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
 			lane = x.Value
 		case HeaderReason:
 			e.tier.paused = string(x.Value) == capping.ReasonPaused.String()
+		case HeaderHandedBack:
+			e.tier.handedBack = x.Value
+		case HeaderThrottledAt:
+			throttled = nonNull(x.Value)
 		}
 	}
 	li := &laneInfo{releasedAt: now}
@@ -136,7 +140,13 @@ func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
 			}
 		}
 	}
-	if h := homeOf(e.tier.source); h >= 0 {
+	if len(throttled) > 0 {
+		if e.throttledAt, err = parseHeaderTime(throttled); err != nil {
+			e.setUnreadable(&InvalidError{Field: "header " + HeaderThrottledAt, Reason: err.Error()})
+			return false
+		}
+	}
+	if h := e.tier.home(); h >= 0 {
 		e.home = h
 	}
 	e.lane = li
@@ -173,6 +183,9 @@ func (w *Worker) hold(e *entry, in *Intent, now time.Time) (held bool, releaseAt
 	e.kind = kindHold
 	e.held = &heldEntry{budget: b.Name, lane: b.Lanes[place.Lane].Name, since: now, campaign: in.CampaignID, sendBy: in.SendBy}
 	e.held.topic = pacing.Topic(w.o.LanePrefix, e.held.budget, e.held.lane)
+	if e.back != nil { // a throttled send handed back: ahead of its lane
+		e.held.topic = pacing.RetryTopic(w.o.LanePrefix, e.held.budget, e.held.lane)
+	}
 	return true, time.Time{}
 }
 
@@ -243,7 +256,7 @@ func (w *Worker) holdRecord(o *outputs, hb *headerBuilder, m *kafka.Message, e *
 // when it was held and where, what the gate reads (campaign, send_by), a
 // deferral it carries from the delay tiers, and its input record.
 func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header {
-	h := make([]kafka.Header, 0, len(m.Headers)+7)
+	h := make([]kafka.Header, 0, len(m.Headers)+9)
 	for _, x := range m.Headers {
 		if len(x.Key) < len(capperPrefix) || x.Key[:len(capperPrefix)] != capperPrefix {
 			h = append(h, kafka.Header{Key: x.Key, Value: nonNull(x.Value)})
@@ -270,6 +283,7 @@ func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header 
 	if hb.policy != "" {
 		h = append(h, kafka.Header{Key: HeaderPolicy, Value: hb.name(hb.policy)})
 	}
+	h = hb.handBackHeaders(h, e)
 	return append(h, kafka.Header{Key: HeaderSource, Value: hb.source(m, e)})
 }
 

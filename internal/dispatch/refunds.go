@@ -46,6 +46,10 @@ func (w *Worker) readStatus(m *kafka.Message, e *entry) (capping.RefundRequest, 
 		if s.Budget != "" {
 			e.throttle = &throttleReport{budget: s.Budget, retryAfter: s.RetryAfter}
 		}
+		if s.Back != nil {
+			e.kind = kindIntent // decided or held as the intent it hands back
+			return w.readHandBack(m, e, &s), true
+		}
 		return capping.RefundRequest{}, false
 	}
 	if !w.refunds[s.Status] {

@@ -26,7 +26,7 @@ import (
 type fields struct {
 	id, userID, campaignID, channel, category, createdAt json.RawValue
 	tags, priority, timeZone, override, sendBy, route    json.RawValue
-	status, at, lane, retryAfter                         json.RawValue // a delivery status's
+	status, at, lane, retryAfter, delivery               json.RawValue // a delivery status's
 }
 
 func (f *fields) slot(name []byte) *json.RawValue {
@@ -63,6 +63,8 @@ func (f *fields) slot(name []byte) *json.RawValue {
 		return &f.lane
 	case "retry_after":
 		return &f.retryAfter
+	case "delivery":
+		return &f.delivery
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // Status is one delivery-status record: {"id", "user_id", "status", "at"},
-// and a throttled one's "lane" and "retry_after".
+// and a throttled one's "lane", "retry_after" and "delivery".
 type Status struct {
 	ID     string // the intent's id
 	UserID uint64
@@ -25,6 +25,9 @@ type Status struct {
 	// Retry-After (0: none).
 	Budget     string
 	RetryAfter time.Duration
+	// Back: a throttled send its sender hands back to be held again
+	// (handback.go); nil: none.
+	Back *HandBack
 }
 
 // DecodeStatus validates a delivery-status record: the same rules as an
@@ -55,6 +58,12 @@ func (d *Decoder) DecodeStatus(value []byte) (Status, error) {
 	}
 	if s.Status == pacing.StatusThrottled {
 		err = f.throttled(&s)
+	}
+	if err == nil && f.delivery != nil && !f.delivery.Null() {
+		if s.Status != pacing.StatusThrottled {
+			return Status{}, invalid("delivery", "only a throttled status hands a delivery back (status %q)", clip.String(s.Status, 40))
+		}
+		s.Back, err = handBackOf(value, &s)
 	}
 	return s, err
 }

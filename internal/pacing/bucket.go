@@ -19,9 +19,11 @@ type bucket struct {
 	// poolLane: the lane the pool was leased for; only it and lanes above
 	// it spend the pool (a lower lane never takes tokens leased while a
 	// higher one waited, even when that lane's reader is between fetches).
+	// Lanes here are slots (pacer.go's slot: a lane's retry topic before
+	// the lane).
 	poolLane int
-	waiting  []int // per lane: tokens asked for by callers waiting here
-	backlog  []int // per lane: callers waiting here whose partition holds more
+	waiting  []int // per slot: tokens asked for by callers waiting here
+	backlog  []int // per slot: callers waiting here whose partition holds more
 	credit   int   // with the next lease: minus the exempt sends charged
 	leasing  bool  // a caller is leasing (or waiting to lease again)
 	changed  chan struct{}

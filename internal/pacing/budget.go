@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/capper-dev/capper/internal/capping"
 )
@@ -114,9 +115,12 @@ func (s *Set) Budget(name string) (*Budget, bool) {
 }
 
 // Place is where an intent waits: a budget and one of its lanes (indexes
-// into the set and the budget's lanes).
+// into the set and the budget's lanes); Retry: the lane's retry topic
+// (sends handed back after their provider throttled them, released ahead
+// of the lane's own records).
 type Place struct {
 	Budget, Lane int
+	Retry        bool
 }
 
 // Match returns the budget and lane of an intent: the first budget that
@@ -133,7 +137,7 @@ func (s *Set) Match(in Intent) (Place, bool) {
 		}
 		for j, l := range b.Lanes {
 			if in.Priority >= l.MinPriority {
-				return Place{i, j}, true
+				return Place{Budget: i, Lane: j}, true
 			}
 		}
 	}
@@ -143,6 +147,15 @@ func (s *Set) Match(in Intent) (Place, bool) {
 // Topic is the topic the intents of a budget's lane wait in:
 // <prefix>.<budget>.<lane>.
 func Topic(prefix, budget, lane string) string { return prefix + "." + budget + "." + lane }
+
+// RetrySuffix ends a lane's retry topic: <prefix>.<budget>.<lane>.retry
+// (no lane's topic ends so: a name has no dot).
+const RetrySuffix = ".retry"
+
+// RetryTopic is the topic where the sends of a lane that their provider
+// throttled, handed back by the sender, wait to be released again: ahead
+// of the lane's own records.
+func RetryTopic(prefix, budget, lane string) string { return Topic(prefix, budget, lane) + RetrySuffix }
 
 // Topics returns the topics of every lane of every budget, in order.
 func (s *Set) Topics(prefix string) []string {
@@ -155,12 +168,24 @@ func (s *Set) Topics(prefix string) []string {
 	return ts
 }
 
-// Of returns the place whose topic is topic.
+// RetryTopics returns the retry topics of every lane of every budget, in
+// order.
+func (s *Set) RetryTopics(prefix string) []string {
+	ts := s.Topics(prefix)
+	for i := range ts {
+		ts[i] += RetrySuffix
+	}
+	return ts
+}
+
+// Of returns the place whose topic (a lane's, or its retry topic) is
+// topic.
 func (s *Set) Of(prefix, topic string) (Place, bool) {
+	lane, retry := strings.CutSuffix(topic, RetrySuffix)
 	for i, b := range s.Budgets() {
 		for j, l := range b.Lanes {
-			if Topic(prefix, b.Name, l.Name) == topic {
-				return Place{i, j}, true
+			if Topic(prefix, b.Name, l.Name) == lane {
+				return Place{i, j, retry}, true
 			}
 		}
 	}

@@ -56,9 +56,9 @@ func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message, hwm
 			b := set.Budgets()[place.Budget]
 			// The head waits while Release does, and only then: a lane
 			// this worker no longer reads, or an empty one, has no series.
-			head := headKey{b.Name, b.Lanes[place.Lane].Name, msgs[0].Partition}
+			head := headKey{b.Name, b.Lanes[place.Lane].Name, msgs[0].Partition, place.Retry}
 			g.Pacer.m.oldest.set(head, g.held(&msgs[0]))
-			n, now, err = g.Pacer.Release(ctx, b.Name, place.Lane, k, k < len(msgs) || msgs[len(msgs)-1].Offset+1 < hwm)
+			n, now, err = g.Pacer.release(ctx, b.Name, place, k, k < len(msgs) || msgs[len(msgs)-1].Offset+1 < hwm)
 			g.Pacer.m.oldest.set(head, time.Time{})
 			if err != nil {
 				return 0, err

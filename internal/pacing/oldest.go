@@ -13,6 +13,7 @@ import (
 type headKey struct {
 	budget, lane string
 	partition    int
+	retry        bool // the lane's retry topic's partition
 }
 
 // oldest is capper_pacing_oldest_wait_seconds: per budget and lane, the

@@ -162,9 +162,31 @@ func (p *Pacer) Acquire(ctx context.Context, budget string, lane, n int) (int, e
 // flag then lasts BacklogTTL, so that it keeps its precedence while its
 // reader hands these out and fetches the next.
 func (p *Pacer) Release(ctx context.Context, budget string, lane, n int, more bool) (k int, at time.Time, err error) {
+	return p.release(ctx, budget, Place{Lane: lane}, n, more)
+}
+
+// ReleaseRetry is Release for the records of lane's retry topic: they go
+// before the lane's own records on this worker, and take its place among
+// the budget's lanes on every worker.
+func (p *Pacer) ReleaseRetry(ctx context.Context, budget string, lane, n int, more bool) (k int, at time.Time, err error) {
+	return p.release(ctx, budget, Place{Lane: lane, Retry: true}, n, more)
+}
+
+// slot is a place's precedence within a bucket (0 first): a lane's retry
+// topic, then the lane, then the next lane's retry topic. Leases and the
+// lane flags in Redis know only lanes (slot/2).
+func slot(pl Place) int {
+	if pl.Retry {
+		return 2 * pl.Lane
+	}
+	return 2*pl.Lane + 1
+}
+
+func (p *Pacer) release(ctx context.Context, budget string, pl Place, n int, more bool) (k int, at time.Time, err error) {
 	if n < 1 {
 		return 0, time.Time{}, fmt.Errorf("pacing: acquire %d tokens of %s", n, budget)
 	}
+	lane := slot(pl)
 	b := p.bucket(budget)
 	b.mu.Lock()
 	for len(b.waiting) <= lane {
@@ -199,7 +221,7 @@ func (p *Pacer) Release(ctx context.Context, budget string, lane, n int, more bo
 		if b.pool > 0 && !b.higher(lane) && lane <= b.poolLane {
 			k := min(n, b.pool)
 			b.pool -= k
-			p.m.released.WithLabelValues(budget, bud.Lanes[min(lane, len(bud.Lanes)-1)].Name).Add(float64(k))
+			p.m.released.WithLabelValues(budget, bud.Lanes[min(lane/2, len(bud.Lanes)-1)].Name).Add(float64(k))
 			return k, now, nil
 		}
 		if b.leasing || b.higher(lane) {
@@ -218,7 +240,7 @@ func (p *Pacer) Release(ctx context.Context, budget string, lane, n int, more bo
 // during the call), then, when nothing was granted, waits as long as the
 // budget said before another caller may ask.
 func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
-	lane, ask := b.top()
+	lane, ask := b.top() // a slot
 	unit := Unit(bud)
 	ttl := p.o.LaneTTL
 	if b.backlog[lane] > 0 {
@@ -227,7 +249,7 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 	// What the top lane waits for (a backlog asks for a fetch's worth, so
 	// a grant is a unit or more): more would be dropped unspent.
 	req := LeaseRequest{Budget: bud.Name, Rate: bud.Rate, Burst: bud.Burst, Unit: unit,
-		Ask: min(ask, bud.Burst), Credit: b.credit, Lane: lane, TTLms: ttl.Milliseconds(),
+		Ask: min(ask, bud.Burst), Credit: b.credit, Lane: lane / 2, TTLms: ttl.Milliseconds(),
 		AheadMs: ahead.Milliseconds()}
 	b.credit = 0
 	b.leasing = true

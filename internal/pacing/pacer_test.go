@@ -221,6 +221,48 @@ func TestMatch(t *testing.T) {
 	if got := s.Topics("lanes"); len(got) != 3 || got[0] != "lanes.push-fcm.urgent" || got[2] != "lanes.push.marketing" {
 		t.Errorf("Topics: %v", got)
 	}
+	if got := s.RetryTopics("lanes"); len(got) != 3 || got[0] != "lanes.push-fcm.urgent.retry" || got[2] != "lanes.push.marketing.retry" {
+		t.Errorf("RetryTopics: %v", got)
+	}
+	for topic, want := range map[string]pacing.Place{"lanes.push-fcm.urgent": {Budget: 0, Lane: 0},
+		"lanes.push-fcm.urgent.retry": {Budget: 0, Lane: 0, Retry: true}, "lanes.push.marketing.retry": {Budget: 1, Lane: 0, Retry: true}} {
+		if got, ok := s.Of("lanes", topic); !ok || got != want {
+			t.Errorf("Of(%s) = %+v %v, want %+v", topic, got, ok, want)
+		}
+	}
+	if _, ok := s.Of("lanes", "lanes.push.retry"); ok {
+		t.Error("Of(lanes.push.retry): no such lane")
+	}
+}
+
+// TestRetryBeforeItsLane: a record of a lane's retry topic (a throttled
+// send handed back) takes the bucket's next token before the lane's own
+// record that asked first, as a higher lane would.
+func TestRetryBeforeItsLane(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	p := newPacer(t, r, budgetSet(t, 8, 1), 0, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.Acquire(ctx, "push", 1, 1); err != nil { // the bucket's one token: the next comes in 125 ms
+		t.Fatal(err)
+	}
+	bulk := make(chan error, 1)
+	go func() {
+		_, err := p.Acquire(ctx, "push", 1, 1) // leases the next token, and waits for it
+		bulk <- err
+	}()
+	time.Sleep(30 * time.Millisecond)
+	if k, _, err := p.ReleaseRetry(ctx, "push", 1, 1, false); err != nil || k != 1 {
+		t.Fatalf("retry: %d, %v", k, err)
+	}
+	select {
+	case err := <-bulk:
+		t.Fatalf("the lane's own record went first (%v): the retry did not", err)
+	default:
+	}
+	if err := <-bulk; err != nil {
+		t.Fatalf("the lane's own record, after the retry: %v", err)
+	}
 }
 
 // TestLowerLaneWokenAfterHigherLeaves: a bulk caller leasing a token not

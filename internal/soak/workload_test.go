@@ -323,11 +323,13 @@ const (
 // paceLanes are the budget's lanes, in precedence order.
 var paceLanes = []string{"urgent", "bulk"}
 
-// laneTopics are the topics of the budget's lanes (<lanes>.<budget>.<lane>).
+// laneTopics are the topics of the budget's lanes (<lanes>.<budget>.<lane>)
+// and their retry topics (<lane topic>.retry: an earlier build reads them
+// as a dropped budget's lanes, empty).
 func laneTopics() []string {
 	var out []string
 	for _, l := range paceLanes {
-		out = append(out, tLanes+"."+paceBudget+"."+l)
+		out = append(out, tLanes+"."+paceBudget+"."+l, tLanes+"."+paceBudget+"."+l+".retry")
 	}
 	return out
 }

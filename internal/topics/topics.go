@@ -18,7 +18,8 @@
 //   - a lane of a budget of the policy (<kafka.topics.lanes>.<budget>.<lane>,
 //     send pacing): at least as many partitions as the input (co-partitioned
 //     like a tier), and a retention of 7 days or more (held intents may wait
-//     long: created with 7 days; below is warned about);
+//     long: created with 7 days; below is warned about); the same for its
+//     retry topic (<lane topic>.retry: throttled sends handed back);
 //   - the control topic: cleanup.policy=compact only (a state is kept for as
 //     long as it is the latest of its key; with delete too, a stop older
 //     than retention.ms disappears), and a min.compaction.lag.ms that leaves
@@ -115,7 +116,8 @@ var ErrNoLanes = errors.New("the policy has budgets (send pacing), but kafka.top
 // Named lists every topic k names, in the order of the config: the input,
 // deliveries, suppressed, dead letters, delivery statuses, the delay tiers,
 // the control topic; then the lane topics of budgets (the policy's; nil:
-// none), budget by budget, each lane in order. Without
+// none), budget by budget, each lane in order followed by its retry topic
+// (pacing.RetryTopic). Without
 // kafka.topics.lanes, budgets have no lane topic (Check and Create refuse
 // that: ErrNoLanes). A name given twice is listed once (config validation
 // refuses most of those).
@@ -137,7 +139,8 @@ func Named(k *config.Kafka, budgets *pacing.Set) []Topic {
 	if t.Lanes != "" {
 		for _, b := range budgets.Budgets() {
 			for _, l := range b.Lanes {
-				all = append(all, Topic{Key: fmt.Sprintf("budget %q lane %q", b.Name, l.Name), Name: pacing.Topic(t.Lanes, b.Name, l.Name), Kind: Lane})
+				all = append(all, Topic{Key: fmt.Sprintf("budget %q lane %q", b.Name, l.Name), Name: pacing.Topic(t.Lanes, b.Name, l.Name), Kind: Lane},
+					Topic{Key: fmt.Sprintf("budget %q lane %q retry", b.Name, l.Name), Name: pacing.RetryTopic(t.Lanes, b.Name, l.Name), Kind: Lane})
 			}
 		}
 	}

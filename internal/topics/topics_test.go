@@ -314,24 +314,27 @@ func TestTopicsLanes(t *testing.T) {
 	correct(t, k)
 	create(t, k, "capper-lanes.push.urgent", 3, nil)
 	create(t, k, "capper-lanes.email.marketing", 6, map[string]string{"retention.ms": "86400000"})
+	create(t, k, "capper-lanes.push.urgent.retry", 6, nil)
+	create(t, k, "capper-lanes.email.marketing.retry", 6, nil)
 	kc := kafkaConfig(k.Addrs)
 	kc.Topics.Lanes = "capper-lanes"
 	set := pacedBudgets(t)
 
 	named := topics.Named(kc, set)
 	var lanes []string
-	for _, tp := range named[len(named)-3:] {
+	for _, tp := range named[len(named)-6:] {
 		if tp.Kind != topics.Lane {
 			t.Fatalf("%s: kind %v, want Lane", tp.Name, tp.Kind)
 		}
 		lanes = append(lanes, tp.Name+" "+tp.Key)
 	}
-	if want := []string{`capper-lanes.push.urgent budget "push" lane "urgent"`, `capper-lanes.push.bulk budget "push" lane "bulk"`,
-		`capper-lanes.email.marketing budget "email" lane "marketing"`}; !slices.Equal(lanes, want) {
+	if want := []string{`capper-lanes.push.urgent budget "push" lane "urgent"`, `capper-lanes.push.urgent.retry budget "push" lane "urgent" retry`,
+		`capper-lanes.push.bulk budget "push" lane "bulk"`, `capper-lanes.push.bulk.retry budget "push" lane "bulk" retry`,
+		`capper-lanes.email.marketing budget "email" lane "marketing"`, `capper-lanes.email.marketing.retry budget "email" lane "marketing" retry`}; !slices.Equal(lanes, want) {
 		t.Fatalf("lanes %q, want %q", lanes, want)
 	}
-	if n := len(topics.Named(kc, nil)); n != len(named)-3 {
-		t.Fatalf("without budgets: %d topics, want %d", n, len(named)-3)
+	if n := len(topics.Named(kc, nil)); n != len(named)-6 {
+		t.Fatalf("without budgets: %d topics, want %d", n, len(named)-6)
 	}
 
 	ctx := context.Background()
@@ -342,7 +345,8 @@ func TestTopicsLanes(t *testing.T) {
 	var out bytes.Buffer
 	_ = r.WriteText(&out)
 	for name, want := range map[string]topics.State{"capper-lanes.push.urgent": topics.Wrong, "capper-lanes.push.bulk": topics.Missing,
-		"capper-lanes.email.marketing": topics.Warn, "send-intents": topics.OK} {
+		"capper-lanes.email.marketing": topics.Warn, "send-intents": topics.OK, "capper-lanes.push.urgent.retry": topics.OK,
+		"capper-lanes.push.bulk.retry": topics.Missing} {
 		if got := state(r, name); got != want {
 			t.Errorf("%s: %s, want %s\n%s", name, got, want, out.String())
 		}
@@ -350,7 +354,7 @@ func TestTopicsLanes(t *testing.T) {
 	for _, want := range []string{
 		"3 partitions, the input send-intents has 6: lane topics must be co-partitioned with the input",
 		"--alter --topic capper-lanes.push.urgent --partitions 6",
-		"missing  capper-lanes.push.bulk        budget \"push\" lane \"bulk\"        create it: capper topics create --config capper.yaml --policy policy.yaml",
+		"missing  capper-lanes.push.bulk              budget \"push\" lane \"bulk\"              create it: capper topics create --config capper.yaml --policy policy.yaml",
 		"retention.ms is 86400000 (24h0m0s): held intents waiting longer",
 		"--entity-name capper-lanes.email.marketing --add-config retention.ms=604800000",
 	} {
@@ -358,7 +362,7 @@ func TestTopicsLanes(t *testing.T) {
 			t.Errorf("check's output lacks %q:\n%s", want, out.String())
 		}
 	}
-	if err := r.Err(); err == nil || !strings.Contains(err.Error(), `2 topics missing or wrong: capper-lanes.push.urgent (budget "push" lane "urgent") wrong; capper-lanes.push.bulk (budget "push" lane "bulk") missing`) {
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), `3 topics missing or wrong: capper-lanes.push.urgent (budget "push" lane "urgent") wrong; capper-lanes.push.bulk (budget "push" lane "bulk") missing; capper-lanes.push.bulk.retry (budget "push" lane "bulk" retry) missing`) {
 		t.Fatalf("Err: %v", err)
 	}
 
@@ -368,6 +372,9 @@ func TestTopicsLanes(t *testing.T) {
 	}
 	if got := state(c, "capper-lanes.push.bulk"); got != topics.Created {
 		t.Fatalf("create: push.bulk %s", got)
+	}
+	if got := state(c, "capper-lanes.push.bulk.retry"); got != topics.Created {
+		t.Fatalf("create: push.bulk.retry %s", got)
 	}
 	if n := len(k.Cluster.PartitionInfos("capper-lanes.push.bulk")); n != 6 {
 		t.Fatalf("push.bulk created with %d partitions, want the input's 6", n)
