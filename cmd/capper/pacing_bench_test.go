@@ -662,6 +662,7 @@ type pacingOutputs struct {
 	duplicates   int
 	deadLetters  int
 	urgentDel    int
+	handedBack   int // deliveries of intents a throttled status handed back
 }
 
 type heldSpan struct{ held, rel int64 }
@@ -690,6 +691,9 @@ func readPacingOutputs(b *testing.B, addrs []string, sc pacingScale, txnIn []tim
 		campaign, i := intentOf(b, m)
 		if headerOf(m, "capper-duplicate") == "true" {
 			o.duplicates++
+		}
+		if headerOf(m, dispatch.HeaderHandedBack) != "" {
+			o.handedBack++
 		}
 		o.deliveries = append(o.deliveries, providerArrival{at: m.Time.UnixMilli(), txn: -1})
 		if lane := headerOf(m, dispatch.HeaderLane); lane != "" {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,6 +85,14 @@ func auditAll(o outputs, f facts) ([]checkResult, error) {
 	for i := range refusals[1] {
 		refusals[1][i].Seq += half
 	}
+	// The pushes handed back (throttled) were not sent: they counted until
+	// capper gave them back (they may explain a refusal then, like a
+	// refunded send).
+	maybe := map[uint64]map[string]bool{}
+	for u, ids := range f.refunded {
+		maybe[u] = maps.Clone(ids)
+	}
+	sends, back := audit.SplitSends(sends, o.deliveries, o.statuses, maybe)
 	// The refusals by a user's own limit are the tier check's; the others
 	// are the caps'.
 	var capsRefusals, ownRefusals []audit.Refusal
@@ -96,7 +105,7 @@ func auditAll(o outputs, f facts) ([]checkResult, error) {
 	}
 	return []checkResult{
 		checkCaps(f.rules, sends, f.refunded),
-		checkRefusals(f.rules, sends, f.refunded, capsRefusals),
+		checkRefusals(f.rules, slices.Concat(sends, back), maybe, capsRefusals),
 		checkQuiet(f.rules, sends),
 		checkHolds(f.plans, o),
 		checkOutcomes(f.inputTopic, o),
@@ -219,6 +228,8 @@ func checkHolds(plans map[string]time.Time, o outputs) checkResult {
 // delivered or suppressed.
 func checkOutcomes(inputTopic string, o outputs) checkResult {
 	c := audit.NewCopies(inputTopic, o.input, o.deliveries, o.suppressed, o.dlq)
+	handBacks := audit.HandBacks(o.statuses) // inputs too: the pushes held again
+	c.AddInputs(topicStatus, handBacks)
 	r := checkResult{name: "one outcome"}
 	// (A delivery status dead-lettered names the status topic: no intent.)
 	for _, src := range c.Unknown(inputTopic + "/") {
@@ -242,6 +253,9 @@ func checkOutcomes(inputTopic string, o outputs) checkResult {
 		}
 	}
 	r.ok = fmt.Sprintf("%d inputs, each with exactly one outcome (%d of them after waiting in the delay tiers)", len(o.input), len(waited))
+	if len(handBacks) > 0 {
+		r.ok += fmt.Sprintf("; so has each of the %d delivery statuses that handed a throttled push back", len(handBacks))
+	}
 	return r
 }
 

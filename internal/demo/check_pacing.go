@@ -133,8 +133,11 @@ func checkThrottle(r throttleRun) checkResult {
 		c.violations = append(c.violations, fmt.Sprintf("the effective rate fell to %.0f/s, never within 10%% of %d/s", r.lowest, provLow))
 	case r.backIn == 0:
 		c.violations = append(c.violations, fmt.Sprintf("the effective rate never came back within 10%% of %d/s", paceRate))
+	case r.once != r.members || r.twice != 0:
+		c.violations = append(c.violations, fmt.Sprintf("FCM accepted %d of the %d pushes once and %d more than once, want each once (the throttled ones handed back and delivered again)",
+			r.once, r.members, r.twice))
 	}
-	c.ok = fmt.Sprintf("%s's effective rate followed FCM down to %.0f/s (%d of %d answers throttled) and back up to %d/s",
-		budgetName, r.lowest, r.throttled, r.answered, paceRate)
+	c.ok = fmt.Sprintf("%s's effective rate followed FCM down to %.0f/s (%d of %d answers throttled, each handed back and held again) and back up to %d/s; FCM accepted each of the %d pushes delivered once",
+		budgetName, r.lowest, r.throttled, r.answered, paceRate, r.members)
 	return c
 }

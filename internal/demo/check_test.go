@@ -191,6 +191,19 @@ func TestCheckOutcomes(t *testing.T) {
 	if r.ok != "3 inputs, each with exactly one outcome (1 of them after waiting in the delay tiers)" {
 		t.Errorf("outcomes: %q", r.ok)
 	}
+	// A status handing a push back is an input: its outcome names it.
+	handBack := rec(`{"id":"p1","user_id":1,"status":"throttled","at":"2026-11-21T16:00:05Z","delivery":{"value":{},"headers":{}}}`)
+	handBack.Topic, handBack.Partition, handBack.Offset = topicStatus, 0, 7
+	good.statuses = []kafka.Message{handBack, rec(`{"id":"p2","user_id":1,"status":"bounced","at":"2026-11-21T16:00:05Z"}`)}
+	good.deliveries = append(good.deliveries, del("delivery-status/0/7"))
+	r = checkOutcomes(topicIn, good)
+	wantViolations(t, r)
+	if !strings.HasSuffix(r.ok, "; so has each of the 1 delivery statuses that handed a throttled push back") {
+		t.Errorf("outcomes with a hand-back: %q", r.ok)
+	}
+	good.deliveries = good.deliveries[:len(good.deliveries)-1]
+	wantViolations(t, checkOutcomes(topicIn, good), "input delivery-status/0/7 has no outcome: lost")
+	good.statuses = nil
 	bad := outputs{input: in(0, 0, 1, 2, 3), deliveries: []kafka.Message{del("send-intents/0/0"), del("send-intents/0/9")},
 		suppressed: []kafka.Message{sup("send-intents/0/1")}, dlq: []kafka.Message{dlq("send-intents/0/1"), dlq("send-intents/0/3")},
 		tiers: []kafka.Message{src("send-intents/0/3")}}
@@ -503,7 +516,8 @@ func TestInterleave(t *testing.T) {
 // FCM accepted and back within 10% of the budget's rate, after throttled
 // answers.
 func TestCheckThrottle(t *testing.T) {
-	good := throttleRun{answered: 3000, throttled: 200, lowest: 117, downIn: 4 * time.Second, backIn: 15 * time.Second, done: true}
+	good := throttleRun{answered: 3200, throttled: 200, lowest: 117, downIn: 4 * time.Second, backIn: 15 * time.Second, done: true,
+		once: 3000, members: 3000}
 	wantViolations(t, checkThrottle(good))
 	for _, c := range []struct {
 		r    throttleRun
@@ -513,6 +527,8 @@ func TestCheckThrottle(t *testing.T) {
 		{throttleRun{answered: 3000, done: true}, "FCM throttled none of 3000 answers: nothing to follow"},
 		{throttleRun{answered: 3000, throttled: 5, lowest: 180, done: true}, "the effective rate fell to 180/s, never within 10% of 120/s"},
 		{throttleRun{answered: 3000, throttled: 5, lowest: 110, downIn: time.Second, done: true}, "the effective rate never came back within 10% of 200/s"},
+		{throttleRun{answered: 3000, throttled: 5, lowest: 110, downIn: time.Second, backIn: time.Second, done: true, once: 2990, twice: 2, members: 3000},
+			"FCM accepted 2990 of the 3000 pushes once and 2 more than once"},
 	} {
 		wantViolations(t, checkThrottle(c.r), c.want)
 	}

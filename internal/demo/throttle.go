@@ -1,20 +1,22 @@
 package demo
 
 // Send pacing's throttle feedback: a simulated FCM that accepts fewer
-// pushes a second than the budget, answering the rest "throttled" with a
-// delivery status each (as a sender reports its provider's 429s), then
-// all of them; the budget's effective rate, one in Redis for every
-// worker, follows it down and back up.
+// pushes a second than the budget, answering the rest "throttled": the
+// sender hands each back with a delivery status carrying the delivery (as
+// a sender reports its provider's 429s), and capper holds it again ahead
+// of its lane; then FCM accepts all of them. The budget's effective rate,
+// one in Redis for every worker, follows it down and back up, and every
+// push is accepted once.
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capper-dev/capper/internal/app"
-	"github.com/capper-dev/capper/internal/dispatch"
+	"github.com/capper-dev/capper/internal/audit"
 	"github.com/capper-dev/capper/internal/kafka"
 	"github.com/capper-dev/capper/internal/pacing"
 )
@@ -31,10 +33,13 @@ const (
 // throttleRun is what the throttle part saw (wall-clock spans).
 type throttleRun struct {
 	answered, throttled int
-	lowest              float64       // the lowest effective rate seen
-	downIn              time.Duration // from the first throttled answer to within 10% of provLow
-	backIn              time.Duration // from FCM's raise to within 10% of the rate
-	done                bool          // the part ran
+	// once: the pushes FCM accepted exactly once; twice: more than once
+	// (of members members).
+	once, twice, members int
+	lowest               float64       // the lowest effective rate seen
+	downIn               time.Duration // from the first throttled answer to within 10% of provLow
+	backIn               time.Duration // from FCM's raise to within 10% of the rate
+	done                 bool          // the part ran
 }
 
 // provider is the simulated FCM.
@@ -45,13 +50,20 @@ type provider struct {
 	second                int64
 	inSecond              int
 	answered, throttled   int
+	accepted              map[string]int   // per push (its id): how many times FCM accepted it
+	read                  map[int]int64    // per deliveries partition: the offset after the last record answered
 	pending               []kafka.Message  // throttled statuses to write
 	now                   func() time.Time // the demo's clock, for the statuses' at
+	handedBack            *atomic.Int64    // statuses written: inputs of their own (runner.handedBack)
 }
 
 // answer takes one delivery: accepted while fewer than its capacity were
-// this second, else a throttled status.
-func (p *provider) answer(m kafka.Message) {
+// this second, else handed back (a throttled status with the delivery). A
+// duplicate is dropped: its first was answered.
+func (p *provider) answer(m kafka.Message) error {
+	if headerOf(m, "capper-duplicate") == "true" {
+		return nil
+	}
 	wall := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -71,15 +83,19 @@ func (p *provider) answer(m kafka.Message) {
 	p.answered++
 	if p.inSecond < capacity {
 		p.inSecond++
-		return
+		p.accepted[jsonString(m.Value, "id")]++
+		return nil
 	}
 	p.throttled++
 	if p.firstThrottled.IsZero() {
 		p.firstThrottled = wall
 	}
-	v, _ := json.Marshal(map[string]any{"id": jsonString(m.Value, "id"), "user_id": json.RawMessage(m.Key), "status": pacing.StatusThrottled,
-		"at": p.now().UTC().Format(time.RFC3339), "lane": headerOf(m, dispatch.HeaderLane)})
+	v, err := audit.HandBackStatus(m, p.now())
+	if err != nil {
+		return fmt.Errorf("demo: hand a throttled push back: %w", err)
+	}
 	p.pending = append(p.pending, kafka.Message{Key: m.Key, Value: v})
+	return nil
 }
 
 // follow answers app-news' deliveries of partition from offset on.
@@ -91,9 +107,31 @@ func (p *provider) follow(ctx context.Context, t *kafka.Tail, partition int, off
 		}
 		offset = m.Offset + 1
 		if jsonString(m.Value, "campaign_id") == campNews {
-			p.answer(m)
+			if err := p.answer(m); err != nil {
+				return
+			}
+		}
+		p.mu.Lock()
+		p.read[partition] = offset
+		p.mu.Unlock()
+	}
+}
+
+// answeredAll reports whether the provider answered every delivery the
+// topic holds now.
+func (p *provider) answeredAll(ctx context.Context, tail *kafka.Tail) bool {
+	ends, err := tail.Ends(ctx)
+	if err != nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for part, end := range ends {
+		if p.read[part] < end {
+			return false
 		}
 	}
+	return true
 }
 
 // flush writes the throttled statuses every 100 ms.
@@ -107,6 +145,7 @@ func (p *provider) flush(ctx context.Context, brokers []string) error {
 			if err := produce(context.WithoutCancel(ctx), brokers, topicStatus, out); err != nil {
 				return err
 			}
+			p.handedBack.Add(int64(len(out))) // each an input, whose outcome the demo waits for
 		}
 		select {
 		case <-ctx.Done():
@@ -130,7 +169,7 @@ func (p *play) throttle(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("demo: follow %s: %w", topicDel, err)
 	}
-	prov := &provider{now: p.clk.Now}
+	prov := &provider{now: p.clk.Now, accepted: map[string]int{}, read: map[int]int64{}, handedBack: &p.handedBack}
 	pctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for part, off := range ends {
@@ -143,7 +182,7 @@ func (p *play) throttle(ctx context.Context) error {
 	if err := p.produce(ctx, news); err != nil {
 		return err
 	}
-	r, err := p.followRate(ctx, prov)
+	r, err := p.followRate(ctx, prov, tail)
 	if err != nil {
 		return err
 	}
@@ -154,7 +193,28 @@ func (p *play) throttle(ctx context.Context) error {
 	}
 	prov.mu.Lock()
 	r.answered, r.throttled = prov.answered, prov.throttled
+	for _, n := range prov.accepted {
+		if n == 1 {
+			r.once++
+		} else {
+			r.twice++
+		}
+	}
 	prov.mu.Unlock()
+	// The pushes delivered (not handed back), each FCM's to accept once.
+	dels, err := audit.ReadTopic(ctx, p.brokers, topicDel)
+	if err != nil {
+		return fmt.Errorf("demo: read %s: %w", topicDel, err)
+	}
+	sts, err := audit.ReadTopic(ctx, p.brokers, topicStatus)
+	if err != nil {
+		return fmt.Errorf("demo: read %s: %w", topicStatus, err)
+	}
+	for _, m := range audit.Delivered(dels, sts) {
+		if jsonString(m.Value, "campaign_id") == campNews && headerOf(m, "capper-duplicate") != "true" {
+			r.members++
+		}
+	}
 	p.sec.throttle = r
 	p.step("throttle feedback: %d %s pushes; FCM throttled %d; %s's effective rate down to %.0f/s and back to %d/s; %s",
 		len(news), campNews, r.throttled, budgetName, r.lowest, paceRate, time.Since(wall).Round(time.Millisecond))
@@ -162,8 +222,10 @@ func (p *play) throttle(ctx context.Context) error {
 }
 
 // followRate samples the budget's effective rate until every input is
-// decided and the rate is back within 10% of the budget's (60 s at most).
-func (p *play) followRate(ctx context.Context, prov *provider) (throttleRun, error) {
+// decided (the statuses that handed pushes back among them), FCM answered
+// every delivery (tail's topic: nothing to hand back left), and the rate
+// is back within 10% of the budget's (60 s at most).
+func (p *play) followRate(ctx context.Context, prov *provider, tail *kafka.Tail) (throttleRun, error) {
 	rdb, err := app.NewRedisClient(p.cfg)
 	if err != nil {
 		return throttleRun{}, err
@@ -180,7 +242,7 @@ func (p *play) followRate(ctx context.Context, prov *provider) (throttleRun, err
 		}
 		now := time.Now()
 		prov.mu.Lock()
-		from, raised := prov.firstThrottled, prov.raised
+		from, raised, pending := prov.firstThrottled, prov.raised, len(prov.pending)
 		prov.mu.Unlock()
 		r.lowest = min(r.lowest, e.Rate)
 		if r.downIn == 0 && !from.IsZero() && e.Rate <= 1.1*provLow {
@@ -189,11 +251,13 @@ func (p *play) followRate(ctx context.Context, prov *provider) (throttleRun, err
 		if r.backIn == 0 && !raised.IsZero() && r.downIn > 0 && e.Rate >= 0.9*paceRate {
 			r.backIn = now.Sub(raised)
 		}
-		if r.backIn > 0 && decidedAll(p.counts()) {
+		if r.backIn > 0 && pending == 0 && decidedAll(p.counts()) && prov.answeredAll(ctx, tail) {
 			return r, nil
 		}
 		if now.After(deadline) {
-			return r, fmt.Errorf("demo: %s's effective rate %.0f/s 60s after %s began (lowest %.0f/s): it did not follow FCM down and back up", budgetName, e.Rate, campNews, r.lowest)
+			c := p.counts()
+			return r, fmt.Errorf("demo: 60s after %s began, %s's effective rate is %.0f/s (lowest %.0f/s), %d handed back not written yet, %d of %d inputs decided: it did not follow FCM down and back up, or not every push was sent",
+				campNews, budgetName, e.Rate, r.lowest, pending, c.final+c.waiting(), c.produced)
 		}
 		select {
 		case <-ctx.Done():

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capper-dev/capper/internal/kafka"
@@ -119,6 +120,9 @@ type runner struct {
 	done     <-chan error
 	progress io.Writer
 	produced int // input records produced so far
+	// handedBack: delivery statuses that handed a throttled push back,
+	// written so far (inputs too: each has an outcome).
+	handedBack atomic.Int64
 }
 
 // counts are the worker's metrics the demo waits on.
@@ -141,7 +145,7 @@ func decidedAll(c counts) bool { return c.final+c.waiting() >= c.produced }
 func nothingWaits(c counts) bool { return c.final >= c.produced && c.waiting() == 0 }
 
 func (r *runner) counts() counts {
-	c := counts{produced: r.produced}
+	c := counts{produced: r.produced + int(r.handedBack.Load())}
 	mfs, err := r.reg.Gather()
 	if err != nil {
 		return c
@@ -289,14 +293,14 @@ func (r *runner) applied(ctx context.Context, pos control.Position) (time.Time, 
 
 // outputs are the records read back: the output topics, the delay
 // tiers and the input.
-type outputs struct{ deliveries, suppressed, dlq, tiers, input []kafka.Message }
+type outputs struct{ deliveries, suppressed, dlq, tiers, input, statuses []kafka.Message }
 
 func readOutputs(ctx context.Context, brokers []string) (outputs, error) {
 	var o outputs
 	read := []struct {
 		topic string
 		dst   *[]kafka.Message
-	}{{topicDel, &o.deliveries}, {topicSup, &o.suppressed}, {topicDLQ, &o.dlq}, {topicIn, &o.input}}
+	}{{topicDel, &o.deliveries}, {topicSup, &o.suppressed}, {topicDLQ, &o.dlq}, {topicIn, &o.input}, {topicStatus, &o.statuses}}
 	tiers := make([][]kafka.Message, len(demoTiers))
 	for i, t := range demoTiers {
 		read = append(read, struct {

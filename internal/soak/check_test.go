@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,10 +34,12 @@ const (
 	timeLayout     = "2006-01-02T15:04:05.000Z07:00"
 )
 
-// outputs is every record of the input and output topics.
+// outputs is every record of the input and output topics, and the
+// delivery statuses.
 type outputs struct {
 	inputs                    []kafka.Message
 	deliveries, suppressed, d []kafka.Message // d: dead letters
+	statuses                  []kafka.Message
 }
 
 func readAll(ctx context.Context, addr string) (outputs, error) {
@@ -44,7 +47,7 @@ func readAll(ctx context.Context, addr string) (outputs, error) {
 	for _, x := range []struct {
 		topic string
 		dst   *[]kafka.Message
-	}{{tIn, &o.inputs}, {tDeliveries, &o.deliveries}, {tSuppressed, &o.suppressed}, {tDLQ, &o.d}} {
+	}{{tIn, &o.inputs}, {tDeliveries, &o.deliveries}, {tSuppressed, &o.suppressed}, {tDLQ, &o.d}, {tStatus, &o.statuses}} {
 		msgs, err := audit.ReadTopic(ctx, []string{addr}, x.topic)
 		if err != nil {
 			return o, err
@@ -68,10 +71,17 @@ func source(m kafka.Message) string { return fmt.Sprintf("%s/%d/%d", m.Topic, m.
 // missing lists the inputs without any outcome yet.
 func (o outputs) missing() []string { return o.copies().Missing() }
 
-// copies are the outputs of each input.
+// copies are the outputs of each input: a status that hands a throttled
+// send back is an input too.
 func (o outputs) copies() *audit.Copies {
-	return audit.NewCopies(tIn, o.inputs, o.deliveries, o.suppressed, o.d)
+	c := audit.NewCopies(tIn, o.inputs, o.deliveries, o.suppressed, o.d)
+	c.AddInputs(tStatus, audit.HandBacks(o.statuses))
+	return c
 }
+
+// delivered are the deliveries the users received: without those the
+// sender handed back (throttled).
+func (o outputs) delivered() []kafka.Message { return audit.Delivered(o.deliveries, o.statuses) }
 
 // report collects the problems of a run, by check.
 type report struct {
@@ -104,12 +114,20 @@ func check(o outputs, versions map[string]capping.Rules, refunded map[uint64]map
 			}
 		}
 	}
-	sends, err := audit.Sends(o.deliveries)
+	all, err := audit.Sends(o.deliveries)
 	if err != nil {
 		r.add("read", "%v", err)
 		return r
 	}
+	// A send handed back counted until capper gave it back: it may explain
+	// a refusal then, like a refunded one; no cap counts it.
+	maybe := map[uint64]map[string]bool{}
+	for u, ids := range refunded {
+		maybe[u] = maps.Clone(ids)
+	}
+	sends, backSends := audit.SplitSends(all, o.deliveries, o.statuses, maybe)
 	r.counts["counted sends"] = len(sends)
+	r.counts["deliveries handed back"] = len(backSends)
 	for _, v := range audit.CheckVersions(rulesOf, audit.WithoutRefunded(sends, refunded)) {
 		r.add("caps", "%s; the user's deliveries:%s", v, deliveriesOf(o, v.User))
 	}
@@ -123,7 +141,7 @@ func check(o outputs, versions map[string]capping.Rules, refunded map[uint64]map
 	// is checked against the user's records (checkUserLimits), not the
 	// policy's limits.
 	policyRefusals := slices.DeleteFunc(slices.Clone(refusals), func(f audit.Refusal) bool { return strings.HasPrefix(f.Limit, "user-") })
-	for _, v := range audit.CheckRefusals(rulesOf, sends, refunded, policyRefusals) {
+	for _, v := range audit.CheckRefusals(rulesOf, slices.Concat(sends, backSends), maybe, policyRefusals) {
 		r.add("refusals", "%s", v)
 	}
 	for v, rules := range versions {
@@ -160,7 +178,10 @@ func checkOutcomes(r *report, o outputs) {
 	copies := o.copies()
 	r.counts["inputs"] = len(o.inputs)
 	for i, src := range copies.Inputs() {
-		bad := header(o.inputs[i], hBad)
+		var bad string
+		if i < len(o.inputs) { // (the rest: statuses handing a send back)
+			bad = header(o.inputs[i], hBad)
+		}
 		cs := copies.Of(src)
 		if len(cs) == 0 {
 			r.add("outcomes", "input %s has no outcome: lost", src)
@@ -185,7 +206,7 @@ func checkOutcomes(r *report, o outputs) {
 	}
 	type key struct{ user, id string }
 	allowed := map[key][]string{}
-	for _, m := range o.deliveries {
+	for _, m := range o.delivered() {
 		if header(m, hDecision) != "allowed" || header(m, hDuplicate) == "true" || header(m, "capper-unchecked") == "true" {
 			continue
 		}

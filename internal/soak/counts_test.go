@@ -157,7 +157,7 @@ func readRecords(ctx context.Context, tp *topology, prefix string) (map[uint64][
 // be what counts the dropped ones: failure-semantics.md), so a send given
 // back there stays, explained by the dropped delivery.
 func checkCounted(r *report, o outputs, recs map[uint64][]section) {
-	sends, err := audit.Sends(o.deliveries)
+	sends, err := audit.Sends(o.delivered())
 	if err != nil {
 		r.add("read", "%v", err)
 		return

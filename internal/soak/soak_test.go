@@ -201,6 +201,22 @@ func TestSoak(t *testing.T) {
 	prod := newProducer(b.addr)
 	defer prod.w.Close()
 	ch.prod = prod
+	// The sender hands a share of the paced deliveries back (throttled),
+	// while the traffic runs.
+	var hand *hander
+	handCtx, stopHand := context.WithCancel(ctx)
+	defer stopHand()
+	var handDone sync.WaitGroup
+	if throttles && hasHandBack(bin) {
+		hand = &hander{rng: rand.New(rand.NewPCG(seed, 0x4a4d)), prod: prod, until: time.Now().Add(traffic + time.Minute)}
+		handDone.Go(func() {
+			if err := hand.run(handCtx, b.addr); err != nil {
+				t.Errorf("soak: follow the deliveries to hand some back: %v", err)
+			}
+		})
+	} else if throttles {
+		t.Logf("soak: %s takes no throttled send back: none is handed back", bin)
+	}
 	uw := &userWriter{addr: b.addr, group: cfg.Kafka.UserLimitsGroup()}
 	var steps []userStep
 	if ownLimits {
@@ -266,13 +282,19 @@ func TestSoak(t *testing.T) {
 		var err error
 		if o, err = readAll(ctx, b.addr); err != nil {
 			t.Logf("read the topics: %v", err)
-		} else if len(o.missing()) == 0 {
+		} else if len(o.missing()) == 0 && (hand == nil || time.Now().After(hand.until)) {
 			break
 		}
 		if time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(2 * time.Second)
+	}
+	stopHand()
+	handDone.Wait()
+	if hand != nil {
+		// (Statuses written after the last read are not checked.)
+		t.Logf("soak: the sender handed %d throttled sends back", hand.handedBack())
 	}
 	if miss := o.missing(); len(miss) > 0 {
 		stuck(ctx, t, b.addr, miss, ws, logs)

@@ -632,7 +632,7 @@ func checkUserLimits(r *report, o outputs, versions map[string]capping.Rules, re
 		return b.String()
 	}
 
-	sends, err := audit.Sends(o.deliveries)
+	sends, err := audit.Sends(o.delivered())
 	if err != nil {
 		r.add("read", "%v", err)
 		return
