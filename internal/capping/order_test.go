@@ -210,7 +210,8 @@ func TestEarlierAnswerKept(t *testing.T) {
 
 // TestReadinessWithStoppedReplica: with WaitReplicas, a stopped replica
 // keeps the engine not ready: a batch of refusals (which need no replica)
-// does not call Redis back, nor does the clock check, which also asks the
+// does not call Redis back, nor do refunds (which wait for none), nor does
+// the clock check, which also asks the
 // master whether enough replicas acknowledge. Both do once it is back.
 func TestReadinessWithStoppedReplica(t *testing.T) {
 	ctx := context.Background()
@@ -241,6 +242,13 @@ func TestReadinessWithStoppedReplica(t *testing.T) {
 	}
 	if e.Ready() == nil {
 		t.Fatal("ready after a batch whose WAIT failed (a refusal needs no replica, but a send would)")
+	}
+	// Nor does a refund or a give-back, which waits for no replica.
+	if out, err := e.Refund(ctx, []RefundRequest{{UserID: 7, IntentID: "a"}, {UserID: 7, IntentID: "z", Forget: true, Answered: true, Attempts: []time.Time{T0}}}); err != nil || out[0].Err != nil || out[1].Err != nil {
+		t.Fatalf("refunds with the replica stopped: %+v %v", out, err)
+	}
+	if e.Ready() == nil {
+		t.Fatal("ready after refunds answered with the replica stopped: a send would still fail")
 	}
 	if _, err := e.CheckClock(ctx); err == nil {
 		t.Fatal("the clock check passed with the only replica stopped")

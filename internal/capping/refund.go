@@ -125,7 +125,9 @@ type refundCall struct {
 // holds.
 //
 // With Options.WaitReplicas, a refund does not wait for replicas: a refund a
-// failover loses leaves the send counted, which only over-counts.
+// failover loses leaves the send counted, which only over-counts. Nor does
+// its answer make a master the engine holds not ready (its replicas did
+// not acknowledge a send) ready again: only a send's can.
 func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutcome, error) {
 	out := make([]RefundOutcome, len(reqs))
 	calls := make([]refundCall, 0, len(reqs))
@@ -166,7 +168,12 @@ func (e *Engine) Refund(ctx context.Context, reqs []RefundRequest) ([]RefundOutc
 			}
 			continue
 		}
-		results = append(results, callResult{key: c.key})
+		if e.waitReplicas == 0 {
+			// With WaitReplicas a refund's answer says nothing of the
+			// replicas a send waits for: it makes no master ready again
+			// (only failures settle).
+			results = append(results, callResult{key: c.key})
+		}
 		out[c.i].Result = RefundResult(res)
 		// A refusal remembered for the user may name the limit the refund
 		// just freed, or an entry a give-back changed: the user's next
