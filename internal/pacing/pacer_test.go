@@ -235,23 +235,32 @@ func TestMatch(t *testing.T) {
 	}
 }
 
-// TestRetryBeforeItsLane: a record of a lane's retry topic (a throttled
-// send handed back) takes the bucket's next token before the lane's own
-// record that asked first, as a higher lane would.
-func TestRetryBeforeItsLane(t *testing.T) {
+// bulkWaiting is a pacer whose budget (8/s, burst 1) has spent its one
+// token (the next comes in 125 ms), and a bulk caller (lane 1) that leases
+// that next token and waits for it; its answer comes on the channel.
+func bulkWaiting(t *testing.T, ctx context.Context) (*pacing.Pacer, chan error) {
+	t.Helper()
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	p := newPacer(t, r, budgetSet(t, 8, 1), 0, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := p.Acquire(ctx, "push", 1, 1); err != nil { // the bucket's one token: the next comes in 125 ms
+	if _, err := p.Acquire(ctx, "push", 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	bulk := make(chan error, 1)
 	go func() {
-		_, err := p.Acquire(ctx, "push", 1, 1) // leases the next token, and waits for it
+		_, err := p.Acquire(ctx, "push", 1, 1)
 		bulk <- err
 	}()
 	time.Sleep(30 * time.Millisecond)
+	return p, bulk
+}
+
+// TestRetryBeforeItsLane: a record of a lane's retry topic (a throttled
+// send handed back) takes the bucket's next token before the lane's own
+// record that asked first, as a higher lane would.
+func TestRetryBeforeItsLane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, bulk := bulkWaiting(t, ctx)
 	if k, _, err := p.ReleaseRetry(ctx, "push", 1, 1, false); err != nil || k != 1 {
 		t.Fatalf("retry: %d, %v", k, err)
 	}
@@ -272,21 +281,9 @@ func TestRetryBeforeItsLane(t *testing.T) {
 // again: the soak's bulk lanes stopped releasing after the last urgent
 // release).
 func TestLowerLaneWokenAfterHigherLeaves(t *testing.T) {
-	r := testenv.StartRedis(t, testenv.RedisOptions{})
-	p := newPacer(t, r, budgetSet(t, 8, 1), 0, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := p.Acquire(ctx, "push", 1, 1); err != nil { // the bucket's one token: the next comes in 125 ms
-		t.Fatal(err)
-	}
-	bulk := make(chan error, 1)
-	go func() {
-		short, cancelBulk := context.WithTimeout(ctx, 5*time.Second)
-		defer cancelBulk()
-		_, err := p.Acquire(short, "push", 1, 1) // leases a token valid in 125 ms, and waits for it
-		bulk <- err
-	}()
-	time.Sleep(30 * time.Millisecond)
+	p, bulk := bulkWaiting(t, ctx)
 	if _, err := p.Acquire(ctx, "push", 0, 1); err != nil {
 		t.Fatalf("urgent: %v", err)
 	}
