@@ -34,17 +34,12 @@ const (
 // throttleRun is what the provider and the samples saw.
 type throttleRun struct {
 	mu sync.Mutex
-	// first: the provider's first answer; throttledFrom its first
-	// throttled one; raised: when it began to accept the whole rate.
-	first, throttledFrom, raised time.Time
-	// answers per second of the provider's clock (Unix s): accepted and
-	// throttled.
-	accepted, throttled map[int64]int
-	effective           []effectiveSample
+	// p: the provider, its answers per second of its clock.
+	p         audit.Provider
+	effective []effectiveSample
 	// byIntent: how many times the provider accepted each intent (its
-	// campaign and index); handedBack: the throttled sends it handed back.
-	byIntent   map[string]int
-	handedBack int
+	// campaign and index).
+	byIntent map[string]int
 }
 
 type effectiveSample struct {
@@ -89,12 +84,12 @@ func BenchmarkThrottleFeedback(b *testing.B) {
 		d.startWorkers()
 		rdb := redis.NewClient(&redis.Options{Addr: s.cfg.Redis.Addrs[0]})
 		defer rdb.Close()
-		run := &throttleRun{accepted: map[int64]int{}, throttled: map[int64]int{}, byIntent: map[string]int{}}
+		run := &throttleRun{p: audit.Provider{Low: low, High: sc.rate, LowFor: lowFor}, byIntent: map[string]int{}}
 		ctx, stop := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		wg.Go(func() { run.sample(ctx, rdb, s.cfg.Capping.KeyPrefix, sc.rate) })
 		var accepted atomic.Int64
-		wg.Go(func() { run.provide(ctx, b, s.kafka.Addrs, low, sc.rate, lowFor, &accepted) })
+		wg.Go(func() { run.provide(ctx, b, s.kafka.Addrs, &accepted) })
 		if err := <-d.produceBlast(); err != nil {
 			b.Fatal(err)
 		}
@@ -141,7 +136,7 @@ func (r *throttleRun) sample(ctx context.Context, rdb *redis.Client, prefix stri
 // its clock), else throttled: handed back (a status on the status topic
 // with the delivery). A delivery marked duplicate is dropped (its first was
 // answered).
-func (r *throttleRun) provide(ctx context.Context, b *testing.B, addrs []string, low, rate float64, lowFor time.Duration, accepted *atomic.Int64) {
+func (r *throttleRun) provide(ctx context.Context, b *testing.B, addrs []string, accepted *atomic.Int64) {
 	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: addrs, GroupID: providerGroup, Topic: "deliveries", MinBytes: 1, MaxBytes: 16 << 20,
 		MaxWait: 20 * time.Millisecond, StartOffset: kafka.FirstOffset, CommitInterval: time.Second})
 	defer rd.Close()
@@ -160,27 +155,9 @@ func (r *throttleRun) provide(ctx context.Context, b *testing.B, addrs []string,
 		campaign, i := intentOf(b, &m)
 		id := fmt.Sprintf("%s-%d", campaign, i)
 		r.mu.Lock()
-		if r.first.IsZero() {
-			r.first = now
-		}
-		capacity := low
-		if now.Sub(r.first) >= lowFor {
-			capacity = rate
-			if r.raised.IsZero() {
-				r.raised = now
-			}
-		}
-		sec := now.Unix()
-		ok := float64(r.accepted[sec]) < capacity
+		ok := r.p.Answer(now)
 		if ok {
-			r.accepted[sec]++
 			r.byIntent[id]++
-		} else {
-			r.throttled[sec]++
-			r.handedBack++
-			if r.throttledFrom.IsZero() {
-				r.throttledFrom = now
-			}
 		}
 		r.mu.Unlock()
 		if ok {
@@ -202,7 +179,7 @@ func reportThrottle(b *testing.B, sc pacingScale, low float64, r *throttleRun, o
 	b.Helper()
 	rp := &pacingReport{sc: sc}
 	rp.line("throttle feedback: %d workers, %d partitions, one redis-server; budget %v/s burst %d; a provider accepting %v/s, then %v/s from %s",
-		sc.workers, sc.partitions, sc.rate, sc.burst, low, sc.rate, r.raised.Sub(r.first).Round(time.Second))
+		sc.workers, sc.partitions, sc.rate, sc.burst, low, sc.rate, r.p.Raised.Sub(r.p.First).Round(time.Second))
 	within := func(from time.Time, ok func(float64) bool) (time.Duration, bool) {
 		for _, e := range r.effective {
 			if !e.at.Before(from) && ok(e.rate) {
@@ -211,24 +188,24 @@ func reportThrottle(b *testing.B, sc pacingScale, low float64, r *throttleRun, o
 		}
 		return 0, false
 	}
-	down, okDown := within(r.throttledFrom, func(v float64) bool { return v <= 1.1*low && v >= 0.9*low })
+	down, okDown := within(r.p.ThrottledFrom, func(v float64) bool { return v <= 1.1*low && v >= 0.9*low })
 	rp.line("1. effective rate within 10%% of %v/s %s after the first throttled answer; goal <= %s: %s (%v)", low, down.Round(100*time.Millisecond),
 		goalFollowDown, paceRatio(down.Seconds(), goalFollowDown.Seconds()), okDown)
 	var acc, thr int
 	var sum float64
 	var n int
-	for sec := r.throttledFrom.Add(down).Unix() + 1; sec < r.raised.Unix(); sec++ {
-		acc, thr = acc+r.accepted[sec], thr+r.throttled[sec]
+	for sec := r.p.ThrottledFrom.Add(down).Unix() + 1; sec < r.p.Raised.Unix(); sec++ {
+		acc, thr = acc+r.p.Accepted[sec], thr+r.p.Throttled[sec]
 	}
 	for _, e := range r.effective {
-		if e.at.After(r.throttledFrom.Add(down)) && e.at.Before(r.raised) {
+		if e.at.After(r.p.ThrottledFrom.Add(down)) && e.at.Before(r.p.Raised) {
 			sum, n = sum+e.rate, n+1
 		}
 	}
 	share := float64(thr) / float64(max(1, acc+thr))
 	rp.line("2. once it follows, until the provider is raised: %d sends answered, %d throttled (%.2f%%); goal <= %.0f%%: %s; mean effective rate %.0f/s (%.3f x %v)",
 		acc+thr, thr, 100*share, 100*goalThrottled, paceRatio(share, goalThrottled), sum/float64(max(1, n)), sum/float64(max(1, n))/low, low)
-	up, okUp := within(r.raised, func(v float64) bool { return v >= 0.9*sc.rate })
+	up, okUp := within(r.p.Raised, func(v float64) bool { return v >= 0.9*sc.rate })
 	rp.line("3. back within 10%% of %v/s %s after the provider accepts it; goal <= %s: %s (%v)", sc.rate, up.Round(100*time.Millisecond),
 		goalFollowUp, paceRatio(up.Seconds(), goalFollowUp.Seconds()), okUp)
 	most := mostInOneSecond(o.laneRel)
@@ -251,15 +228,16 @@ func reportThrottle(b *testing.B, sc pacingScale, low float64, r *throttleRun, o
 	}
 	rp.line("5. outcomes: %d intents, %d delivered, %d cancelled, %d other, %d dead letters; the provider accepted %d once (%d distinct) (goal: each intent accepted once)",
 		sc.blast, delivered, cancelled, o.blastOther, o.deadLetters, once, len(r.byIntent))
+	_, handedBack := r.p.Answers() // each throttled send is handed back
 	rp.line("6. %d throttled sends handed back, %d delivered again decided anew, %d duplicates (goal: all %d anew, 0 duplicates: nothing throttled stayed counted)",
-		r.handedBack, o.handedBack, o.duplicates, r.handedBack)
+		handedBack, o.handedBack, o.duplicates, handedBack)
 	fmt.Print(rp.w.String())
 	if delivered != sc.blast || once != sc.blast || len(r.byIntent) != sc.blast || o.duplicates != 0 || o.deadLetters != 0 || o.blastOther != 0 {
 		b.Errorf("not every intent accepted once: %d of %d delivered, %d accepted once, %d duplicates, %d dead letters, %d other",
 			delivered, sc.blast, once, o.duplicates, o.deadLetters, o.blastOther)
 	}
-	if o.handedBack != r.handedBack {
-		b.Errorf("%d throttled sends handed back, %d delivered again", r.handedBack, o.handedBack)
+	if o.handedBack != handedBack {
+		b.Errorf("%d throttled sends handed back, %d delivered again", handedBack, o.handedBack)
 	}
 	b.ReportMetric(down.Seconds(), "s-to-follow-down")
 	b.ReportMetric(share, "throttled-share")

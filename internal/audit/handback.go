@@ -13,23 +13,34 @@ import (
 	"github.com/capper-dev/capper/internal/kafka"
 )
 
-// handBack is what the audits read of a status record.
-type handBack struct {
-	Delivery *struct {
-		Headers map[string]string `json:"headers"`
-	} `json:"delivery"`
+// handedBack reads statuses once: those that hand a delivery back, and
+// the deliveries they hand back (by capper-source and capper-decided-at).
+func handedBack(statuses []kafka.Message) (inputs []kafka.Message, keys map[[2]string]bool) {
+	keys = map[[2]string]bool{}
+	for _, m := range statuses {
+		var s struct {
+			Delivery *struct {
+				Headers map[string]string `json:"headers"`
+			} `json:"delivery"`
+		}
+		if json.Unmarshal(m.Value, &s) == nil && s.Delivery != nil {
+			inputs = append(inputs, m)
+			h := s.Delivery.Headers
+			keys[[2]string{h["capper-source"], h["capper-decided-at"]}] = true
+		}
+	}
+	return inputs, keys
+}
+
+// deliveryKey is what names a delivery a status hands back.
+func deliveryKey(m kafka.Message) [2]string {
+	return [2]string{headerValue(m, "capper-source"), headerValue(m, "capper-decided-at")}
 }
 
 // HandBacks are the status records that hand a delivery back.
 func HandBacks(statuses []kafka.Message) []kafka.Message {
-	var out []kafka.Message
-	for _, m := range statuses {
-		var s handBack
-		if json.Unmarshal(m.Value, &s) == nil && s.Delivery != nil {
-			out = append(out, m)
-		}
-	}
-	return out
+	inputs, _ := handedBack(statuses)
+	return inputs
 }
 
 // AddInputs adds inputs of topic (status records that hand a delivery
@@ -40,36 +51,21 @@ func (c *Copies) AddInputs(topic string, inputs []kafka.Message) {
 	}
 }
 
-// Delivered are deliveries without those statuses handed back (by their
-// capper-source and capper-decided-at): what the users received.
+// Delivered are deliveries without those statuses handed back: what the
+// users received (their provider refused the others; capper gave them
+// back).
 func Delivered(deliveries, statuses []kafka.Message) []kafka.Message {
-	delivered, _ := SplitHandedBack(deliveries, statuses)
-	return delivered
-}
-
-// SplitHandedBack splits deliveries into those the users received and
-// those statuses handed back (their provider refused them; capper gave
-// them back).
-func SplitHandedBack(deliveries, statuses []kafka.Message) (delivered, back []kafka.Message) {
-	handed := map[[2]string]bool{}
-	for _, m := range statuses {
-		var s handBack
-		if json.Unmarshal(m.Value, &s) == nil && s.Delivery != nil {
-			h := s.Delivery.Headers
-			handed[[2]string{h["capper-source"], h["capper-decided-at"]}] = true
-		}
+	_, keys := handedBack(statuses)
+	if len(keys) == 0 {
+		return deliveries
 	}
-	if len(handed) == 0 {
-		return deliveries, nil
-	}
+	var out []kafka.Message
 	for _, m := range deliveries {
-		if handed[[2]string{headerValue(m, "capper-source"), headerValue(m, "capper-decided-at")}] {
-			back = append(back, m)
-		} else {
-			delivered = append(delivered, m)
+		if !keys[deliveryKey(m)] {
+			out = append(out, m)
 		}
 	}
-	return delivered, back
+	return out
 }
 
 // SplitSends splits sends (Sends(deliveries): Seq indexes deliveries)
@@ -79,17 +75,12 @@ func SplitHandedBack(deliveries, statuses []kafka.Message) (delivered, back []ka
 // from its decision until capper gave it back, so it may explain a refusal
 // then (CheckRefusals), and no cap counts it (WithoutRefunded).
 func SplitSends(sends []Send, deliveries, statuses []kafka.Message, refunded map[uint64]map[string]bool) (kept, back []Send) {
-	_, handed := SplitHandedBack(deliveries, statuses)
-	if len(handed) == 0 {
+	_, keys := handedBack(statuses)
+	if len(keys) == 0 {
 		return sends, nil
 	}
-	is := map[[2]string]bool{}
-	for _, m := range handed {
-		is[[2]string{headerValue(m, "capper-source"), headerValue(m, "capper-decided-at")}] = true
-	}
 	for _, s := range sends {
-		m := deliveries[s.Seq]
-		if !is[[2]string{headerValue(m, "capper-source"), headerValue(m, "capper-decided-at")}] {
+		if !keys[deliveryKey(deliveries[s.Seq])] {
 			kept = append(kept, s)
 			continue
 		}

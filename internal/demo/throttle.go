@@ -44,17 +44,13 @@ type throttleRun struct {
 
 // provider is the simulated FCM.
 type provider struct {
-	mu                    sync.Mutex
-	first, firstThrottled time.Time
-	raised                time.Time
-	second                int64
-	inSecond              int
-	answered, throttled   int
-	accepted              map[string]int   // per push (its id): how many times FCM accepted it
-	read                  map[int]int64    // per deliveries partition: the offset after the last record answered
-	pending               []kafka.Message  // throttled statuses to write
-	now                   func() time.Time // the demo's clock, for the statuses' at
-	handedBack            *atomic.Int64    // statuses written: inputs of their own (runner.handedBack)
+	mu         sync.Mutex
+	fcm        audit.Provider
+	accepted   map[string]int   // per push (its id): how many times FCM accepted it
+	read       map[int]int64    // per deliveries partition: the offset after the last record answered
+	pending    []kafka.Message  // throttled statuses to write
+	now        func() time.Time // the demo's clock, for the statuses' at
+	handedBack *atomic.Int64    // statuses written: inputs of their own (runner.handedBack)
 }
 
 // answer takes one delivery: accepted while fewer than its capacity were
@@ -64,31 +60,11 @@ func (p *provider) answer(m kafka.Message) error {
 	if headerOf(m, "capper-duplicate") == "true" {
 		return nil
 	}
-	wall := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.first.IsZero() {
-		p.first = wall
-	}
-	capacity := provLow
-	if wall.Sub(p.first) >= provLowFor {
-		capacity = paceRate
-		if p.raised.IsZero() {
-			p.raised = wall
-		}
-	}
-	if s := wall.Unix(); s != p.second {
-		p.second, p.inSecond = s, 0
-	}
-	p.answered++
-	if p.inSecond < capacity {
-		p.inSecond++
+	if p.fcm.Answer(time.Now()) {
 		p.accepted[jsonString(m.Value, "id")]++
 		return nil
-	}
-	p.throttled++
-	if p.firstThrottled.IsZero() {
-		p.firstThrottled = wall
 	}
 	v, err := audit.HandBackStatus(m, p.now())
 	if err != nil {
@@ -169,7 +145,8 @@ func (p *play) throttle(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("demo: follow %s: %w", topicDel, err)
 	}
-	prov := &provider{now: p.clk.Now, accepted: map[string]int{}, read: map[int]int64{}, handedBack: &p.handedBack}
+	prov := &provider{fcm: audit.Provider{Low: provLow, High: paceRate, LowFor: provLowFor},
+		now: p.clk.Now, accepted: map[string]int{}, read: map[int]int64{}, handedBack: &p.handedBack}
 	pctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for part, off := range ends {
@@ -192,7 +169,8 @@ func (p *play) throttle(ctx context.Context) error {
 		return err
 	}
 	prov.mu.Lock()
-	r.answered, r.throttled = prov.answered, prov.throttled
+	accepted, throttled := prov.fcm.Answers()
+	r.answered, r.throttled = accepted+throttled, throttled
 	for _, n := range prov.accepted {
 		if n == 1 {
 			r.once++
@@ -242,7 +220,7 @@ func (p *play) followRate(ctx context.Context, prov *provider, tail *kafka.Tail)
 		}
 		now := time.Now()
 		prov.mu.Lock()
-		from, raised, pending := prov.firstThrottled, prov.raised, len(prov.pending)
+		from, raised, pending := prov.fcm.ThrottledFrom, prov.fcm.Raised, len(prov.pending)
 		prov.mu.Unlock()
 		r.lowest = min(r.lowest, e.Rate)
 		if r.downIn == 0 && !from.IsZero() && e.Rate <= 1.1*provLow {

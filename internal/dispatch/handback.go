@@ -49,7 +49,6 @@ type HandBack struct {
 	Headers   []kafka.Header // the delivery's headers that are not capper's (the producer's own)
 	DecidedAt time.Time      // its capper-decided-at: the decision that counted it
 	Origin    []byte         // its capper-source: the input it was of (nil: not given)
-	Lane      string         // its capper-lane (budget/lane)
 }
 
 // handBackOf reads a throttled status's delivery, and checks the status's
@@ -73,7 +72,7 @@ func handBackOf(value []byte, s *Status) (*HandBack, error) {
 	if err := stdjson.Unmarshal(d.Headers, &hs); err != nil || hs == nil {
 		return nil, invalid("delivery.headers", "must be a JSON object of the delivery's headers, each value a string")
 	}
-	b := &HandBack{Value: v, Lane: hs[HeaderLane]}
+	b, lane := &HandBack{Value: v}, hs[HeaderLane]
 	at, ok := hs[HeaderDecidedAt]
 	if !ok {
 		return nil, invalid("delivery.headers."+HeaderDecidedAt, "is required (the decision the give-back takes out)")
@@ -83,12 +82,12 @@ func handBackOf(value []byte, s *Status) (*HandBack, error) {
 		return nil, invalid("delivery.headers."+HeaderDecidedAt, "%q is not an RFC 3339 time", clip.String(at, 40))
 	}
 	b.DecidedAt = t
-	budget, _, ok := strings.Cut(b.Lane, "/")
+	budget, _, ok := strings.Cut(lane, "/")
 	if !ok || !pacing.NamePattern.MatchString(budget) {
-		return nil, invalid("delivery.headers."+HeaderLane, "%q is not a capper-lane header (budget/lane): only a paced send is handed back", clip.String(b.Lane, 40))
+		return nil, invalid("delivery.headers."+HeaderLane, "%q is not a capper-lane header (budget/lane): only a paced send is handed back", clip.String(lane, 40))
 	}
 	if s.Budget != "" && s.Budget != budget {
-		return nil, invalid("lane", "%q is not the delivery's capper-lane %q", clip.String(s.Budget, 40), clip.String(b.Lane, 40))
+		return nil, invalid("lane", "%q is not the delivery's capper-lane %q", clip.String(s.Budget, 40), clip.String(lane, 40))
 	}
 	s.Budget = budget
 	if src, ok := hs[HeaderSource]; ok && homeOf([]byte(src)) >= 0 {
