@@ -50,6 +50,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, owns [][]lo
 	for attempt := 1; len(a.pending) > 0; attempt++ {
 		w.step()
 		now := w.o.Now().Truncate(time.Millisecond)
+		w.recent.at(now)
 		sub := a.begin(now, w.campaigns())
 		var ds []capping.Decision
 		var err error
@@ -66,7 +67,7 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, owns [][]lo
 				return nil, fmt.Errorf("decide: %w", err)
 			}
 		}
-		failed, lastErr := a.answer(ds, err, sent, w.o.Logger)
+		failed, lastErr := a.answer(ds, err, sent, &w.recent, w.o.Logger)
 		owed := a.owed()
 		if early != nil && (failed > 0 || len(owed) > 0) {
 			// Batch-mates wait (for a give-back, or a retry): what is
@@ -174,9 +175,10 @@ func (a *attempts) begin(now time.Time, cs *capping.Campaigns) []capping.Request
 }
 
 // answer takes the Decider's answers (err: the whole call failed; sent:
-// the attempt, were its answer lost). It returns how many requests Redis
+// the attempt, were its answer lost; rec: the ids recorded in its
+// second). It returns how many requests Redis
 // could not decide, and the last error.
-func (a *attempts) answer(ds []capping.Decision, err error, sent lostAttempt, log *slog.Logger) (failed int, lastErr error) {
+func (a *attempts) answer(ds []capping.Decision, err error, sent lostAttempt, rec *recent, log *slog.Logger) (failed int, lastErr error) {
 	j := 0
 	for _, i := range a.pending {
 		if a.waits[i] {
@@ -194,7 +196,9 @@ func (a *attempts) answer(ds []capping.Decision, err error, sent lostAttempt, lo
 			// whose connection broke, so even a refused dial can be the
 			// last of several tries, an earlier one of which ran.
 			lastErr = err
-			a.lost[i] = append(a.lost[i], sent)
+			if !rec.recorded(&a.reqs[i]) {
+				a.lost[i] = append(a.lost[i], sent)
+			}
 		case errors.Is(d.Err, capping.ErrInvalidRequest):
 			// The policy that decides it does not know its channel or
 			// category (it changed since the intent was decoded), or a
@@ -209,13 +213,16 @@ func (a *attempts) answer(ds []capping.Decision, err error, sent lostAttempt, lo
 			lastErr = d.Err
 			at := sent
 			at.policy = cmp.Or(d.Policy, sent.policy)
-			a.lost[i] = append(a.lost[i], at)
+			if !rec.recorded(&a.reqs[i]) { // else it recorded nothing (recent)
+				a.lost[i] = append(a.lost[i], at)
+			}
 			if failed < 10 {
 				// Ids only at debug: logs above it never name a user.
 				log.Debug("intent not decided", "user", a.reqs[i].UserID, "intent", a.reqs[i].IntentID, "error", lastErr)
 			}
 		default:
 			a.out[i] = ownDuplicate(d, a.lost[i])
+			rec.add(&a.reqs[i], a.out[i])
 			a.decided = append(a.decided, i)
 			continue
 		}

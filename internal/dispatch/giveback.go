@@ -54,6 +54,59 @@ func ownDuplicate(d capping.Decision, lost []lostAttempt) capping.Decision {
 	return d
 }
 
+// recent is what this worker knows Redis holds for the second it decides
+// in: the (user, id) of every answer of that second that says the id's
+// entry is recorded at it (allowed then, or a duplicate of an entry of
+// that second). Redis keeps an id's time to the second, so a Duplicate at
+// the second of a lost attempt is that attempt's own send only if nothing
+// recorded the id in that second before it ran: an attempt of an id
+// already among these (a producer's retry of an intent decided a moment
+// before) recorded nothing, and losing its answer loses nothing. A worker
+// decides one attempt at a time, its answers in batch order (a user's
+// requests in order), so every answer before an attempt is here.
+type recent struct {
+	sec  int64
+	keys []recentKey
+	set  map[recentKey]bool // built from keys when first asked (rarely)
+}
+
+type recentKey struct {
+	user uint64
+	id   string
+}
+
+// at starts an attempt at now: a new second forgets the last.
+func (r *recent) at(now time.Time) {
+	if s := now.Unix(); s != r.sec {
+		r.sec, r.keys, r.set = s, r.keys[:0], nil
+	}
+}
+
+// add notes d, request req's final answer, when it says the id's entry
+// is recorded in this second.
+func (r *recent) add(req *capping.Request, d capping.Decision) {
+	if (d.Outcome == capping.Allowed || d.Outcome == capping.Duplicate) && d.At.Unix() == r.sec {
+		r.keys = append(r.keys, recentKey{req.UserID, req.IntentID})
+		if r.set != nil {
+			r.set[r.keys[len(r.keys)-1]] = true
+		}
+	}
+}
+
+// recorded reports whether req's id has an entry of this second.
+func (r *recent) recorded(req *capping.Request) bool {
+	if len(r.keys) == 0 {
+		return false
+	}
+	if r.set == nil {
+		r.set = make(map[recentKey]bool, len(r.keys))
+		for _, k := range r.keys {
+			r.set[k] = true
+		}
+	}
+	return r.set[recentKey{req.UserID, req.IntentID}]
+}
+
 // delivered reports whether an outcome delivers the intent (so a send its
 // lost attempt recorded is the one that counts it).
 func delivered(o capping.Outcome) bool {

@@ -93,3 +93,43 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestLostAnswerOfASecondCopy: a producer's retry of an intent (the same
+// id) is decided in the second the first copy was recorded in (the
+// worker's clock is stopped), and its answer is lost (Redis stalls). Its
+// attempt found the first copy's entry and recorded nothing: Redis' next
+// answer, Duplicate at that second, is the first copy's, not its own. It
+// is delivered marked capper-duplicate, and the id is delivered unmarked
+// once.
+func TestLostAnswerOfASecondCopy(t *testing.T) {
+	e := newEnv(t)
+	at := time.Now().Truncate(time.Second).Add(500 * time.Millisecond)
+	r := e.start(func(o *Options) { o.Now = func() time.Time { return at } })
+	intent := kafka.Message{Key: []byte("1"), Value: []byte(`{"id":"twice","user_id":1,"campaign_id":"c","channel":"push"}`)}
+	e.kafka.Produce(t, tIn, []kafka.Message{intent})
+	if o := e.waitOutcomes(1); len(o.del) != 1 || headerValue(o.del[0], HeaderDuplicate) != "" {
+		t.Fatalf("the first copy: %d deliveries, want 1 unmarked", len(o.del))
+	}
+
+	e.redis.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			e.redis.Resume()
+		}
+	}()
+	e.kafka.Produce(t, tIn, []kafka.Message{intent})
+	waitFor(t, "an attempt to fail with Redis stopped", func() bool { return testutil.ToFloat64(r.w.m.redisRetries) > 0 })
+	e.redis.Resume()
+	resumed = true
+	o := e.waitOutcomes(2)
+	if len(o.del) != 2 {
+		t.Fatalf("%d deliveries, want 2 (the second marked)", len(o.del))
+	}
+	for k, m := range o.del {
+		want := map[int]string{0: "", 1: "true"}[k]
+		if got := headerValue(m, HeaderDuplicate); got != want {
+			t.Errorf("delivery %d (%s): %s %q, want %q", k, headerValue(m, HeaderSource), HeaderDuplicate, got, want)
+		}
+	}
+}

@@ -82,6 +82,11 @@ func handBackOf(value []byte, s *Status) (*HandBack, error) {
 		return nil, invalid("delivery.headers."+HeaderDecidedAt, "%q is not an RFC 3339 time", clip.String(at, 40))
 	}
 	b.DecidedAt = t
+	if hs[HeaderDuplicate] == string(vTrue) {
+		// Its decided-at is the id's first delivery's: a give-back at it
+		// would take that delivery's send out.
+		return nil, invalid("delivery.headers."+HeaderDuplicate, "a duplicate delivery is not handed back: it counted nothing (the id's first delivery is the send)")
+	}
 	budget, _, ok := strings.Cut(lane, "/")
 	if !ok || !pacing.NamePattern.MatchString(budget) {
 		return nil, invalid("delivery.headers."+HeaderLane, "%q is not a capper-lane header (budget/lane): only a paced send is handed back", clip.String(lane, 40))

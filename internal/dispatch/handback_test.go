@@ -38,6 +38,7 @@ func TestDecodeHandBack(t *testing.T) {
 		{"bad decision time", status("", `"capper-decided-at":"soon","capper-lane":"push-fcm/bulk"`), `delivery.headers.capper-decided-at: "soon" is not an RFC 3339 time`},
 		{"not paced", status("", `"capper-decided-at":"2026-11-21T16:00:04.120Z"`), "delivery.headers.capper-lane: \"\" is not a capper-lane header"},
 		{"other lane", status(`,"lane":"email/bulk"`, good), `lane: "email" is not the delivery's capper-lane "push-fcm/bulk"`},
+		{"a duplicate", status("", good+`,"capper-duplicate":"true"`), "delivery.headers.capper-duplicate: a duplicate delivery is not handed back"},
 		{"headers not strings", status("", `"capper-decided-at":1`), "delivery.headers: must be a JSON object"},
 		{"value not an object", `{"id":"a1","user_id":7,"status":"throttled","at":"2026-11-21T16:00:05Z","delivery":{"value":"x","headers":{}}}`, "delivery.value: must be the delivery's value (a JSON object), got a string"},
 		{"not throttled", `{"id":"a1","user_id":7,"status":"failed","at":"2026-11-21T16:00:05Z","delivery":{}}`, `delivery: only a throttled status hands a delivery back (status "failed")`},

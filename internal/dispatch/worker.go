@@ -222,6 +222,9 @@ type Worker struct {
 	lanes   laneWriters
 	parked  output
 	refunds map[string]bool // delivery statuses that refund
+	// recent: the ids whose entries this second's answers recorded
+	// (stage 1's alone, like decide).
+	recent recent
 
 	mu       sync.Mutex
 	notReady map[string]error // by what fails: "redis", "kafka <topic>"

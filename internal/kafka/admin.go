@@ -209,7 +209,7 @@ func (a *Admin) Lags(ctx context.Context, group, topic string) (map[int]int64, e
 func (a *Admin) CaughtUp(ctx context.Context, group, topic string, poll time.Duration) error {
 	first, end, err := a.LogOffsets(ctx, topic)
 	if err != nil {
-		return err
+		return ended(ctx, err)
 	}
 	want := map[int]int64{}
 	for p, e := range end {
@@ -220,7 +220,7 @@ func (a *Admin) CaughtUp(ctx context.Context, group, topic string, poll time.Dur
 	for {
 		committed, err := a.Committed(ctx, group, topic, slices.Sorted(maps.Keys(end)))
 		if err != nil {
-			return err
+			return ended(ctx, err)
 		}
 		done := 0
 		for p, e := range want {

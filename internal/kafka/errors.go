@@ -4,6 +4,7 @@ package kafka
 // account of a batch's errors.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -45,4 +46,15 @@ func Summarize(err error) string {
 		}
 	}
 	return err.Error()
+}
+
+// ended is err, or ctx's own error when ctx ended meanwhile: a request
+// cut by ctx's deadline fails with the connection's i/o timeout, which
+// names no context, and a caller that waits with a deadline asks whether
+// the wait ran out.
+func ended(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w (%v)", cerr, err)
+	}
+	return err
 }
