@@ -119,9 +119,9 @@ func (e *Engine) round(ctx context.Context, set *policySet, a *assembly) (failed
 		if errors.Is(err, ErrVoided) {
 			r.err = nil // Redis answered: an attempt given back is no failure of it
 		}
-		if err == nil && c.notReplicated != nil {
-			// A refusal needs no replica, but Redis cannot decide what
-			// would count a send: not ready.
+		if r.err == nil && c.notReplicated != nil {
+			// A refusal (or a voided attempt) needs no replica, but Redis
+			// cannot decide what would count a send: not ready.
 			r.err = fmt.Errorf("decide: %w", c.notReplicated)
 		}
 		if r.err != nil && ctx.Err() != nil {

@@ -210,7 +210,8 @@ func TestEarlierAnswerKept(t *testing.T) {
 
 // TestReadinessWithStoppedReplica: with WaitReplicas, a stopped replica
 // keeps the engine not ready: a batch of refusals (which need no replica)
-// does not call Redis back, nor do refunds (which wait for none), nor does
+// does not call Redis back, nor do refunds (which wait for none), nor
+// does an attempt answered voided, nor does
 // the clock check, which also asks the
 // master whether enough replicas acknowledge. Both do once it is back.
 func TestReadinessWithStoppedReplica(t *testing.T) {
@@ -249,6 +250,17 @@ func TestReadinessWithStoppedReplica(t *testing.T) {
 	}
 	if e.Ready() == nil {
 		t.Fatal("ready after refunds answered with the replica stopped: a send would still fail")
+	}
+	// Nor does an attempt Redis answers voided (given back before it ran).
+	voided := []Request{{UserID: 7, Segment: "s", IntentID: "v", Campaign: "x", Channel: "email", Category: "marketing", At: T0}}
+	if out, err := e.Refund(ctx, []RefundRequest{{UserID: 7, IntentID: "v", Forget: true, Attempts: []time.Time{T0}}}); err != nil || out[0].Err != nil {
+		t.Fatalf("a give-back with the replica stopped: %+v %v", out, err)
+	}
+	if ds, err := e.Decide(ctx, voided); err != nil || !errors.Is(ds[0].Err, ErrVoided) {
+		t.Fatalf("an attempt given back, with the replica stopped: %+v %v, want voided", ds, err)
+	}
+	if e.Ready() == nil {
+		t.Fatal("ready after an attempt answered voided with the replica stopped: a send would still fail")
 	}
 	if _, err := e.CheckClock(ctx); err == nil {
 		t.Fatal("the clock check passed with the only replica stopped")
