@@ -576,6 +576,9 @@ func TestMain(m *testing.M) {
 	// ~/.aws out of the tests.
 	os.Setenv("AWS_CONFIG_FILE", os.DevNull)
 	os.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
+	// A test that runs away in memory fails with its stacks (a CI run
+	// once grew this binary to 24 GB and swapped until it was killed).
+	testenv.GuardMemory(4 << 30)
 	os.Exit(m.Run())
 }
 

@@ -133,3 +133,18 @@ func TestKafkaRoundTrip(t *testing.T) {
 		t.Fatalf("fetched %q, %v", m.Value, err)
 	}
 }
+
+// TestOverLimit: the report names the figures and holds the stacks.
+func TestOverLimit(t *testing.T) {
+	var b strings.Builder
+	overLimit(&b, 5<<30, 4<<30)
+	out := b.String()
+	for _, want := range []string{"holds 5120 MiB, over its limit of 4096 MiB", "goroutine ", "TestOverLimit", "heap profile"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%.500s", want, out)
+		}
+	}
+	if goMemory() == 0 {
+		t.Error("goMemory: 0 bytes")
+	}
+}
