@@ -97,7 +97,10 @@ func TestBudgetsCLI(t *testing.T) {
 	s.writeConfig(t)
 
 	out, errOut, code := capper(t, nil, "budgets", "--config", s.path)
-	if code != 1 || !strings.Contains(errOut, `capper: 3 lane topics missing: capper-lanes.push-fcm.urgent (budget "push-fcm" lane "urgent"), capper-lanes.push-fcm.bulk (budget "push-fcm" lane "bulk"), capper-lanes.email.marketing (budget "email" lane "marketing"); create them: capper topics create --config `+s.path) {
+	if code != 1 || !strings.Contains(errOut, `capper: 6 lane topics missing: capper-lanes.push-fcm.urgent (budget "push-fcm" lane "urgent"), `+
+		`capper-lanes.push-fcm.urgent.retry (budget "push-fcm" lane "urgent", its retry topic), capper-lanes.push-fcm.bulk (budget "push-fcm" lane "bulk"), `+
+		`capper-lanes.push-fcm.bulk.retry (budget "push-fcm" lane "bulk", its retry topic), capper-lanes.email.marketing (budget "email" lane "marketing"), `+
+		`capper-lanes.email.marketing.retry (budget "email" lane "marketing", its retry topic); create them: capper topics create --config `+s.path) {
 		t.Fatalf("budgets with its lane topics missing: exit %d\n%s%s", code, out, errOut)
 	}
 	out, errOut, code = capper(t, nil, "topics", "check", "--config", s.path)
@@ -221,7 +224,7 @@ func TestBudgetsCLI(t *testing.T) {
 	}
 	out, errOut, code = capper(t, nil, "budgets", "show", "sms", "--config", s.path, "--policy", cand)
 	if code != 1 || !regexp.MustCompile(`marketing +every priority +capper-lanes\.sms\.marketing +topic missing +-\n`).MatchString(out) ||
-		!strings.Contains(errOut, "create it: capper topics create --config "+s.path+" --policy "+cand) {
+		!strings.Contains(errOut, "create them: capper topics create --config "+s.path+" --policy "+cand) {
 		t.Fatalf("budgets show --policy: exit %d\n%s%s", code, out, errOut)
 	}
 	out, errOut, code = capper(t, nil, "budgets", "--config", s.path, "--policy", "../../configs/policy.yaml")

@@ -110,6 +110,9 @@ type LaneState struct {
 	pacing.Lane
 	Topic   string
 	Missing bool // the brokers lack its topic (nothing waits in it)
+	// RetryMissing: the brokers lack its retry topic (a worker refuses
+	// the policy).
+	RetryMissing bool
 	// Waiting are the records of its topic the delay group has not
 	// committed: intents held, not yet released.
 	Waiting int64
@@ -123,8 +126,9 @@ type LaneState struct {
 // and, from the brokers, the intents waiting in each lane: the delay
 // group's lag on the lane's topic (the Kafka room's Admin.Lags: records past
 // its committed offset, or past the start of a partition with no commit;
-// what the worker exports as capper_pacing_waiting). A missing lane topic
-// is in the report (Missing), and in its Err.
+// what the worker exports as capper_pacing_waiting; with the lane's retry
+// topic). A missing lane or retry topic is in the report (Missing,
+// RetryMissing), and in its Err.
 func Budgets(ctx context.Context, cfg *config.Config, o BudgetsOptions, log *slog.Logger) (*BudgetsReport, error) {
 	p, err := readBudgets(ctx, cfg, o.PolicyFile, log)
 	if err != nil {
@@ -162,23 +166,17 @@ func Budgets(ctx context.Context, cfg *config.Config, o BudgetsOptions, log *slo
 	if err != nil {
 		return nil, err
 	}
-	waiting, missing := map[string]int64{}, map[string]bool{}
 	prefix := cfg.Kafka.Topics.Lanes
-	for _, b := range list {
-		for _, l := range b.Lanes {
-			topic := pacing.Topic(prefix, b.Name, l.Name)
-			if waiting[topic], missing[topic], err = laneLag(ctx, admin, cfg.Kafka.DelayGroup(), prefix, b.Name, l.Name); err != nil {
-				return nil, fmt.Errorf("budget %q lane %q: %w", b.Name, l.Name, err)
-			}
-		}
-	}
 	for _, b := range list {
 		s := BudgetState{Budget: b}
 		for _, l := range b.Lanes {
-			topic := pacing.Topic(prefix, b.Name, l.Name)
-			s.Waiting += waiting[topic]
-			s.LaneStates = append(s.LaneStates, LaneState{Lane: l, Topic: topic, Missing: missing[topic],
-				Waiting: waiting[topic], DrainIn: drainTime(s.Waiting, b.Rate)})
+			ls := LaneState{Lane: l, Topic: pacing.Topic(prefix, b.Name, l.Name)}
+			if ls.Waiting, ls.Missing, ls.RetryMissing, err = laneLag(ctx, admin, cfg.Kafka.DelayGroup(), prefix, b.Name, l.Name); err != nil {
+				return nil, fmt.Errorf("budget %q lane %q: %w", b.Name, l.Name, err)
+			}
+			s.Waiting += ls.Waiting
+			ls.DrainIn = drainTime(s.Waiting, b.Rate)
+			s.LaneStates = append(s.LaneStates, ls)
 		}
 		s.DrainIn = drainTime(s.Waiting, b.Rate)
 		r.Budgets = append(r.Budgets, s)
@@ -209,7 +207,8 @@ func drainTime(n int64, rate float64) time.Duration {
 	return time.Duration(float64(n) / rate * float64(time.Second))
 }
 
-// Err names every missing lane topic and the command that creates them,
+// Err names every missing lane topic (or retry topic) and the command
+// that creates them,
 // and a version the workers refused (nil: neither).
 func (r *BudgetsReport) Err() error {
 	return errors.Join(r.missingErr(), r.refusedErr())
@@ -221,6 +220,9 @@ func (r *BudgetsReport) missingErr() error {
 		for _, l := range b.LaneStates {
 			if l.Missing {
 				missing = append(missing, fmt.Sprintf("%s (budget %q lane %q)", l.Topic, b.Name, l.Name))
+			}
+			if l.RetryMissing {
+				missing = append(missing, fmt.Sprintf("%s (budget %q lane %q, its retry topic)", l.Topic+pacing.RetrySuffix, b.Name, l.Name))
 			}
 		}
 	}
@@ -275,8 +277,11 @@ func (r *BudgetsReport) WriteShow(w io.Writer) error {
 		fmt.Fprintln(tw, "lane\ttakes\ttopic\twaiting\tdrains in")
 		for i, l := range b.LaneStates {
 			waiting, drain := strconv.FormatInt(l.Waiting, 10), formatDrain(l.DrainIn)
-			if l.Missing {
+			switch {
+			case l.Missing:
 				waiting, drain = "topic missing", "-"
+			case l.RetryMissing:
+				waiting += " (retry topic missing)"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.Name, takes(b.Lanes, i), l.Topic, waiting, drain)
 		}
@@ -345,6 +350,7 @@ type laneJSON struct {
 	MinPriority  int     `json:"min_priority"`
 	Topic        string  `json:"topic"`
 	Exists       bool    `json:"exists"`
+	RetryExists  bool    `json:"retry_exists"`
 	Waiting      int64   `json:"waiting"`
 	DrainSeconds float64 `json:"drain_seconds"`
 }
@@ -356,7 +362,8 @@ type laneJSON struct {
 // error). A budget: name, rate, effective_rate (null: unknown),
 // held_seconds (a Retry-After's rest), burst, channels and routes ([]: every one), waiting, drain_seconds, and
 // its lanes in precedence order: name, min_priority (0-100; the last
-// lane's 0), topic, exists, waiting, drain_seconds (of the lanes up to
+// lane's 0), topic, exists, retry_exists (its retry topic), waiting,
+// drain_seconds (of the lanes up to
 // this one).
 func (r *BudgetsReport) WriteJSON(w io.Writer, one bool) error {
 	list := make([]budgetJSON, 0, len(r.Budgets))
@@ -367,7 +374,7 @@ func (r *BudgetsReport) WriteJSON(w io.Writer, one bool) error {
 			j.EffectiveRate, j.HeldSeconds = &e.Rate, e.HeldFor.Seconds()
 		}
 		for _, l := range b.LaneStates {
-			j.Lanes = append(j.Lanes, laneJSON{Name: l.Name, MinPriority: int(l.MinPriority), Topic: l.Topic, Exists: !l.Missing,
+			j.Lanes = append(j.Lanes, laneJSON{Name: l.Name, MinPriority: int(l.MinPriority), Topic: l.Topic, Exists: !l.Missing, RetryExists: !l.RetryMissing,
 				Waiting: l.Waiting, DrainSeconds: l.DrainIn.Seconds()})
 		}
 		list = append(list, j)

@@ -3,11 +3,13 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -48,11 +50,12 @@ func writePolicy(t *testing.T, doc string) string {
 // TestBudgets: a lane's waiting is the delay group's lag on its topic
 // (past the committed offset; from the start without a commit); lane i
 // drains when the lanes up to it are released at the budget's rate; a
-// missing lane topic is reported, and named with its fix by Err; an
+// missing lane topic or retry topic is reported, and named with its fix
+// by Err; an
 // unknown budget names the known ones; budgets without kafka.topics.lanes
 // exit 2 naming it.
 func TestBudgets(t *testing.T) {
-	k := testenv.StartKafka(t, 1, []string{"capper-lanes.push-fcm.urgent", "capper-lanes.push-fcm.bulk"})
+	k := testenv.StartKafka(t, 1, []string{"capper-lanes.push-fcm.urgent", "capper-lanes.push-fcm.urgent.retry", "capper-lanes.push-fcm.bulk"})
 	cfg := config.Default()
 	cfg.Kafka.Brokers = k.Addrs
 	cfg.Kafka.Topics.Lanes = "capper-lanes"
@@ -85,10 +88,11 @@ func TestBudgets(t *testing.T) {
 		waiting int64
 		drain   time.Duration
 		missing bool
+		retry   bool // its retry topic missing
 	}
-	want := []lane{{4, 100 * time.Millisecond, false}, {0, 100 * time.Millisecond, true}, {100, 2600 * time.Millisecond, false}}
+	want := []lane{{4, 100 * time.Millisecond, false, false}, {0, 100 * time.Millisecond, true, true}, {100, 2600 * time.Millisecond, false, true}}
 	for i, l := range b.LaneStates {
-		if got := (lane{l.Waiting, l.DrainIn, l.Missing}); got != want[i] {
+		if got := (lane{l.Waiting, l.DrainIn, l.Missing, l.RetryMissing}); got != want[i] {
 			t.Errorf("lane %s: %+v, want %+v", l.Name, got, want[i])
 		}
 	}
@@ -99,12 +103,33 @@ func TestBudgets(t *testing.T) {
 	if err := r.WriteShow(&out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "normal  normal and up  capper-lanes.push-fcm.normal  topic missing  -") {
+	if !regexp.MustCompile(`normal +normal and up +capper-lanes\.push-fcm\.normal +topic missing +-\n`).MatchString(out.String()) ||
+		!regexp.MustCompile(`bulk +the rest +capper-lanes\.push-fcm\.bulk +100 \(retry topic missing\) +2\.6s\n`).MatchString(out.String()) {
 		t.Errorf("show:\n%s", out.String())
 	}
 	err = r.Err()
-	if err == nil || err.Error() != `1 lane topic missing: capper-lanes.push-fcm.normal (budget "push-fcm" lane "normal"); create it: capper topics create --config capper.yaml --policy `+policy {
+	if err == nil || err.Error() != `3 lane topics missing: capper-lanes.push-fcm.normal (budget "push-fcm" lane "normal"), `+
+		`capper-lanes.push-fcm.normal.retry (budget "push-fcm" lane "normal", its retry topic), `+
+		`capper-lanes.push-fcm.bulk.retry (budget "push-fcm" lane "bulk", its retry topic); create them: capper topics create --config capper.yaml --policy `+policy {
 		t.Fatalf("Err: %v", err)
+	}
+	out.Reset()
+	if err := r.WriteJSON(&out, true); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Budget struct {
+			Lanes []struct {
+				Exists      bool `json:"exists"`
+				RetryExists bool `json:"retry_exists"`
+			} `json:"lanes"`
+		} `json:"budget"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if l := doc.Budget.Lanes; len(l) != 3 || !l[0].Exists || !l[0].RetryExists || l[1].Exists || l[1].RetryExists || !l[2].Exists || l[2].RetryExists {
+		t.Errorf("JSON lanes: %+v, want urgent with its retry topic, normal without either, bulk without its retry topic", l)
 	}
 
 	_, err = app.Budgets(context.Background(), &cfg, app.BudgetsOptions{PolicyFile: policy, Budget: "sms"}, log)

@@ -192,7 +192,7 @@ func (p *pacer) refreshWaiting(ctx context.Context, group string) error {
 	for _, b := range p.Budgets().Budgets() {
 		lanes := make([]int64, len(b.Lanes))
 		for i, l := range b.Lanes {
-			n, _, err := laneLag(ctx, p.admin, group, p.prefix, b.Name, l.Name)
+			n, _, _, err := laneLag(ctx, p.admin, group, p.prefix, b.Name, l.Name)
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -204,21 +204,21 @@ func (p *pacer) refreshWaiting(ctx context.Context, group string) error {
 }
 
 // laneLag is the group's lag on a lane's topic and its retry topic (whose
-// records wait ahead of the lane's); missing: the lane's topic is (a
-// missing retry topic counts nothing: capper topics check names it).
-func laneLag(ctx context.Context, admin *capkafka.Admin, group, prefix, budget, lane string) (n int64, missing bool, err error) {
-	topic := pacing.Topic(prefix, budget, lane)
-	for _, t := range []string{topic, pacing.RetryTopic(prefix, budget, lane)} {
+// records wait ahead of the lane's); missing, retryMissing: the brokers
+// lack that topic (it counts nothing).
+func laneLag(ctx context.Context, admin *capkafka.Admin, group, prefix, budget, lane string) (n int64, missing, retryMissing bool, err error) {
+	topic, retry := pacing.Topic(prefix, budget, lane), pacing.RetryTopic(prefix, budget, lane)
+	for _, t := range []string{topic, retry} {
 		lags, err := admin.Lags(ctx, group, t)
 		switch {
 		case errors.Is(err, capkafka.ErrUnknownTopic):
-			missing = missing || t == topic
+			missing, retryMissing = missing || t == topic, retryMissing || t == retry
 		case err != nil:
-			return n, missing, err
+			return n, missing, retryMissing, err
 		}
 		for _, l := range lags {
 			n += l
 		}
 	}
-	return n, missing, nil
+	return n, missing, retryMissing, nil
 }
