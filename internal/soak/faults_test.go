@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capper-dev/capper/internal/clip"
 	"github.com/capper-dev/capper/internal/testenv"
 )
 
@@ -594,6 +595,32 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
+}
+
+// redisLines is what each worker's log says of Redis (its warnings that
+// Redis cannot decide, when it answers again, failed clock checks): how a
+// worker judged ready in an outage came to be, without CAPPER_SOAK_LOGS
+// (CI keeps no files).
+func redisLines(dir string) string {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	var out strings.Builder
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var lines []string
+		for l := range strings.Lines(string(b)) {
+			if strings.Contains(l, "Redis") || strings.Contains(l, "redis clock") {
+				lines = append(lines, strings.TrimSpace(clip.String(l, 400)))
+			}
+		}
+		if n := len(lines); n > 40 {
+			lines = append(lines[:20:20], append([]string{fmt.Sprintf("... %d more ...", n-40)}, lines[n-20:]...)...)
+		}
+		fmt.Fprintf(&out, "%s says of Redis:\n  %s\n", filepath.Base(f), strings.Join(lines, "\n  "))
+	}
+	return out.String()
 }
 
 // logDir is where worker logs go: kept under CAPPER_SOAK_LOGS when set

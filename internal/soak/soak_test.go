@@ -374,6 +374,9 @@ func TestSoak(t *testing.T) {
 			t.Errorf("%s: %s", c, p)
 		}
 	}
+	if rep.problems["readiness"] != nil {
+		t.Logf("soak: the workers' logs:\n%s", redisLines(logs))
+	}
 	if len(checks) > 0 && os.Getenv("CAPPER_SOAK_LOGS") != "" {
 		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		if err := dump(dctx, b.addr, logs, []string{group, cfg.Kafka.DelayGroup()}); err != nil {
