@@ -1039,6 +1039,9 @@ func reportPacing(b *testing.B, sc pacingScale, p, u *pacingRun) {
 		secondsTable(rp.line, p)
 	}
 	rp.line("   duplicates delivered: paced %d, unpaced %d; dead letters %d / %d", p.out.duplicates, u.out.duplicates, p.out.deadLetters, u.out.deadLetters)
+	rp.line("   batches decided (all workers, the killed one until its last scrape): paced %.0f of %.1f records on average, unpaced %.0f of %.1f",
+		p.metrics["capper_batch_size_count"], p.metrics["capper_batch_size_sum"]/p.metrics["capper_batch_size_count"],
+		u.metrics["capper_batch_size_count"], u.metrics["capper_batch_size_sum"]/u.metrics["capper_batch_size_count"])
 	// Printed, not logged: a benchmark's log is cut to its first lines.
 	fmt.Print(rp.w.String())
 
