@@ -93,6 +93,15 @@ func (r *recent) add(req *capping.Request, d capping.Decision) {
 	}
 }
 
+// forget drops user's id: a give-back took its entry out (a throttled
+// send handed back is given back once delivered), so the next attempt of
+// the id may record it again.
+func (r *recent) forget(user uint64, id string) {
+	k := recentKey{user, id}
+	r.keys = slices.DeleteFunc(r.keys, func(x recentKey) bool { return x == k })
+	delete(r.set, k)
+}
+
 // recorded reports whether req's id has an entry of this second.
 func (r *recent) recorded(req *capping.Request) bool {
 	if len(r.keys) == 0 {

@@ -133,3 +133,30 @@ func TestLostAnswerOfASecondCopy(t *testing.T) {
 		}
 	}
 }
+
+// TestRecent: the ids recorded in the current second, and only then; a
+// give-back forgets its id.
+func TestRecent(t *testing.T) {
+	at := time.Date(2030, 1, 2, 3, 4, 5, 600e6, time.UTC)
+	var r recent
+	r.at(at)
+	a, b, c := &capping.Request{UserID: 1, IntentID: "a"}, &capping.Request{UserID: 1, IntentID: "b"}, &capping.Request{UserID: 2, IntentID: "a"}
+	r.add(a, capping.Decision{Outcome: capping.Allowed, At: at})
+	r.add(b, capping.Decision{Outcome: capping.Allowed, At: at.Add(-time.Second)}) // recorded a second before
+	r.add(c, capping.Decision{Outcome: capping.Capped, At: at})                    // records nothing
+	if !r.recorded(a) || r.recorded(b) || r.recorded(c) {
+		t.Fatalf("recorded: a %v b %v c %v, want a alone", r.recorded(a), r.recorded(b), r.recorded(c))
+	}
+	r.add(c, capping.Decision{Outcome: capping.Duplicate, At: at.Truncate(time.Second)}) // after the map was built
+	if !r.recorded(c) {
+		t.Fatal("a duplicate of an entry of this second, added after a lookup, is not recorded")
+	}
+	r.forget(1, "a")
+	if r.recorded(a) || !r.recorded(c) {
+		t.Fatalf("after a's give-back: a %v c %v, want c alone", r.recorded(a), r.recorded(c))
+	}
+	r.at(at.Add(400 * time.Millisecond)) // the next second
+	if r.recorded(c) {
+		t.Fatal("an id of the second before is still recorded")
+	}
+}

@@ -84,6 +84,11 @@ func (w *Worker) refund(ctx context.Context, entries []entry, reqs []refundReq) 
 // the first failure: a refund or give-back not applied only over-counts).
 // The result of each is its capper_refunds_total label.
 func (w *Worker) applyRefunds(ctx context.Context, reqs []capping.RefundRequest, what string) ([]string, error) {
+	for _, r := range reqs {
+		if r.Forget { // (stage 1's, like decide: recent is its own)
+			w.recent.forget(r.UserID, r.IntentID)
+		}
+	}
 	results := make([]string, len(reqs))
 	pending := make([]int, len(reqs))
 	for k := range pending {
