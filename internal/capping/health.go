@@ -77,9 +77,15 @@ func (h *health) settle(at time.Time, results []callResult, nodeOf func(key stri
 	for addr, f := range h.nodes {
 		if now := nodeOf(f.key); now != "" && now != addr {
 			delete(h.nodes, addr)
-			if _, ok := h.nodes[now]; !ok {
-				h.nodes[now] = f
+			if g, ok := h.nodes[now]; ok {
+				// One failure now: it stands until a success after the
+				// later, and reports the earlier.
+				if g.since.Before(f.since) {
+					f.err, f.key, f.since = g.err, g.key, g.since
+				}
+				f.last = maxTime(f.last, g.last)
 			}
+			h.nodes[now] = f
 		}
 	}
 	failed := map[string]callResult{}
@@ -227,3 +233,10 @@ func (h *health) watch(c redis.UniversalClient) {
 // Options.StallAfter) until calls to that master succeed again or the clock
 // check reaches every master. It never names a user or an intent.
 func (e *Engine) Ready() error { return e.health.ready() }
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -71,3 +71,26 @@ func TestHealthOrdersByAnswer(t *testing.T) {
 		t.Fatalf("not ready after a round answered after the failed dial: %v", err)
 	}
 }
+
+// TestHealthMergesFailuresOnOneMaster: a failure that follows its key to
+// a master with a failure of its own merges with it: a clock check that
+// speaks only for the older one leaves the newer standing.
+func TestHealthMergesFailuresOnOneMaster(t *testing.T) {
+	owner := map[string]string{"k1": "m1", "k2": "m2"}
+	nodeOf := func(k string) string { return owner[k] }
+	boom := errors.New("WAIT saw 0 of 1 replicas")
+	h := newHealth(0)
+	t0 := time.Now()
+	h.settle(t0, []callResult{{key: "k2", err: boom}}, nodeOf)                    // m2, older
+	h.settle(t0.Add(3*time.Second), []callResult{{key: "k1", err: boom}}, nodeOf) // m1, newer
+	owner["k1"] = "m2"                                                            // k1's slot moves to m2
+	h.settle(t0.Add(3*time.Second), nil, nodeOf)
+	h.ok(t0.Add(time.Second)) // speaks for what failed before t0+1s
+	if h.ready() == nil {
+		t.Fatal("ready: the newer failure, moved onto m2's older one, was dropped")
+	}
+	h.settle(t0.Add(4*time.Second), []callResult{{key: "k2"}}, nodeOf)
+	if err := h.ready(); err != nil {
+		t.Fatalf("not ready after m2 answered after both failures: %v", err)
+	}
+}

@@ -598,7 +598,8 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // redisLines is what each worker's log says of Redis (its warnings that
-// Redis cannot decide, when it answers again, failed clock checks): how a
+// Redis cannot decide, when it answers again, failed clock checks, the
+// decisions it retries and why; not the users' limits applier's): how a
 // worker judged ready in an outage came to be, without CAPPER_SOAK_LOGS
 // (CI keeps no files).
 func redisLines(dir string) string {
@@ -611,12 +612,12 @@ func redisLines(dir string) string {
 		}
 		var lines []string
 		for l := range strings.Lines(string(b)) {
-			if strings.Contains(l, "Redis") || strings.Contains(l, "redis clock") {
+			if low := strings.ToLower(l); strings.Contains(low, "redis") && !strings.Contains(low, "user's limits") && !strings.Contains(low, "policy version not reported") {
 				lines = append(lines, strings.TrimSpace(clip.String(l, 400)))
 			}
 		}
-		if n := len(lines); n > 40 {
-			lines = append(lines[:20:20], append([]string{fmt.Sprintf("... %d more ...", n-40)}, lines[n-20:]...)...)
+		if n := len(lines); n > 60 {
+			lines = append(lines[:30:30], append([]string{fmt.Sprintf("... %d more ...", n-60)}, lines[n-30:]...)...)
 		}
 		fmt.Fprintf(&out, "%s says of Redis:\n  %s\n", filepath.Base(f), strings.Join(lines, "\n  "))
 	}
