@@ -18,12 +18,13 @@ import (
 // acknowledge in time; the caller decides the intent again later (it is
 // then a duplicate, or decided afresh if a failover lost it).
 type errNotReplicated struct {
+	master      string // the address of the master that ran the calls
 	acked, want int64
 	timeout     time.Duration
 }
 
 func (e errNotReplicated) Error() string {
-	return fmt.Sprintf("not replicated: WAIT saw %d of %d replicas acknowledge within %s", e.acked, e.want, e.timeout)
+	return fmt.Sprintf("not replicated: WAIT on %s saw %d of %d replicas acknowledge within %s", e.master, e.acked, e.want, e.timeout)
 }
 
 // sendDurable sends each master its calls in one pipeline that ends with a
@@ -69,7 +70,7 @@ func (e *Engine) sendDurable(ctx context.Context, set *policySet, reqs []Request
 			_, _ = pipe.Exec(ctx) // errors are per command
 			acked, err := wait.Int64()
 			if err == nil && acked < int64(e.waitReplicas) {
-				err = errNotReplicated{acked, int64(e.waitReplicas), e.waitTimeout}
+				err = errNotReplicated{g.node.Options().Addr, acked, int64(e.waitReplicas), e.waitTimeout}
 			}
 			if err != nil {
 				e.m.waitFailures.Inc()

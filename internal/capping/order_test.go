@@ -3,6 +3,7 @@ package capping
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,8 +201,8 @@ func TestEarlierAnswerKept(t *testing.T) {
 		t.Fatalf("first intent: %+v (outcome %s), want capped by no-sms: it was answered before the second failed", ds[0], ds[0].Outcome)
 	}
 	var nr errNotReplicated
-	if !errors.As(ds[1].Err, &nr) {
-		t.Fatalf("second intent: %+v, want a not-replicated error", ds[1])
+	if !errors.As(ds[1].Err, &nr) || !strings.Contains(ds[1].Err.Error(), "WAIT on "+nr.master+" saw 0 of 1") || nr.master == "" {
+		t.Fatalf("second intent: %+v, want a not-replicated error naming its master", ds[1])
 	}
 	if !errors.Is(ds[2].Err, ErrEarlierUndecided) {
 		t.Fatalf("third intent: %+v (outcome %s), want it to wait for the second", ds[2], ds[2].Outcome)

@@ -214,7 +214,7 @@ func (e *Engine) userLimitsDurable(ctx context.Context, key string, args []any) 
 	}
 	acked, err := wait.Int64()
 	if err == nil && acked < int64(e.waitReplicas) {
-		err = errNotReplicated{acked, int64(e.waitReplicas), e.waitTimeout}
+		err = errNotReplicated{node.Options().Addr, acked, int64(e.waitReplicas), e.waitTimeout}
 	}
 	if err != nil {
 		e.m.waitFailures.Inc()
