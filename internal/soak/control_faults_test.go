@@ -120,7 +120,7 @@ func (c *chaos) stopInStall(ctx context.Context, f fault) {
 		// are the masters').
 		stalled = c.tp.byRole(ctx, "master")
 	}
-	c.outage.begin(f.kind)
+	c.outage.begin(f.kind, "")
 	stallAt := time.Now()
 	for _, n := range stalled {
 		n.Pause()

@@ -111,17 +111,26 @@ type outage struct {
 	kind   string
 	id     int
 	// base: each worker process's Redis error count when the outage began
-	// (or when the watcher first saw the process in it).
+	// (or when the watcher first saw the process in it), then when it was
+	// last seen not ready: an error turns /readyz 503 first, and the 503
+	// lasts until the master that failed answers (which may be another
+	// master than the outage's, recovering from the fault before).
 	base map[string]float64
+	// master: the outage's master, which cannot answer until it ends (a
+	// paused replica's); named: the processes whose /readyz named it (a
+	// WAIT on it failed): they stay not ready to the end.
+	master string
+	named  map[string]bool
 	// windows: every outage, from its start to its end (before the
 	// repair), on this machine's clock.
 	windows []downWindow
 }
 
-func (o *outage) begin(kind string) {
+func (o *outage) begin(kind, master string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.active, o.kind, o.id, o.base = true, kind, o.id+1, map[string]float64{}
+	o.master, o.named = master, map[string]bool{}
 	o.windows = append(o.windows, downWindow{from: time.Now()})
 }
 
@@ -180,29 +189,53 @@ func watchReadiness(ctx context.Context, workers []*worker, o *outage, r *readin
 			o.mu.Lock()
 			still := o.active && o.id == id
 			base, seen := o.base[proc]
-			if still && !seen {
-				o.base[proc], base = errs, errs
+			if still && (!seen || code == 503) {
+				o.base[proc] = errs
 			}
+			if !seen {
+				base = errs
+			}
+			named := o.named[proc]
+			if still && code == 503 && o.master != "" && strings.Contains(body, "WAIT on "+o.master+" ") {
+				o.named[proc] = true
+			}
+			master := o.master
 			o.mu.Unlock()
 			if !still {
 				break
 			}
-			r.mu.Lock()
-			r.samples++
-			if code == 503 {
-				r.notReady++
-			}
-			if errs > base {
-				r.withErrors++
-				if code == 503 {
-					r.in503s++
-				} else if len(r.violations) < 20 {
-					r.violations = append(r.violations, fmt.Sprintf("%s during %s: %v Redis errors counted since it began, yet /readyz = %d %q",
-						proc, o.kind, errs-base, code, strings.TrimSpace(body)))
-				}
-			}
-			r.mu.Unlock()
+			r.judge(proc, o.kind, master, code, body, errs-base, named)
 		}
+	}
+}
+
+// judge takes one sample of a worker in an outage: errs Redis errors
+// counted since it was last seen not ready (or the outage began), named
+// whether it said since the outage began that a WAIT on the outage's
+// master failed.
+func (r *readiness) judge(proc, kind, master string, code int, body string, errs float64, named bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.samples++
+	if code == 503 {
+		r.notReady++
+	}
+	if errs > 0 {
+		r.withErrors++
+		if code == 503 {
+			r.in503s++
+		}
+	}
+	if code == 503 || len(r.violations) >= 20 {
+		return
+	}
+	switch {
+	case named:
+		r.violations = append(r.violations, fmt.Sprintf("%s during %s: a WAIT on %s failed (its /readyz said so), yet /readyz = %d %q before the outage ended",
+			proc, kind, master, code, strings.TrimSpace(body)))
+	case errs > 0:
+		r.violations = append(r.violations, fmt.Sprintf("%s during %s: %v Redis errors counted since it was last seen not ready (or the outage began), yet /readyz = %d %q",
+			proc, kind, errs, code, strings.TrimSpace(body)))
 	}
 }
 
@@ -297,7 +330,7 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 		c.scaleOut(ctx, f)
 	case "redis-shutdown", "redis-kill", "redis-pause":
 		r := c.tp.single
-		c.outage.begin(f.kind)
+		c.outage.begin(f.kind, "")
 		switch f.kind {
 		case "redis-shutdown":
 			r.Shutdown()
@@ -330,7 +363,7 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 				return
 			}
 		}
-		c.outage.begin(f.kind)
+		c.outage.begin(f.kind, "")
 		m.Kill()
 		// Its replica takes over after cluster-node-timeout; without a
 		// replica of its own the new master cannot acknowledge WAIT, so
@@ -350,7 +383,7 @@ func (c *chaos) apply(ctx context.Context, f fault) {
 		if r == nil {
 			return
 		}
-		c.outage.begin(f.kind)
+		c.outage.begin(f.kind, masterOf(ctx, r))
 		r.Pause()
 		sleep(ctx, f.length)
 		c.outage.end()

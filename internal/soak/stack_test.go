@@ -230,6 +230,30 @@ func (tp *topology) replicaOf(ctx context.Context, m *testenv.Redis) *testenv.Re
 	return nil
 }
 
+// masterOf is the address of replica r's master ("" when r says none).
+func masterOf(ctx context.Context, r *testenv.Redis) string {
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
+	defer c.Close()
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return ""
+	}
+	var host, port string
+	for l := range strings.Lines(info) {
+		l = strings.TrimSpace(l)
+		if v, ok := strings.CutPrefix(l, "master_host:"); ok {
+			host = v
+		}
+		if v, ok := strings.CutPrefix(l, "master_port:"); ok {
+			port = v
+		}
+	}
+	if host == "" || port == "" {
+		return ""
+	}
+	return host + ":" + port
+}
+
 // byRole lists the cluster's nodes that have role now.
 func (tp *topology) byRole(ctx context.Context, want string) []*testenv.Redis {
 	var out []*testenv.Redis
