@@ -351,7 +351,7 @@ func TestSoak(t *testing.T) {
 	}
 	rep.counts["readiness samples in outages"] = ready.samples
 	rep.counts["... not ready"] = ready.notReady
-	rep.counts["... with a Redis error counted"] = ready.withErrors
+	rep.counts["... with a Redis error counted since last seen not ready"] = ready.withErrors
 	ready.mu.Unlock()
 	var counts []string
 	for k, v := range rep.counts {
