@@ -578,7 +578,7 @@ func TestMain(m *testing.M) {
 	os.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
 	// A test that runs away in memory fails with its stacks (a CI run
 	// once grew this binary to 24 GB and swapped until it was killed).
-	testenv.GuardMemory(4 << 30)
+	testenv.GuardMemory(6 << 30)
 	os.Exit(m.Run())
 }
 

@@ -58,7 +58,7 @@ const workers = 3
 // however it ends; go test killed with SIGKILL takes the test binary along.
 func TestMain(m *testing.M) {
 	testenv.ExitWithParent()
-	testenv.GuardMemory(4 << 30)
+	testenv.GuardMemory(6 << 30)
 	os.Exit(m.Run())
 }
 
