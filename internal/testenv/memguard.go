@@ -1,9 +1,10 @@
 package testenv
 
-// A test binary that runs away in memory (a loop that keeps what it
-// reads) swaps a CI machine for many minutes before anything fails, and
-// its goroutines are then too slow to dump. GuardMemory ends it early,
-// saying what ran.
+// A test binary that runs away in memory (in CI once: a leaked kafka-go
+// transport decoding an HTTP server's answer as Kafka, a multi-GB slice
+// from a garbage length) swaps a CI machine for many minutes before
+// anything fails, and its goroutines are then too slow to dump.
+// GuardMemory ends it early, saying what ran.
 
 import (
 	"fmt"
@@ -34,7 +35,7 @@ func GuardMemory(limit uint64) {
 	}
 	go func() {
 		for range time.Tick(time.Second) {
-			if used := goMemory(); used > limit {
+			if used := residentMemory(); used > limit {
 				overLimit(os.Stderr, used, limit)
 				os.Exit(2)
 			}
@@ -42,12 +43,12 @@ func GuardMemory(limit uint64) {
 	}()
 }
 
-// goMemory is the memory the test binary holds: its resident set (Linux:
+// residentMemory is the memory the test binary holds: its resident set (Linux:
 // /proc/self/status, VmRSS), or elsewhere what the Go runtime holds from
 // the OS less what it released. The resident set, not the heap: a huge
 // slice a decoder makes from a garbage length is mapped, not touched,
 // until memory it reuses must be zeroed.
-func goMemory() uint64 {
+func residentMemory() uint64 {
 	if b, err := os.ReadFile("/proc/self/status"); err == nil {
 		for l := range strings.Lines(string(b)) {
 			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {

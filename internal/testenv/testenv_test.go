@@ -144,7 +144,7 @@ func TestOverLimit(t *testing.T) {
 			t.Errorf("report lacks %q:\n%.500s", want, out)
 		}
 	}
-	if goMemory() == 0 {
-		t.Error("goMemory: 0 bytes")
+	if residentMemory() == 0 {
+		t.Error("residentMemory: 0 bytes")
 	}
 }
