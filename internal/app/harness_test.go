@@ -1,10 +1,8 @@
 package app_test
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -83,8 +81,7 @@ type e2e struct {
 	clock    *fastClock
 	now      func() time.Time // the workers' clock when set, else clock's
 	store    objstore.Store
-	inputs   int               // records produced so far
-	keys     map[string]string // input record (topic/partition/offset) -> key
+	inputs   int // records produced so far
 }
 
 func newE2E(t *testing.T, mode string, redisArgs ...string) *e2e {
@@ -424,76 +421,19 @@ func (e *e2e) verifyOutcomes(o outputs, redelivered bool) {
 }
 
 // verifyOrder checks that each user's intents were decided in partition
-// order: an input's decision on its way in (capper-deferred-since when it
-// waited in a delay tier, else capper-decided-at; the latest of its copies,
-// since a redelivered input is decided again) is no earlier than that of
-// the user's inputs before it in the partition. A duplicate's decided-at
-// is when its id was first allowed (maybe for another record with that
-// id), so duplicates do not take part; times are compared to the second.
+// order within each delivery pass (audit.Order: a redelivered input is
+// decided again, in a pass of its own).
 func (e *e2e) verifyOrder(o outputs) {
 	e.t.Helper()
-	type input struct {
-		off int64
-		at  time.Time
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	in, err := audit.ReadTopic(ctx, e.kafka.Addrs, tIn)
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	at := map[string]time.Time{}
-	for _, r := range append(slices.Clone(o.deliveries), o.suppressed...) {
-		if header(r, "capper-duplicate") == "true" {
-			continue
-		}
-		src, v := header(r, "capper-source"), header(r, "capper-deferred-since")
-		if v == "" {
-			v = header(r, "capper-decided-at")
-		}
-		t, err := time.Parse(dispatch.TimeLayout, v)
-		if err != nil {
-			e.t.Fatalf("output of %s: decision time %q: %v", src, v, err)
-		}
-		if t = t.Truncate(time.Second); t.After(at[src]) {
-			at[src] = t
-		}
+	for _, f := range audit.Order(in, o.deliveries, o.suppressed) {
+		e.t.Errorf("order: %s", f)
 	}
-	byUser := map[string][]input{} // partition/key
-	for src, t := range at {
-		var topic string
-		var p int
-		var off int64
-		if _, err := fmt.Sscanf(strings.ReplaceAll(src, "/", " "), "%s %d %d", &topic, &p, &off); err != nil {
-			e.t.Fatalf("capper-source %q: %v", src, err)
-		}
-		if topic != tIn {
-			continue // a send handed back: its status is no intent of the user's order
-		}
-		k := fmt.Sprintf("%d/%s", p, e.keyOf(topic, p, off))
-		byUser[k] = append(byUser[k], input{off, t})
-	}
-	for user, ins := range byUser {
-		slices.SortFunc(ins, func(a, b input) int { return cmp.Compare(a.off, b.off) })
-		for i := 1; i < len(ins); i++ {
-			if ins[i].at.Before(ins[i-1].at) {
-				e.t.Errorf("user %s: offset %d decided at %s, before offset %d (%s): out of order",
-					user, ins[i].off, ins[i].at.Format(time.RFC3339), ins[i-1].off, ins[i-1].at.Format(time.RFC3339))
-			}
-		}
-	}
-}
-
-// keyOf is the key of an input record (the user), read once per test.
-func (e *e2e) keyOf(topic string, p int, off int64) string {
-	e.t.Helper()
-	if e.keys == nil || len(e.keys) < e.inputs {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		in, err := audit.ReadTopic(ctx, e.kafka.Addrs, tIn)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		e.keys = map[string]string{}
-		for _, r := range in {
-			e.keys[fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)] = string(r.Key)
-		}
-	}
-	return e.keys[fmt.Sprintf("%s/%d/%d", topic, p, off)]
 }
 
 // violations audits the deliveries against the caps.

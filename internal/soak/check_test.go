@@ -6,7 +6,6 @@ package soak
 // here.
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -65,8 +64,6 @@ func header(m kafka.Message, key string) string {
 	}
 	return ""
 }
-
-func source(m kafka.Message) string { return fmt.Sprintf("%s/%d/%d", m.Topic, m.Partition, m.Offset) }
 
 // missing lists the inputs without any outcome yet.
 func (o outputs) missing() []string { return o.copies().Missing() }
@@ -262,142 +259,12 @@ func intentID(m kafka.Message) string {
 }
 
 // checkOrder: a user's inputs, in partition order, were decided in that
-// order, within each delivery pass. An input's decision on its way in is
-// its capper-deferred-since when it waited in a delay tier, else its
-// capper-decided-at, to the second (the engine's resolution). A
-// redelivered range (a broker restart, a worker killed, a rebalance) is
-// decided again from the committed offset: a new pass, compared with
-// itself only. The order holds within a lane: an intent a budget held is
-// decided when its budget releases it, so a user's paced intents are
-// decided in release order, after the user's later intents that were not
-// paced or waited in another lane; a lane holds the user's intents in
-// partition order (its topic is partitioned like the input) and releases
-// them in that order. An input is therefore compared only with the user's
-// inputs of its partition that waited in the same lane (capper-lane), or,
-// when it waited in none, with those that waited in none; an input whose
-// copies name different lanes is a finding itself. Passes are told apart by an input's copies in time order:
-// the k-th decision of an input is compared with the k-th of the user's
-// input before it. A duplicate's decided-at is when its id was first
-// allowed (maybe in an earlier pass, or for another record), so it takes
-// its pass's place (after the decisions that were not duplicates: once
-// allowed, every later copy is one) but is compared with nothing, unless
-// it waited in a delay tier (its deferred-since is its pass's); copies
-// decided in the same second are one decision (a tier that handed the
-// same deferral back twice). Pairing this way can only compare a
-// decision with an earlier or equal pass of the input before it (a pass
-// that ended between the two, or began between them, shifts the pairs
-// that way), so it reports no false violation; it still reports one
-// within a pass, the first as well as a redelivered one.
+// order, within each delivery pass and lane (audit.Order says how passes
+// are told apart).
 func checkOrder(r *report, o outputs) {
-	copies := map[string][]decision{}
-	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed} {
-		for _, m := range x {
-			src := header(m, hSource)
-			d := decision{dup: header(m, hDuplicate) == "true", lane: header(m, hLane), desc: describe(m)}
-			v := header(m, hDeferredSince)
-			if v != "" {
-				// Its pass deferred it then, whatever the tier handed back
-				// later (a duplicate, when another pass's copy was
-				// allowed meanwhile): a time of that pass.
-				d.dup = false
-			} else {
-				v = header(m, hDecidedAt)
-			}
-			t, err := time.Parse(timeLayout, v)
-			if err != nil {
-				r.add("order", "output of %s: decision time %q: %v", src, v, err)
-				continue
-			}
-			d.at = t.Truncate(time.Second)
-			copies[src] = append(copies[src], d)
-		}
+	for _, f := range audit.Order(o.inputs, o.deliveries, o.suppressed) {
+		r.add("order", "%s", f)
 	}
-	type in struct {
-		off    int64
-		passes []decision
-		desc   string // the input, for a report
-	}
-	byUser := map[string][]in{}
-	for _, m := range o.inputs {
-		cs, ok := copies[source(m)]
-		if !ok {
-			continue
-		}
-		k := fmt.Sprintf("partition %d, user %s", m.Partition, m.Key)
-		if lane := cs[0].lane; lane != "" {
-			k += ", lane " + lane
-		}
-		if i := slices.IndexFunc(cs, func(d decision) bool { return d.lane != cs[0].lane }); i >= 0 {
-			r.add("order", "%s: decided in lane %q and in lane %q: %s", source(m), cs[0].lane, cs[i].lane, describeAll(cs))
-			continue
-		}
-		byUser[k] = append(byUser[k], in{m.Offset, passes(cs), fmt.Sprintf("id=%s campaign=%s", intentID(m), campaignOf(m))})
-	}
-	for user, ins := range byUser {
-		slices.SortFunc(ins, func(a, b in) int { return cmp.Compare(a.off, b.off) })
-		for i := 1; i < len(ins); i++ {
-			a, b := ins[i-1], ins[i]
-			for k := range min(len(a.passes), len(b.passes)) {
-				pa, pb := a.passes[k], b.passes[k]
-				if pa.dup || pb.dup || !pb.at.Before(pa.at) {
-					continue
-				}
-				var all strings.Builder
-				for _, x := range ins {
-					fmt.Fprintf(&all, "\n      offset %d %s: %s", x.off, x.desc, describeAll(x.passes))
-				}
-				r.add("order", "%s: offset %d decided at %s, before offset %d (decided at %s), in their delivery pass %d; the user's inputs in this partition:%s",
-					user, b.off, pb.at.Format(time.TimeOnly), a.off, pa.at.Format(time.TimeOnly), k+1, all.String())
-				break
-			}
-		}
-	}
-}
-
-// decision is one decision of an input: when (to the second), whether it
-// was a duplicate (when unknown), the lane it waited in (capper-lane, ""
-// for none), and what it was, for a report.
-type decision struct {
-	at   time.Time
-	dup  bool
-	lane string
-	desc string
-}
-
-// passes orders an input's decisions by pass: the ones that were not
-// duplicates by time (those in the same second merged), then the
-// duplicates.
-func passes(cs []decision) []decision {
-	var out, dups []decision
-	for _, c := range cs {
-		if c.dup {
-			dups = append(dups, c)
-		} else {
-			out = append(out, c)
-		}
-	}
-	slices.SortStableFunc(out, func(a, b decision) int { return a.at.Compare(b.at) })
-	out = slices.CompactFunc(out, func(a, b decision) bool { return a.at.Equal(b.at) })
-	return append(out, dups...)
-}
-
-// describe is an output copy, for a report.
-func describe(m kafka.Message) string {
-	s := fmt.Sprintf("%s/%d/%d %s decided-at %s", m.Topic, m.Partition, m.Offset, header(m, hDecision), header(m, hDecidedAt))
-	for _, h := range []string{hDeferredSince, hDuplicate, "capper-limit", "capper-reason", "capper-override", hRetryAfter, hLane, hReleasedAt} {
-		if v := header(m, h); v != "" {
-			s += " " + strings.TrimPrefix(h, "capper-") + "=" + v
-		}
-	}
-	return s
-}
-
-func describeAll(ds []decision) string {
-	var parts []string
-	for _, d := range ds {
-		parts = append(parts, "["+d.desc+"]")
-	}
-	return strings.Join(parts, " ")
 }
 
 // deliveriesOf lists a user's deliveries and refusals, for a report.

@@ -226,7 +226,7 @@ func outcomesOf(o outputs, user uint64) string {
 	for _, x := range [][]kafka.Message{o.deliveries, o.suppressed} {
 		for _, m := range x {
 			if string(m.Key) == strconv.FormatUint(user, 10) {
-				fmt.Fprintf(&b, "\n    %s id=%s campaign=%s", describe(m), intentID(m), campaignOf(m))
+				fmt.Fprintf(&b, "\n    %s id=%s campaign=%s", audit.Describe(m), intentID(m), campaignOf(m))
 			}
 		}
 	}

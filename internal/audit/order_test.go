@@ -1,4 +1,4 @@
-package soak
+package audit
 
 import (
 	"fmt"
@@ -9,12 +9,13 @@ import (
 	"github.com/capper-dev/capper/internal/kafka"
 )
 
-// TestOrderCheck feeds checkOrder made-up records: order violations within
+// TestOrder feeds Order made-up records: order violations within
 // a pass (the first one, and a redelivered one) are reported, and within a
 // lane; redelivered passes that keep order are not, nor a decision only a
 // duplicate took, nor intents of different lanes (or one paced, one not)
 // decided in release order.
-func TestOrderCheck(t *testing.T) {
+func TestOrder(t *testing.T) {
+	const tIn, tDeliveries, tSuppressed = "send-intents", "deliveries", "suppressed"
 	base := time.Date(2026, 11, 26, 20, 47, 40, 0, time.UTC)
 	at := func(s int) string { return base.Add(time.Duration(s) * time.Second).Format(timeLayout) }
 	type out struct {
@@ -26,12 +27,12 @@ func TestOrderCheck(t *testing.T) {
 		lane     string // capper-lane
 	}
 	run := func(outs ...out) []string {
-		var o outputs
+		var inputs, outputs []kafka.Message
 		seen := map[int64]bool{}
 		for _, x := range outs {
 			if !seen[x.off] {
 				seen[x.off] = true
-				o.inputs = append(o.inputs, kafka.Message{Topic: tIn, Partition: 1, Offset: x.off, Key: []byte("42")})
+				inputs = append(inputs, kafka.Message{Topic: tIn, Partition: 1, Offset: x.off, Key: []byte("42")})
 			}
 			topic := x.topic
 			if topic == "" {
@@ -51,15 +52,9 @@ func TestOrderCheck(t *testing.T) {
 			if x.lane != "" {
 				m.Headers = append(m.Headers, kafka.Header{Key: hLane, Value: []byte(x.lane)})
 			}
-			if topic == tDeliveries {
-				o.deliveries = append(o.deliveries, m)
-			} else {
-				o.suppressed = append(o.suppressed, m)
-			}
+			outputs = append(outputs, m)
 		}
-		r := &report{counts: map[string]int{}}
-		checkOrder(r, o)
-		return r.problems["order"]
+		return Order(inputs, outputs)
 	}
 	for _, c := range []struct {
 		name string
