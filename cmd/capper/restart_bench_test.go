@@ -178,8 +178,10 @@ func (r *rig) firstMove(ps []int, t, end time.Time) time.Duration {
 // partition has an owner.)
 func (r *rig) owners() map[int]string {
 	deadline := time.Now().Add(20 * time.Second)
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
 	for {
-		o, err := capkafka.Owners(context.Background(), &kafka.Transport{}, r.s.kafka.Addrs, r.s.cfg.Kafka.GroupID)
+		o, err := capkafka.Owners(context.Background(), tr, r.s.kafka.Addrs, r.s.cfg.Kafka.GroupID)
 		if err != nil {
 			r.b.Fatal(err)
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/capper-dev/capper/internal/cli"
 	"github.com/capper-dev/capper/internal/config"
 	"github.com/capper-dev/capper/internal/dispatch"
+	capkafka "github.com/capper-dev/capper/internal/kafka"
 	"github.com/capper-dev/capper/internal/plans"
 	"github.com/capper-dev/capper/internal/policy"
 	"github.com/capper-dev/capper/internal/segments"
@@ -84,6 +85,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
+	defer p.closeKafka()
 	g := p.actors(ctx, cfg, log)
 	log.Info("capper started", "version", o.Build.Version, "revision", o.Build.Revision, "http", p.ops.Addr(),
 		"input", cfg.Kafka.Topics.Input, "group", cfg.Kafka.GroupID,
@@ -133,28 +135,42 @@ func registerProcess(reg prometheus.Registerer, b cli.Build) {
 
 // parts are the worker's components, as buildParts builds them.
 type parts struct {
-	policies    *policy.Watcher
-	engine      *capping.Engine
-	current     segments.Current
-	segments    *segments.Watcher
-	plans       *plans.Watcher // nil: no plan store
-	cons        *consumer
-	users       *userLimits // nil: no user-limits topic
-	usersGate   *usersGate  // nil: no user-limits topic
-	report      *policyReporter
-	ops         *opsServer
+	policies  *policy.Watcher
+	engine    *capping.Engine
+	current   segments.Current
+	segments  *segments.Watcher
+	plans     *plans.Watcher // nil: no plan store
+	cons      *consumer
+	users     *userLimits // nil: no user-limits topic
+	usersGate *usersGate  // nil: no user-limits topic
+	report    *policyReporter
+	ops       *opsServer
+	// admin is the worker's one Kafka admin client (topics, lag, the
+	// users' limits' progress), closed once every actor has stopped.
+	admin       *capkafka.Admin
 	consumerErr error // the consumer actor's error, once it stopped
+}
+
+// closeKafka closes the admin client.
+func (p *parts) closeKafka() {
+	if p.admin != nil {
+		_ = p.admin.Close()
+	}
 }
 
 // buildParts builds the worker's components. The policy first: the engine
 // and the decoder are built with its first version, and later ones are
 // swapped into them between two batches. Then the snapshot watcher, the
 // plans, the consumer and the HTTP endpoint.
-func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*parts, error) {
+func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (_ *parts, err error) {
 	cfg, log, reg := o.Config, o.Logger, o.Registerer
 	p := &parts{}
+	defer func() {
+		if err != nil {
+			p.closeKafka()
+		}
+	}()
 	swap := newPolicySwap(cfg)
-	var err error
 	if p.policies, err = newPolicyWatcher(ctx, cfg, swap.apply, reg, log, o.Now); err != nil {
 		return nil, err
 	}
@@ -181,16 +197,21 @@ func buildParts(ctx context.Context, o *Options, rdb redis.UniversalClient) (*pa
 	if p.plans != nil {
 		activePlans = p.plans.Current()
 	}
-	// Before the consumer: its groups' first generation is held too.
-	if p.usersGate, err = newUsersGate(cfg, log); err != nil {
+	kopts, err := kafkaOptions(cfg, log)
+	if err != nil {
 		return nil, err
 	}
-	if p.cons, err = newConsumer(ctx, cfg, p.engine, dec, &p.current, activePlans, p.policies.Current(), rdb, reg, log, o.Now, o.Sleep,
+	if p.admin, err = capkafka.NewAdmin(kopts); err != nil {
+		return nil, err
+	}
+	// Before the consumer: its groups' first generation is held too.
+	p.usersGate = newUsersGate(cfg, p.admin, log)
+	if p.cons, err = newConsumer(ctx, cfg, p.admin, p.engine, dec, &p.current, activePlans, p.policies.Current(), rdb, reg, log, o.Now, o.Sleep,
 		p.usersGate.holdFunc()); err != nil {
 		return nil, err
 	}
 	swap.installPacing(p.cons)
-	if p.users, err = newUserLimits(cfg, p.engine, p.policies, p.cons.groups, reg, log); err != nil {
+	if p.users, err = newUserLimits(cfg, p.admin, p.engine, p.policies, p.cons.groups, reg, log); err != nil {
 		p.cons.close(log)
 		return nil, err
 	}

@@ -166,6 +166,7 @@ func Budgets(ctx context.Context, cfg *config.Config, o BudgetsOptions, log *slo
 	if err != nil {
 		return nil, err
 	}
+	defer admin.Close()
 	prefix := cfg.Kafka.Topics.Lanes
 	for _, b := range list {
 		s := BudgetState{Budget: b}

@@ -39,16 +39,12 @@ type consumer struct {
 // newConsumer builds the reader, the writers and the worker; on an error it
 // closes what it built. hold holds each generation's partitions
 // (dispatch.ConsumerOptions.Hold; nil: none).
-func newConsumer(ctx context.Context, cfg *config.Config, engine *capping.Engine, dec *dispatch.Decoder, snaps dispatch.Snapshots, plans dispatch.Plans, pol *policy.Loaded, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, now func() time.Time, sleep func(context.Context, time.Duration) error, hold func(context.Context)) (_ *consumer, err error) {
+func newConsumer(ctx context.Context, cfg *config.Config, admin *capkafka.Admin, engine *capping.Engine, dec *dispatch.Decoder, snaps dispatch.Snapshots, plans dispatch.Plans, pol *policy.Loaded, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, now func() time.Time, sleep func(context.Context, time.Duration) error, hold func(context.Context)) (_ *consumer, err error) {
 	kopts, err := kafkaOptions(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	kopts.GroupMetrics = capkafka.NewGroupMetrics(reg)
-	admin, err := capkafka.NewAdmin(kopts)
-	if err != nil {
-		return nil, err
-	}
 	if err := checkAllTopics(ctx, admin, cfg, pol, log); err != nil {
 		return nil, err
 	}

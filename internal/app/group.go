@@ -39,7 +39,9 @@ func LeaveGroups(ctx context.Context, cfg *config.Config, instances []string, lo
 	}
 	var out []GroupLeft
 	for _, g := range groups {
-		res, err := capkafka.RemoveMembers(ctx, kopts.Transport(), cfg.Kafka.Brokers, g, instances)
+		t := kopts.Transport()
+		res, err := capkafka.RemoveMembers(ctx, t, cfg.Kafka.Brokers, g, instances)
+		t.CloseIdleConnections()
 		if err != nil {
 			return out, fmt.Errorf("kafka.brokers %v: %w", cfg.Kafka.Brokers, err)
 		}

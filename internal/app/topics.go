@@ -43,6 +43,7 @@ func CheckTopics(ctx context.Context, cfg *config.Config, o TopicsOptions, log *
 	if err != nil {
 		return topics.Report{}, err
 	}
+	defer admin.Close()
 	return topics.Check(ctx, admin, topics.CheckOptions{Kafka: &cfg.Kafka, Budgets: set,
 		Fix: topicsCommand("create", o.ConfigPath, o.PolicyFile)})
 }
@@ -59,6 +60,7 @@ func CreateTopics(ctx context.Context, cfg *config.Config, o TopicsOptions, log 
 	if err != nil {
 		return topics.Report{}, err
 	}
+	defer admin.Close()
 	return topics.Create(ctx, admin, topics.CreateOptions{Kafka: &cfg.Kafka, Budgets: set, Partitions: o.Partitions,
 		ReplicationFactor: o.ReplicationFactor, DryRun: o.DryRun, Fix: topicsCommand("check", o.ConfigPath, o.PolicyFile)})
 }

@@ -56,24 +56,17 @@ type usersGate struct {
 	waiting atomic.Int32 // generations waiting now
 }
 
-// newUsersGate builds the gate (nil without kafka.topics.user_limits).
-func newUsersGate(cfg *config.Config, log *slog.Logger) (*usersGate, error) {
+// newUsersGate builds the gate (nil without kafka.topics.user_limits);
+// it asks admin for the applier group's progress.
+func newUsersGate(cfg *config.Config, admin *capkafka.Admin, log *slog.Logger) *usersGate {
 	topic := cfg.Kafka.Topics.UserLimits
 	if topic == "" {
-		return nil, nil
-	}
-	kopts, err := kafkaOptions(cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	admin, err := capkafka.NewAdmin(kopts)
-	if err != nil {
-		return nil, err
+		return nil
 	}
 	group := cfg.Kafka.UserLimitsGroup()
 	return &usersGate{log: log, applied: func(ctx context.Context) error {
 		return userlimits.Applied(ctx, admin, group, topic, 100*time.Millisecond)
-	}}, nil
+	}}
 }
 
 // holdFunc is the gate's dispatch.ConsumerOptions.Hold (nil: no gate).
@@ -120,7 +113,7 @@ func (g *usersGate) ready() error {
 
 // newUserLimits builds them (nil without kafka.topics.user_limits). The
 // records are checked against the policy the watcher has in force.
-func newUserLimits(cfg *config.Config, engine *capping.Engine, policies *policy.Watcher, groups *capkafka.GroupMetrics, reg prometheus.Registerer, log *slog.Logger) (*userLimits, error) {
+func newUserLimits(cfg *config.Config, admin *capkafka.Admin, engine *capping.Engine, policies *policy.Watcher, groups *capkafka.GroupMetrics, reg prometheus.Registerer, log *slog.Logger) (*userLimits, error) {
 	topic := cfg.Kafka.Topics.UserLimits
 	if topic == "" {
 		return nil, nil
@@ -130,10 +123,6 @@ func newUserLimits(cfg *config.Config, engine *capping.Engine, policies *policy.
 		return nil, err
 	}
 	m := userlimits.NewMetrics(reg)
-	admin, err := capkafka.NewAdmin(kopts)
-	if err != nil {
-		return nil, err
-	}
 	kopts.GroupMetrics = groups
 	group := cfg.Kafka.UserLimitsGroup()
 	u := &userLimits{}

@@ -201,7 +201,9 @@ func TestRebalanceWaitsForUserLimits(t *testing.T) {
 // owners is who owns each input partition of group (member ids).
 func (e *e2e) owners(group string) map[int]string {
 	e.t.Helper()
-	o, err := capkafka.Owners(context.Background(), &kafka.Transport{}, e.kafka.Addrs, group)
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	o, err := capkafka.Owners(context.Background(), tr, e.kafka.Addrs, group)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ func checkUserTopic(ctx context.Context, cfg *config.Config, configPath string, 
 	if err != nil {
 		return err
 	}
+	defer admin.Close()
 	err = admin.CheckTopics(ctx, map[string]string{"kafka.topics.user_limits": cfg.Kafka.Topics.UserLimits})
 	if errors.Is(err, capkafka.ErrMissingTopic) {
 		return configError{fmt.Errorf("%w; nothing changed: create it (%s) and run this again", err,

@@ -129,6 +129,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		},
 		Started: func() { once.Do(func() { close(assigned) }) }})
 	if err != nil {
+		_ = c.admin.Close()
 		return nil, err
 	}
 	for _, t := range o.Tiers {
@@ -150,6 +151,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	}
 	if c.delay, err = c.joinDelay(o.Lanes); err != nil {
 		_ = c.input.close()
+		_ = c.admin.Close()
 		return nil, err
 	}
 	c.lanes = slices.Clone(o.Lanes)
@@ -377,6 +379,7 @@ func (c *Consumer) Close() error {
 	}
 	errs = append(errs, c.input.close())
 	c.q.close()
+	errs = append(errs, c.admin.Close())
 	return errors.Join(errs...)
 }
 

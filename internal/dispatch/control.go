@@ -64,6 +64,7 @@ func WriteControl(ctx context.Context, o capkafka.Options, topic string, r *cont
 	if err != nil {
 		return control.Position{}, err
 	}
+	defer a.Close()
 	pos, err := a.WriteRecord(ctx, topic, capkafka.ByKey, []byte(r.Key()), value, r.At)
 	if err != nil {
 		return control.Position{}, fmt.Errorf("write the control record of %s: %w", r.Key(), err)

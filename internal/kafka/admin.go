@@ -18,19 +18,33 @@ import (
 
 // Admin asks the brokers for metadata, offsets and group offsets.
 type Admin struct {
-	c *kafkago.Client
+	c    *kafkago.Client
+	owns bool // its transport is its own: Close closes it
 }
 
-// NewAdmin returns an admin client with o's connection settings.
+// NewAdmin returns an admin client with o's connection settings; its
+// owner closes it.
 func NewAdmin(o Options) (*Admin, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return &Admin{c: &kafkago.Client{Addr: kafkago.TCP(o.Brokers...), Timeout: o.WriteTimeout, Transport: o.Transport()}}, nil
+	return &Admin{c: &kafkago.Client{Addr: kafkago.TCP(o.Brokers...), Timeout: o.WriteTimeout, Transport: o.Transport()}, owns: true}, nil
 }
 
-// AdminOf is an admin client over c (a tool's own: topics, tests).
+// AdminOf is an admin client over c (a tool's own: topics, tests); Close
+// leaves c's transport to its owner.
 func AdminOf(c *kafkago.Client) *Admin { return &Admin{c: c} }
+
+// Close closes the admin's connections and stops its transport's metadata
+// refreshes (each pool of a kafka-go transport keeps a goroutine that asks
+// its brokers for metadata until closed). An admin used after Close opens
+// new connections, which its owner must close again.
+func (a *Admin) Close() error {
+	if a.owns {
+		closeTransport(a.c.Transport)
+	}
+	return nil
+}
 
 // ErrMissingTopic is wrapped by CheckTopics for a topic the brokers do not
 // have.

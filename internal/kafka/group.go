@@ -63,7 +63,7 @@ func Protocols(mode string) []Protocol {
 // GroupOptions configure JoinGroup. Transport, Brokers, GroupID, Topics,
 // Protocols, Read and the three durations are required.
 type GroupOptions struct {
-	Transport kafkago.RoundTripper // TLS, SASL and the client id: Options.Transport
+	Transport kafkago.RoundTripper // TLS, SASL and the client id: Options.Transport; the group's own (Close closes it)
 	Brokers   []string
 	GroupID   string
 	Topics    []string
@@ -212,6 +212,7 @@ func (g *Group) Close() error {
 	}
 	g.stop()
 	<-g.done
+	closeTransport(g.o.Transport)
 	return nil
 }
 

@@ -80,10 +80,12 @@ func readPartition(ctx context.Context, broker, topic string, partition int) ([]
 // lookupPartitions is topic's partitions, from the first broker that
 // answers.
 func lookupPartitions(ctx context.Context, brokers []string, topic string) ([]int, error) {
+	t := &kafkago.Transport{} // its own, closed: no pool outlives the read
+	defer t.CloseIdleConnections()
 	var err error
 	for _, b := range brokers {
 		var ps []int
-		if ps, err = AdminOf(&kafkago.Client{Addr: kafkago.TCP(b), Timeout: 10 * time.Second}).Partitions(ctx, topic); err == nil {
+		if ps, err = AdminOf(&kafkago.Client{Addr: kafkago.TCP(b), Timeout: 10 * time.Second, Transport: t}).Partitions(ctx, topic); err == nil {
 			return ps, nil
 		}
 	}

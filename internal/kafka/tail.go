@@ -105,8 +105,8 @@ func (t *Tail) Fetched(partition int) int64 {
 	return -1
 }
 
-// Close stops every reader.
+// Close stops every reader and closes the tail's admin client.
 func (t *Tail) Close() error {
 	t.stop()
-	return nil
+	return t.admin.Close()
 }

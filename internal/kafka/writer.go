@@ -10,8 +10,28 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 )
 
-// Writer is kafka-go's writer: a topic's records, batched, with retries.
-type Writer = kafkago.Writer
+// Writer is kafka-go's writer (a topic's records, batched, with retries)
+// that owns its transport: kafka-go's Close leaves a transport it was
+// given open, and a transport's connection pools keep a goroutine per
+// broker asking for metadata until they are closed.
+type Writer struct {
+	kafkago.Writer
+}
+
+// Close flushes what is pending, then closes the writer's connections.
+func (w *Writer) Close() error {
+	err := w.Writer.Close()
+	closeTransport(w.Transport)
+	return err
+}
+
+// closeTransport closes the pools of a transport capper made (kafka-go's
+// DefaultTransport, shared, is left alone: a nil rt).
+func closeTransport(rt kafkago.RoundTripper) {
+	if t, ok := rt.(*kafkago.Transport); ok && t != kafkago.DefaultTransport {
+		t.CloseIdleConnections()
+	}
+}
 
 // NewWriter returns a writer for topic, set up against kafka-go's defaults
 // that would lose or slow outcomes:
@@ -22,7 +42,7 @@ type Writer = kafkago.Writer
 //     outcomes over partitions and lose their order). Murmur2 is the Java
 //     client's partitioner, so records keyed by user land where a Java
 //     producer would put them.
-func NewWriter(o Options, topic string) (*kafkago.Writer, error) {
+func NewWriter(o Options, topic string) (*Writer, error) {
 	return newWriter(o, topic, &kafkago.Murmur2Balancer{})
 }
 
@@ -30,11 +50,11 @@ func NewWriter(o Options, topic string) (*kafkago.Writer, error) {
 // record goes to the partition of its Partition field's index (its user's
 // input partition), modulo the tier's partitions: the worker that reads
 // the user's intents reads that tier partition too (copartition.go).
-func NewTierWriter(o Options, topic string) (*kafkago.Writer, error) {
+func NewTierWriter(o Options, topic string) (*Writer, error) {
 	return newWriter(o, topic, homeBalancer{})
 }
 
-func newWriter(o Options, topic string, balancer kafkago.Balancer) (*kafkago.Writer, error) {
+func newWriter(o Options, topic string, balancer kafkago.Balancer) (*Writer, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -42,7 +62,7 @@ func newWriter(o Options, topic string, balancer kafkago.Balancer) (*kafkago.Wri
 	if err != nil {
 		return nil, err
 	}
-	return &kafkago.Writer{
+	return &Writer{kafkago.Writer{
 		Addr:         kafkago.TCP(o.Brokers...),
 		Topic:        topic,
 		Balancer:     balancer,
@@ -64,7 +84,7 @@ func newWriter(o Options, topic string, balancer kafkago.Balancer) (*kafkago.Wri
 			MetadataTopics: []string{topic},
 		},
 		ErrorLogger: ErrorLogger(o.Logger, "kafka writer "+topic),
-	}, nil
+	}}, nil
 }
 
 // ErrorLogger is a kafka-go client's error log as WARN lines of l naming

@@ -4,6 +4,8 @@ package testenv
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,7 +57,17 @@ func StartKafka(t testing.TB, partitions int32, topics []string, opts ...kfake.O
 	if err != nil {
 		t.Fatalf("start kfake: %v", err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() {
+		c.Close()
+		// A test's own clients (Produce, Committed, a test's writer) use
+		// kafka-go's DefaultTransport, which keeps a connection pool per
+		// broker address, each asking its broker for metadata until
+		// closed: close them with the broker, before another server gets
+		// its port and is read as a Kafka broker.
+		if dt, ok := kafka.DefaultTransport.(*kafka.Transport); ok {
+			dt.CloseIdleConnections()
+		}
+	})
 	for _, topic := range configured {
 		if err := c.CreateTopic(topic, partitions, TopicConfigs(topic)); err != nil {
 			t.Fatalf("create topic %s: %v", topic, err)
@@ -98,4 +110,13 @@ func (k *Kafka) Committed(t testing.TB, group, topic string, partitions int) map
 		out[p.Partition] = p.CommittedOffset
 	}
 	return out
+}
+
+// KafkaPools counts the kafka-go connection pools running in this process:
+// each keeps a goroutine that asks its brokers for metadata until its
+// transport closes it (a test that a client closes what it opened).
+func KafkaPools() int {
+	buf := make([]byte, 16<<20)
+	n := runtime.Stack(buf, true)
+	return strings.Count(string(buf[:n]), "kafka-go.(*connPool).discover(")
 }

@@ -95,6 +95,7 @@ func (f *Follower) ends(ctx context.Context) (map[int]int64, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer a.Close()
 	backoff := &retry.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		_, ends, err := a.LogOffsets(ctx, f.o.Topic)

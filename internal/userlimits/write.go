@@ -33,6 +33,7 @@ func Write(ctx context.Context, o capkafka.Options, topic string, r Record, at t
 	if err != nil {
 		return Position{}, err
 	}
+	defer a.Close()
 	pos, err := a.WriteRecord(ctx, topic, capkafka.ByKey, Key(r.UserID), value, at)
 	if err != nil {
 		what := "the record"
