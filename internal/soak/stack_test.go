@@ -199,31 +199,33 @@ func (tp *topology) nodes() []*testenv.Redis {
 	return append(append([]*testenv.Redis(nil), tp.clus.Nodes...), tp.clus.Replicas...)
 }
 
-// role is a cluster node's role now ("master", "slave"), from INFO.
-func role(ctx context.Context, n *testenv.Redis) string {
+// replication is a node's INFO replication as fields (none when it does
+// not answer).
+func replication(ctx context.Context, n *testenv.Redis) map[string]string {
 	c := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
 	defer c.Close()
 	info, err := c.Info(ctx, "replication").Result()
 	if err != nil {
-		return ""
+		return nil
 	}
-	for _, l := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(l, "role:"); ok {
-			return v
+	f := map[string]string{}
+	for l := range strings.Lines(info) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), ":"); ok {
+			f[k] = v
 		}
 	}
-	return ""
+	return f
 }
+
+// role is a cluster node's role now ("master", "slave"), from INFO.
+func role(ctx context.Context, n *testenv.Redis) string { return replication(ctx, n)["role"] }
 
 // replicaOf is the node that replicates master m and is in sync with it
 // now, or nil.
 func (tp *topology) replicaOf(ctx context.Context, m *testenv.Redis) *testenv.Redis {
 	for _, n := range tp.nodes() {
-		c := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
-		info, err := c.Info(ctx, "replication").Result()
-		c.Close()
-		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") &&
-			strings.Contains(info, "master_port:"+strconv.Itoa(m.Port)+"\r\n") {
+		f := replication(ctx, n)
+		if f["role"] == "slave" && f["master_link_status"] == "up" && f["master_port"] == strconv.Itoa(m.Port) {
 			return n
 		}
 	}
@@ -232,26 +234,11 @@ func (tp *topology) replicaOf(ctx context.Context, m *testenv.Redis) *testenv.Re
 
 // masterOf is the address of replica r's master ("" when r says none).
 func masterOf(ctx context.Context, r *testenv.Redis) string {
-	c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
-	defer c.Close()
-	info, err := c.Info(ctx, "replication").Result()
-	if err != nil {
+	f := replication(ctx, r)
+	if f["master_host"] == "" || f["master_port"] == "" {
 		return ""
 	}
-	var host, port string
-	for l := range strings.Lines(info) {
-		l = strings.TrimSpace(l)
-		if v, ok := strings.CutPrefix(l, "master_host:"); ok {
-			host = v
-		}
-		if v, ok := strings.CutPrefix(l, "master_port:"); ok {
-			port = v
-		}
-	}
-	if host == "" || port == "" {
-		return ""
-	}
-	return host + ":" + port
+	return f["master_host"] + ":" + f["master_port"]
 }
 
 // byRole lists the cluster's nodes that have role now.
