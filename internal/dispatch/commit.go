@@ -10,11 +10,11 @@ import (
 )
 
 // commit commits the batch's offsets in one call. A failed commit is not
-// retried: the outcomes are already written, so the worst case is a
-// redelivery (answered duplicate by Redis), and the next batch's commit
-// covers these offsets anyway. This is also why a stale commit after a
-// rebalance (segmentio/kafka-go#1308) can only cause redelivery: every
-// offset committed here was fully processed by this worker.
+// retried here: the outcomes are already written, so the worst case is a
+// redelivery (answered duplicate by Redis), and the Kafka room commits
+// those offsets again with the next commit, before a partition is given
+// up, and when the group closes. Every offset committed here was fully
+// processed by this worker, so a commit can only cause redelivery.
 func (w *Worker) commit(ctx context.Context, msgs []kafka.Message) error {
 	if err := w.o.Reader.CommitMessages(ctx, msgs...); err != nil {
 		if ctx.Err() != nil {

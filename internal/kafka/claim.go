@@ -21,8 +21,11 @@ type Claim struct {
 	// (resolved from the log's bounds when none was); -1 until then.
 	Start atomic.Int64
 	// Handed: the offset after the last record handed to the worker;
-	// Committed: after the last this member committed (0: none).
-	Handed, Committed atomic.Int64
+	// Asked: after the last the worker asked to commit; Committed: after
+	// the last this member committed (0: none). Asked > Committed: a
+	// commit failed (a rebalance began meanwhile); the next commit of any
+	// partition, a revocation and the group's close commit it again.
+	Handed, Asked, Committed atomic.Int64
 	// Closed: the claim ended (revoked, lost, or the group closed); its
 	// reader's queued records are dropped.
 	Closed atomic.Bool
@@ -51,9 +54,20 @@ func (c *Claim) stop() {
 
 // drain waits until what the claim handed out is committed, until
 // deadline or while wait says so (false: the worker stopped, nothing will
-// be committed any more).
-func (c *Claim) drain(deadline time.Time, wait func() bool) {
+// be committed any more). What the worker asked to commit and a failed
+// commit left behind is committed again (recommit), every 100 ms at most.
+func (c *Claim) drain(deadline time.Time, wait func() bool, recommit func()) {
+	var last time.Time
 	for c.Committed.Load() < c.Handed.Load() && time.Now().Before(deadline) && wait() {
+		if c.Asked.Load() > c.Committed.Load() && time.Since(last) >= 100*time.Millisecond {
+			recommit()
+			last = time.Now()
+			continue
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// behind reports whether the worker asked to commit more than was
+// committed (a commit failed).
+func (c *Claim) behind() bool { return c.Asked.Load() > c.Committed.Load() }

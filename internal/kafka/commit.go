@@ -9,15 +9,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go/protocol/offsetcommit"
 )
 
-// Commit commits offsets (the next offset to read, per partition). Those
-// of partitions the member no longer owns are left to their new owner, and
-// an error names them.
+// Commit commits offsets (the next offset to read, per partition), and
+// again what an earlier commit of a partition this member still owns
+// failed to (a generation that ended meanwhile refuses it, and the worker
+// does not retry: without this, a partition whose last batch's commit
+// failed would be read again by its next owner). Those of partitions the
+// member no longer owns are left to their new owner, and an error names
+// them.
 func (g *Group) Commit(ctx context.Context, offsets map[TopicPartition]int64) error {
 	type pending struct {
 		c   *Claim
@@ -32,8 +37,16 @@ func (g *Group) Commit(ctx context.Context, offsets map[TopicPartition]int64) er
 			moved = append(moved, fmt.Sprintf("%s/%d", tp.Topic, tp.Partition))
 			continue
 		}
-		if off > c.Committed.Load() {
-			todo = append(todo, pending{c, off})
+		for {
+			cur := c.Asked.Load()
+			if off <= cur || c.Asked.CompareAndSwap(cur, off) {
+				break
+			}
+		}
+	}
+	for _, c := range g.claims {
+		if c.behind() {
+			todo = append(todo, pending{c, c.Asked.Load()})
 		}
 	}
 	req := &offsetcommit.Request{GroupID: g.o.GroupID, GenerationID: g.generation, MemberID: g.memberID, GroupInstanceID: g.o.InstanceID}
@@ -82,4 +95,22 @@ func (g *Group) Commit(ctx context.Context, offsets map[TopicPartition]int64) er
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// recommit commits again what earlier commits failed to, of the
+// partitions this member still owns (a revocation, the group's close);
+// a failure is logged: the next owner reads those records again.
+func (g *Group) recommit() {
+	g.mu.Lock()
+	behind := slices.ContainsFunc(slices.Collect(maps.Values(g.claims)), (*Claim).behind)
+	valid := g.memberID != "" && g.generation >= 0
+	g.mu.Unlock()
+	if !behind || !valid {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.Commit(ctx, nil); err != nil {
+		g.log.Warn("kafka group: committing again what a failed commit left failed; the next owner reads those records again", "error", err)
+	}
 }

@@ -215,7 +215,7 @@ func (g *Group) revoke(claims []*Claim, drain bool) {
 		wg.Go(func() {
 			c.stop()
 			if drain {
-				c.drain(deadline, func() bool { return !g.closed() })
+				c.drain(deadline, func() bool { return !g.closed() }, g.recommit)
 			}
 			g.mu.Lock()
 			if g.claims[c.TopicPartition] == c {
@@ -326,6 +326,7 @@ func (g *Group) committed(ctx context.Context, tps []TopicPartition) (map[TopicP
 // finish ends the membership: every claim (the worker stopped: nothing
 // more will be committed), then the group unless static.
 func (g *Group) finish() {
+	g.recommit()
 	g.revokeAll(false)
 	g.mu.Lock()
 	leave := g.memberID != "" && (g.o.InstanceID == "" || g.o.LeaveOnClose || g.leave)
