@@ -47,7 +47,7 @@ const (
 	goalOvertake      = 100 * time.Millisecond // a p75 waiting longer than this holds back p50
 	goalStopGrace     = 2 * time.Second        // nothing of a stopped blast released later
 	goalLeaseCalls    = 0.01                   // Redis calls per paced intent
-	goalCPUDelta      = 1.0                    // us of worker CPU per intent, paced - unpaced
+	goalCPUDelta      = 3.0                    // us of worker CPU per intent, paced - unpaced (pacing v2; v1 asked 1)
 )
 
 // pacingScale is the workload, from the environment
