@@ -22,7 +22,8 @@ import (
 // does not retry: without this, a partition whose last batch's commit
 // failed would be read again by its next owner). Those of partitions the
 // member no longer owns are left to their new owner, and an error names
-// them.
+// them. Commits are sent one at a time (commitMu): a call that waited
+// finds what the one before it committed, and sends nothing more of it.
 func (g *Group) Commit(ctx context.Context, offsets map[TopicPartition]int64) error {
 	type pending struct {
 		c   *Claim
@@ -30,6 +31,8 @@ func (g *Group) Commit(ctx context.Context, offsets map[TopicPartition]int64) er
 	}
 	var todo []pending
 	var moved []string
+	g.commitMu.Lock()
+	defer g.commitMu.Unlock()
 	g.mu.Lock()
 	for tp, off := range offsets {
 		c := g.claims[tp]

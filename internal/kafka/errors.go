@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
 )
@@ -51,9 +52,15 @@ func Summarize(err error) string {
 // ended is err, or ctx's own error when ctx ended meanwhile: a request
 // cut by ctx's deadline fails with the connection's i/o timeout, which
 // names no context, and a caller that waits with a deadline asks whether
-// the wait ran out.
+// the wait ran out. The connection's deadline is ctx's, and its timeout
+// may be seen before ctx's timer has cancelled ctx: a deadline passed
+// counts as ended.
 func ended(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%w (%v)", cerr, err)
 	}
 	return err

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"testing"
+	"time"
 )
 
 // TestEnded: a request cut by its context's deadline fails with the
@@ -30,4 +31,14 @@ func TestEnded(t *testing.T) {
 	if err := ended(done, done.Err()); err != done.Err() {
 		t.Fatalf("the context's own error: %v, want it unwrapped", err)
 	}
+	// The connection's timeout seen before ctx's timer cancelled it.
+	if err := ended(passed{live}, netErr); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a context past its deadline, not yet cancelled: %v, want context.DeadlineExceeded", err)
+	}
 }
+
+// passed is a context whose deadline has passed and whose timer has not
+// cancelled it yet.
+type passed struct{ context.Context }
+
+func (passed) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }

@@ -120,6 +120,11 @@ type Group struct {
 	done      chan struct{}
 	rejoin    chan struct{} // a local change asks for a new generation
 	closing   chan struct{} // closed by Close: drains wait for nothing
+	// commitMu: one commit request at a time, each built from the offsets
+	// asked when it is sent, so that the coordinator never receives a
+	// partition's offsets out of order (a commit carries other partitions'
+	// offsets that an earlier one failed to, or that are in flight).
+	commitMu sync.Mutex
 
 	mu         sync.Mutex
 	topics     []string

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +93,27 @@ func TestRevokedAfterFailedCommit(t *testing.T) {
 		t.Fatalf("committed %v, want 5 each", got)
 	}
 	e.track.check()
+}
+
+// TestConcurrentCommits: partitions committed from concurrent readers
+// (each its own, in order, as the users' limits' applier does) end where
+// each was last asked: a commit that carries another partition's offsets
+// never reaches the coordinator after a later one of that partition.
+func TestConcurrentCommits(t *testing.T) {
+	e := newGroupEnv(t, 4)
+	g := e.join("a", "", ProtocolCooperative)
+	e.waitOwners(map[string]int{"a": 4})
+	e.failNextCommit() // every partition's offsets asked again with the next commits
+	var wg sync.WaitGroup
+	for p := range 4 {
+		wg.Go(func() {
+			for off := int64(1); off <= 100; off++ {
+				_ = g.Commit(context.Background(), map[TopicPartition]int64{{"in", p}: off})
+			}
+		})
+	}
+	wg.Wait()
+	if got := e.kafka.Committed(t, "g", "in", 4); got[0] != 100 || got[1] != 100 || got[2] != 100 || got[3] != 100 {
+		t.Fatalf("committed %v, want 100 each", got)
+	}
 }
