@@ -59,7 +59,7 @@ func (c *Claim) stop() {
 func (c *Claim) drain(deadline time.Time, wait func() bool, recommit func()) {
 	var last time.Time
 	for c.Committed.Load() < c.Handed.Load() && time.Now().Before(deadline) && wait() {
-		if c.Asked.Load() > c.Committed.Load() && time.Since(last) >= 100*time.Millisecond {
+		if c.behind() && time.Since(last) >= 100*time.Millisecond {
 			recommit()
 			last = time.Now()
 			continue

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -40,11 +39,8 @@ func (g *Group) Commit(ctx context.Context, offsets map[TopicPartition]int64) er
 			moved = append(moved, fmt.Sprintf("%s/%d", tp.Topic, tp.Partition))
 			continue
 		}
-		for {
-			cur := c.Asked.Load()
-			if off <= cur || c.Asked.CompareAndSwap(cur, off) {
-				break
-			}
+		if off > c.Asked.Load() { // written only here, under commitMu
+			c.Asked.Store(off)
 		}
 	}
 	for _, c := range g.claims {
@@ -105,7 +101,10 @@ func (g *Group) Commit(ctx context.Context, offsets map[TopicPartition]int64) er
 // a failure is logged: the next owner reads those records again.
 func (g *Group) recommit() {
 	g.mu.Lock()
-	behind := slices.ContainsFunc(slices.Collect(maps.Values(g.claims)), (*Claim).behind)
+	behind := false
+	for _, c := range g.claims {
+		behind = behind || c.behind()
+	}
 	valid := g.memberID != "" && g.generation >= 0
 	g.mu.Unlock()
 	if !behind || !valid {

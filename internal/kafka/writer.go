@@ -25,8 +25,8 @@ func (w *Writer) Close() error {
 	return err
 }
 
-// closeTransport closes the pools of a transport capper made (kafka-go's
-// DefaultTransport, shared, is left alone: a nil rt).
+// closeTransport closes the pools of a transport capper made; kafka-go's
+// shared DefaultTransport (also what a nil rt means) is left alone.
 func closeTransport(rt kafkago.RoundTripper) {
 	if t, ok := rt.(*kafkago.Transport); ok && t != kafkago.DefaultTransport {
 		t.CloseIdleConnections()
