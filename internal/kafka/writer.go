@@ -5,20 +5,25 @@ package kafka
 import (
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
 )
 
-// Writer is kafka-go's writer (a topic's records, batched, with retries)
-// that owns its transport: kafka-go's Close leaves a transport it was
-// given open, and a transport's connection pools keep a goroutine per
-// broker asking for metadata until they are closed.
+// Writer writes a topic's records: kafka-go's writer's settings (the
+// topic, balancer, acks, batch limits, retries, transport), each call sent
+// at once as produce requests by its own WriteMessages (send.go). It owns
+// its transport: kafka-go's Close leaves a transport it was given open,
+// and a transport's connection pools keep a goroutine per broker asking
+// for metadata until they are closed.
 type Writer struct {
 	kafkago.Writer
+	mu    sync.Mutex
+	parts []int // 0 to the topic's partitions - 1 (send.go)
 }
 
-// Close flushes what is pending, then closes the writer's connections.
+// Close closes the writer's connections (a call in flight fails).
 func (w *Writer) Close() error {
 	err := w.Writer.Close()
 	closeTransport(w.Transport)
@@ -37,7 +42,6 @@ func closeTransport(rt kafkago.RoundTripper) {
 // that would lose or slow outcomes:
 //   - RequiredAcks all (the default is none: a write would "succeed" before
 //     any broker has the record, and the commit that follows could lose it).
-//   - BatchTimeout 1ms (the default 1s would add a second to every batch).
 //   - A key-hash balancer (the default round-robin would scatter a user's
 //     outcomes over partitions and lose their order). Murmur2 is the Java
 //     client's partitioner, so records keyed by user land where a Java
@@ -62,13 +66,12 @@ func newWriter(o Options, topic string, balancer kafkago.Balancer) (*Writer, err
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{kafkago.Writer{
+	return &Writer{Writer: kafkago.Writer{
 		Addr:         kafkago.TCP(o.Brokers...),
 		Topic:        topic,
 		Balancer:     balancer,
 		RequiredAcks: kafkago.RequireAll,
 		BatchSize:    o.BatchSize,
-		BatchTimeout: time.Millisecond,
 		WriteTimeout: o.WriteTimeout,
 		ReadTimeout:  o.WriteTimeout,
 		MaxAttempts:  3, // the worker retries on top, with its own backoff

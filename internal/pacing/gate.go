@@ -70,9 +70,17 @@ func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message, hwm
 		return n, nil // passes without a token carry no release time
 	}
 	stamp := []byte(now.UTC().Format(kafka.TimeLayout))
+	// The stamped headers of all n records are cut from one array (a
+	// record's own may be shared: they are copied, not appended to).
+	size := n
 	for i := range msgs[:n] {
-		m := &msgs[i]
-		m.Headers = append(m.Headers[:len(m.Headers):len(m.Headers)], kafka.Header{Key: g.Header, Value: stamp})
+		size += len(msgs[i].Headers)
+	}
+	backing := make([]kafka.Header, 0, size)
+	for i := range msgs[:n] {
+		m, from := &msgs[i], len(backing)
+		backing = append(append(backing, m.Headers...), kafka.Header{Key: g.Header, Value: stamp})
+		m.Headers = backing[from:len(backing):len(backing)]
 	}
 	return n, nil
 }

@@ -1,0 +1,231 @@
+package kafka
+
+// A writer's call sent at once: one produce request per partition (more
+// only past BatchSize records or BatchBytes bytes), the partitions in
+// parallel, through kafka-go's Client.Produce as kafka-go's own Writer
+// sends its batches. kafka-go's Writer puts a synchronous call's records in
+// per-partition batches that a timer (BatchTimeout) and a goroutine per
+// batch send, and asks the transport for the topic's metadata once per
+// record: every capper writer hands over a whole batch and waits for it,
+// so that machinery only cost CPU (about 2.5 us a record against this
+// path, docs/benchmarks.md) and the timer's wait.
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/capper-dev/capper/internal/retry"
+	kafkago "github.com/segmentio/kafka-go"
+	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
+)
+
+// WriteMessages writes msgs to the writer's topic, each to the partition
+// its Balancer picks, and returns once every record is acknowledged
+// (RequiredAcks) or failed, as kafka-go's Writer does: nil; a
+// MessageTooLargeError, before anything is sent, for a record larger than
+// BatchBytes; or WriteErrors, one error per record (nil: written). A
+// partition's records are written in their order; a request that fails
+// for a temporary reason is sent again, up to MaxAttempts times in all.
+func (w *Writer) WriteMessages(ctx context.Context, msgs ...Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	maxBytes := int64(w.BatchBytes)
+	if maxBytes <= 0 {
+		maxBytes = 1 << 20 // kafka-go's default
+	}
+	for i := range msgs {
+		if recordSize(&msgs[i]) > maxBytes {
+			return kafkago.MessageTooLargeError{Message: msgs[i], Remaining: slices.Delete(slices.Clone(msgs), i, i+1)}
+		}
+	}
+	parts, err := w.partitions(ctx)
+	if err != nil {
+		return err
+	}
+	balancer := w.Balancer
+	if balancer == nil {
+		balancer = &kafkago.RoundRobin{}
+	}
+	byPart := map[int][]int{} // partition: the indexes of its records, in order
+	for i := range msgs {
+		p := balancer.Balance(msgs[i], parts...)
+		byPart[p] = append(byPart[p], i)
+	}
+	errs := make(kafkago.WriteErrors, len(msgs))
+	failed := false
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	send := func(p int, idx []int) {
+		at, ferr := w.sendPartition(ctx, p, msgs, idx, maxBytes)
+		if ferr == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		failed = true
+		for _, i := range idx[at:] {
+			errs[i] = ferr
+		}
+	}
+	for p, idx := range byPart {
+		if len(byPart) == 1 {
+			send(p, idx)
+			break
+		}
+		wg.Go(func() { send(p, idx) })
+	}
+	wg.Wait()
+	if failed {
+		return errs
+	}
+	return nil
+}
+
+// sendPartition writes the records msgs[idx] to partition p in requests
+// of at most BatchSize records and maxBytes bytes, one after the other; on
+// a failure it returns the error and how many of idx were written before.
+func (w *Writer) sendPartition(ctx context.Context, p int, msgs []Message, idx []int, maxBytes int64) (int, error) {
+	maxRecords := w.BatchSize
+	if maxRecords <= 0 {
+		maxRecords = 100 // kafka-go's default
+	}
+	for done := 0; done < len(idx); {
+		n, size := 0, int64(0)
+		for done+n < len(idx) && n < maxRecords {
+			s := recordSize(&msgs[idx[done+n]])
+			if n > 0 && size+s > maxBytes {
+				break
+			}
+			n, size = n+1, size+s
+		}
+		if err := w.produce(ctx, p, &records{msgs: msgs, idx: idx[done : done+n]}); err != nil {
+			return done, err
+		}
+		done += n
+	}
+	return len(idx), nil
+}
+
+// produce sends one request, again after a temporary failure (kafka-go's
+// Writer's backoff, 100 ms doubling to 1 s), up to MaxAttempts times.
+func (w *Writer) produce(ctx context.Context, p int, recs *records) error {
+	timeout := w.WriteTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	client := &kafkago.Client{Addr: w.Addr, Transport: w.Transport, Timeout: timeout}
+	backoff := retry.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
+	for attempt := 1; ; attempt++ {
+		recs.next = 0
+		err := w.produceOnce(ctx, client, timeout, p, recs)
+		if err == nil || Permanent(err) || attempt >= max(w.MaxAttempts, 1) || ctx.Err() != nil {
+			return err
+		}
+		if werr := backoff.Wait(ctx); werr != nil {
+			return err
+		}
+	}
+}
+
+func (w *Writer) produceOnce(ctx context.Context, client *kafkago.Client, timeout time.Duration, p int, recs *records) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := client.Produce(ctx, &kafkago.ProduceRequest{Topic: w.Topic, Partition: p, RequiredAcks: w.RequiredAcks,
+		Compression: w.Compression, Records: recs})
+	if err != nil {
+		return err
+	}
+	if res != nil && res.Error != nil {
+		return res.Error
+	}
+	return nil
+}
+
+// partitions is the topic's partitions, 0 to n-1, from the transport's
+// metadata (kept by the transport, refreshed on its own schedule).
+func (w *Writer) partitions(ctx context.Context) ([]int, error) {
+	rt := w.Transport
+	if rt == nil {
+		rt = kafkago.DefaultTransport
+	}
+	r, err := rt.RoundTrip(ctx, w.Addr, &metadataAPI.Request{TopicNames: []string{w.Topic}})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range r.(*metadataAPI.Response).Topics {
+		if t.Name != w.Topic {
+			continue
+		}
+		if t.ErrorCode != 0 {
+			return nil, kafkago.Error(t.ErrorCode)
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if len(w.parts) != len(t.Partitions) {
+			w.parts = make([]int, len(t.Partitions))
+			for i := range w.parts {
+				w.parts[i] = i
+			}
+		}
+		return w.parts, nil
+	}
+	return nil, kafkago.UnknownTopicOrPartition
+}
+
+// records hands a request's records to kafka-go's encoder, one at a time
+// (the encoder is done with one before it asks for the next, so one key
+// and one value reader serve them all).
+type records struct {
+	msgs       []Message
+	idx        []int
+	next       int
+	rec        kafkago.Record
+	key, value byteReader
+}
+
+func (r *records) ReadRecord() (*kafkago.Record, error) {
+	if r.next >= len(r.idx) {
+		return nil, io.EOF
+	}
+	m := &r.msgs[r.idx[r.next]]
+	r.next++
+	r.rec = kafkago.Record{Time: m.Time, Headers: m.Headers}
+	if m.Key != nil {
+		r.key.Reset(m.Key)
+		r.rec.Key = &r.key
+	}
+	if m.Value != nil {
+		r.value.Reset(m.Value)
+		r.rec.Value = &r.value
+	}
+	return &r.rec, nil
+}
+
+type byteReader struct{ bytes.Reader }
+
+func (*byteReader) Close() error { return nil }
+
+// recordSize is a record's size as kafka-go's Writer measures it against
+// BatchBytes.
+func recordSize(m *Message) int64 {
+	n := int64(4 + 1 + 1 + 4 + len(m.Key) + 4 + len(m.Value) + 8)
+	n += varintLen(len(m.Headers))
+	for _, h := range m.Headers {
+		n += varintLen(len(h.Key)) + int64(len(h.Key)) + varintLen(len(h.Value)) + int64(len(h.Value))
+	}
+	return n
+}
+
+// varintLen is the length of n as a zig-zag varint.
+func varintLen(n int) int64 {
+	u, l := uint64(n)<<1^uint64(n>>63), int64(1)
+	for ; u >= 0x80; u >>= 7 {
+		l++
+	}
+	return l
+}
