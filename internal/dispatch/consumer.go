@@ -51,13 +51,6 @@ type ConsumerOptions struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 
-// Fetch sizes: an intents' fetch may be large (a backlog drains in big
-// reads); a tier partition waits at its head, so it reads little ahead.
-const (
-	inputFetchBytes = 1 << 20
-	tierFetchBytes  = 256 << 10
-)
-
 // Consumer reads the worker's records. It implements Reader.
 type Consumer struct {
 	o      ConsumerOptions

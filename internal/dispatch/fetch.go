@@ -12,6 +12,13 @@ import (
 	"github.com/capper-dev/capper/internal/kafka"
 )
 
+// Fetch sizes: an intents' fetch may be large (a backlog drains in big
+// reads); a tier partition waits at its head, so it reads little ahead.
+const (
+	inputFetchBytes = 1 << 20
+	tierFetchBytes  = 256 << 10
+)
+
 // delayFetchWait is how long a fetch of a delay-group partition (a tier, a
 // lane, a retry topic, the parked topic) waits on an empty partition. A
 // record written ends the wait at once (a broker answers a waiting fetch as
