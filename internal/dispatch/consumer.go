@@ -163,7 +163,7 @@ func (c *Consumer) joinDelay(lanes []string) (*member, error) {
 	return newMember(memberOptions{Kafka: c.o.Kafka, GroupID: c.o.DelayGroupID, Topics: topics, Log: c.log, Hold: c.o.Hold,
 		Protocols: cp.protocols(c.o.Kafka.GroupProtocol),
 		Read: func(ctx context.Context, p *partState, offset int64) {
-			fc := fetchConfig{maxBytes: tierFetchBytes, maxWait: max(c.o.Kafka.FetchMaxWait, delayFetchWait), release: c.releaseLane}
+			fc := fetchConfig{maxBytes: tierFetchBytes, release: c.releaseLane}
 			switch {
 			case p.tp.topic == c.o.Parked:
 				fc.release = c.releaseParked

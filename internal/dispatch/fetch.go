@@ -5,9 +5,7 @@ package dispatch
 // lane or the parked topic lets them go.
 
 import (
-	"cmp"
 	"context"
-	"time"
 
 	"github.com/capper-dev/capper/internal/kafka"
 )
@@ -19,18 +17,9 @@ const (
 	tierFetchBytes  = 256 << 10
 )
 
-// delayFetchWait is how long a fetch of a delay-group partition (a tier, a
-// lane, a retry topic, the parked topic) waits on an empty partition. A
-// record written ends the wait at once (a broker answers a waiting fetch as
-// soon as it has records), so the wait only sets how often an empty
-// partition is asked again: most of these are empty most of the time, and
-// each ask costs the worker CPU (docs/benchmarks.md, send pacing).
-const delayFetchWait = 5 * time.Second
-
 // fetchConfig is how one partition is read.
 type fetchConfig struct {
 	maxBytes int
-	maxWait  time.Duration // a fetch's wait on an empty partition (0: kafka.fetch_max_wait)
 	// release, when set, says how many records at the head of msgs may be
 	// handed out now, waiting until at least one may: a delay tier's when
 	// they are due (releaseDue), a lane's when its budget releases them
@@ -43,7 +32,7 @@ type fetchConfig struct {
 // on the queue in order (the Kafka room's partition reader).
 func (c *Consumer) readPartition(ctx context.Context, p *partState, offset int64, fc fetchConfig) {
 	kafka.PartitionReader{Dialer: c.dialer, Brokers: c.o.Kafka.Brokers, Topic: p.tp.topic, Partition: p.tp.partition,
-		MaxBytes: fc.maxBytes, MaxWait: cmp.Or(fc.maxWait, c.o.Kafka.FetchMaxWait), Log: c.log,
+		MaxBytes: fc.maxBytes, MaxWait: c.o.Kafka.FetchMaxWait, Log: c.log,
 		Started: func(offset int64) {
 			if p.start.Load() < 0 {
 				p.start.Store(offset)
