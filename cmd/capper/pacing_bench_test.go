@@ -182,6 +182,7 @@ type pacingRun struct {
 	txnStopped, drained time.Time
 	cpuIdle  float64    // worker CPU/s (all workers) before t0, nothing to do
 	cpu      float64    // worker CPU seconds from t0 to the end
+	alloc    float64    // bytes the workers allocated from t0 to the end (go_memstats_alloc_bytes_total)
 	cpuPhase [4]float64 // ... from t0 to the campaign, to the kill, to the stop, to the end
 	metrics  map[string]float64
 	out      pacingOutputs
@@ -194,6 +195,7 @@ type pacingWorker struct {
 	p          *proc
 	last       map[string]float64
 	cpu        map[int]float64 // process_cpu_seconds_total at each mark it saw
+	alloc      map[int]float64 // go_memstats_alloc_bytes_total likewise
 	killed     bool
 }
 
@@ -272,7 +274,7 @@ func runPacing(b *testing.B, sc pacingScale, paced bool) *pacingRun {
 func (d *pacingDriver) startWorkers() {
 	for i := range d.sc.workers {
 		w := &pacingWorker{path: filepath.Join(d.b.TempDir(), fmt.Sprintf("worker-%d.yaml", i)),
-			addr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(d.b)), cpu: map[int]float64{}}
+			addr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(d.b)), cpu: map[int]float64{}, alloc: map[int]float64{}}
 		d.s.path, d.s.cfg.HTTP.Address = w.path, w.addr
 		// Static members, as the Helm chart runs them (a restarted worker
 		// gets its partitions back at once); MEMBERS=dynamic: none.
@@ -292,6 +294,7 @@ func (d *pacingDriver) mark(k int) {
 		if !w.killed {
 			w.last = scrapeWorker(d.b, w.addr)
 			w.cpu[k] = w.last["process_cpu_seconds_total"]
+			w.alloc[k] = w.last["go_memstats_alloc_bytes_total"]
 		}
 	}
 }
@@ -400,12 +403,12 @@ func (d *pacingDriver) stop() {
 // in the phase it started in.
 func (d *pacingDriver) restart() {
 	victim := d.ws[0]
-	again := &pacingWorker{path: victim.path, addr: victim.addr, cpu: map[int]float64{markKill: 0}}
+	again := &pacingWorker{path: victim.path, addr: victim.addr, cpu: map[int]float64{markKill: 0}, alloc: map[int]float64{markKill: 0}}
 	d.s.path, d.s.cfg.HTTP.Address = again.path, again.addr
 	again.p = d.s.start(d.b)
 	d.r.restarted = time.Now()
 	if !d.r.stopAck.IsZero() {
-		again.cpu = map[int]float64{markStop: 0}
+		again.cpu, again.alloc = map[int]float64{markStop: 0}, map[int]float64{markStop: 0}
 	}
 	d.ws = append(d.ws, again)
 }
@@ -423,6 +426,7 @@ func (d *pacingDriver) finish() {
 			c := w.cpu[marks[i]] - w.cpu[marks[i-1]]
 			r.cpuPhase[marks[i]-1] += c
 			r.cpu += c
+			r.alloc += w.alloc[marks[i]] - w.alloc[marks[i-1]]
 		}
 	}
 	for _, w := range d.ws {
@@ -1034,7 +1038,7 @@ func reportPacing(b *testing.B, sc pacingScale, p, u *pacingRun) {
 	rp.latency()
 	overtakes := rp.lanes()
 	stopViolations := rp.stop()
-	perRelease, cpuDelta := rp.cost()
+	perRelease, cpuDelta, allocDelta := rp.cost()
 	if os.Getenv("CAPPER_BENCH_PACING_SECONDS") == "1" {
 		secondsTable(rp.line, p)
 	}
@@ -1052,6 +1056,7 @@ func reportPacing(b *testing.B, sc pacingScale, p, u *pacingRun) {
 	b.ReportMetric(float64(stopViolations), "stop-violations")
 	b.ReportMetric(perRelease, "lease-calls/intent")
 	b.ReportMetric(cpuDelta, "cpu-us/intent-over-unpaced")
+	b.ReportMetric(allocDelta, "alloc-B/intent-over-unpaced")
 }
 
 func (rp *pacingReport) header() {
@@ -1192,8 +1197,9 @@ func (rp *pacingReport) stop() int {
 }
 
 // cost prints figure 6 and returns the lease calls per released intent
-// and the worker CPU per intent over the unpaced run's (us).
-func (rp *pacingReport) cost() (perRelease, cpuDelta float64) {
+// and the worker CPU (us) and bytes allocated per intent over the unpaced
+// run's.
+func (rp *pacingReport) cost() (perRelease, cpuDelta, allocDelta float64) {
 	p, u, m := rp.p, rp.u, rp.p.metrics
 	calls := m["capper_pacing_lease_calls_total"]
 	perRelease = calls / m["capper_pacing_released_total"]
@@ -1209,7 +1215,10 @@ func (rp *pacingReport) cost() (perRelease, cpuDelta float64) {
 	preU := (u.cpuPhase[0] + u.cpuPhase[1] + u.cpuPhase[2]) / float64(u.intents) * 1e6
 	rp.line("   t=0 to the stop only, over the same intents: paced %.2f us, unpaced %.2f us; difference %+.2f us: %s",
 		preP, preU, preP-preU, paceRatio(math.Abs(preP-preU), goalCPUDelta))
+	allocP, allocU := p.alloc/float64(p.intents), u.alloc/float64(u.intents)
+	rp.line("   bytes the workers allocated per intent (go_memstats_alloc_bytes_total, t=0 to drained): paced %.0f, unpaced %.0f; difference %+.0f",
+		allocP, allocU, allocP-allocU)
 	rp.line("   worker CPU-s by phase, paced / unpaced: to the campaign %.1f / %.1f, to the kill %.1f / %.1f, to the stop %.1f / %.1f, to the end %.1f / %.1f",
 		p.cpuPhase[0], u.cpuPhase[0], p.cpuPhase[1], u.cpuPhase[1], p.cpuPhase[2], u.cpuPhase[2], p.cpuPhase[3], u.cpuPhase[3])
-	return perRelease, cpuP - cpuU
+	return perRelease, cpuP - cpuU, allocP - allocU
 }
