@@ -263,6 +263,7 @@ func runPacing(b *testing.B, sc pacingScale, paced bool) *pacingRun {
 	r.drained = time.Now()
 	d.mark(markEnd)
 	d.profiles.Wait()
+	d.allocsProfile()
 	d.finish()
 	r.out = readPacingOutputs(b, d.s.kafka.Addrs, sc, d.txnTimes[:txn])
 	if paced {
@@ -348,6 +349,21 @@ func (d *pacingDriver) profileAt(name string, from, secs time.Duration) {
 				d.b.Error(err)
 			}
 		})
+	}
+}
+
+// allocsProfile saves, with CAPPER_BENCH_PACING_PROFILE=dir, what each
+// worker that was never killed allocated since it started
+// (<paced|unpaced>-allocs-<i>.pprof; `go tool pprof -sample_index=alloc_space`).
+func (d *pacingDriver) allocsProfile() {
+	if d.profile == "" {
+		return
+	}
+	for i, w := range d.ws[1:] {
+		file := filepath.Join(d.profile, fmt.Sprintf("%s-allocs-%d.pprof", map[bool]string{true: "paced", false: "unpaced"}[d.r.paced], i+1))
+		if err := saveProfile(fmt.Sprintf("http://%s/debug/pprof/allocs", w.addr), file); err != nil {
+			d.b.Error(err)
+		}
 	}
 }
 

@@ -129,7 +129,16 @@ func TestPacingReleasesAtTheBudgetsRate(t *testing.T) {
 	e.publish(3000, 3)
 	cfg := e.paceConfig(pacePolicy)
 	w1, w2 := e.start("w1", cfg), e.start("w2", cfg)
-	e.produce(append(append(paceIntents(0, 1000, "blast", "push", "marketing", "normal"),
+	// The blast with 50 high-priority pushes among it: batches hold
+	// intents of both lanes in turn.
+	blast, early := paceIntents(0, 1000, "blast", "push", "marketing", "normal"), paceIntents(2500, 50, "early", "push", "marketing", "high")
+	var first []kafka.Message
+	for i := range blast {
+		if first = append(first, blast[i]); i%20 == 0 {
+			first = append(first, early[i/20])
+		}
+	}
+	e.produce(append(append(first,
 		paceIntents(1000, 40, "receipt", "push", "transactional", "normal")...),
 		paceIntents(1100, 100, "news", "email", "marketing", "normal")...))
 	time.Sleep(1500 * time.Millisecond)
@@ -182,7 +191,7 @@ func TestPacingReleasesAtTheBudgetsRate(t *testing.T) {
 			if lane != "push-fcm/bulk" {
 				t.Errorf("%s: lane %q, want push-fcm/bulk", id, lane)
 			}
-		case "flash":
+		case "flash", "early":
 			if lane != "push-fcm/urgent" {
 				t.Errorf("%s: lane %q, want push-fcm/urgent", id, lane)
 			}
@@ -199,8 +208,22 @@ func TestPacingReleasesAtTheBudgetsRate(t *testing.T) {
 			last[campaign] = rel
 		}
 	}
-	if len(released) != 1100 {
-		t.Fatalf("%d paced deliveries, want 1100", len(released))
+	if len(released) != 1150 {
+		t.Fatalf("%d paced deliveries, want 1150", len(released))
+	}
+	// Each lane counts what it held: every intent held in it, and an
+	// input held again after a redelivery at most.
+	for lane, want := range map[string]int{"bulk": 1000, "urgent": 150} {
+		again := 0
+		for _, m := range o.deliveries {
+			if header(m, dispatch.HeaderLane) == "push-fcm/"+lane && header(m, "capper-duplicate") == "true" {
+				again++
+			}
+		}
+		n := metric(t, w1, "capper_pacing_held_total", "lane", lane) + metric(t, w2, "capper_pacing_held_total", "lane", lane)
+		if n < float64(want) || n > float64(want+again) {
+			t.Errorf("capper_pacing_held_total{lane=%q} = %v over the workers; want %d held (up to %d more: redelivered)", lane, n, want, again)
+		}
 	}
 	most := mostInOneSecond(released)
 	if limit := int(paceRate*1.01) + paceBurst; most > limit {

@@ -184,8 +184,9 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 	if w.o.Plans != nil {
 		ps = w.o.Plans.Load()
 	}
-	var planned []capping.Planned // the batch's bookings, cut per request
-	reqs = make([]capping.Request, 0, len(b.msgs))
+	var planned []capping.Planned            // the batch's bookings, cut per request
+	lanes := newSlab[laneInfo](len(b.msgs))  // what released lane records say
+	helds := newSlab[heldEntry](len(b.msgs)) // where held intents wait
 	for i := range b.msgs {
 		m, e := &b.msgs[i], &b.entries[i]
 		e.home = m.Partition
@@ -203,7 +204,7 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 				continue
 			}
 		case w.isLane(m.Topic):
-			if !w.readLane(m, e, b.now) { // unreadable
+			if !w.readLane(m, e, &lanes, b.now) { // unreadable
 				continue
 			}
 		case m.Topic == w.parked.topic && w.parked.topic != "":
@@ -219,7 +220,7 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 		if !checkHandBack(e, &in) {
 			continue
 		}
-		held, releaseAt := w.hold(e, &in, b.now)
+		held, releaseAt := w.hold(e, &in, &helds, b.now)
 		if held {
 			continue
 		}
@@ -232,6 +233,9 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 		if n := len(planned); ps != nil {
 			planned = ps.For(planned, in.UserID, r.Priority, b.now)
 			r.Planned = planned[n:len(planned):len(planned)]
+		}
+		if reqs == nil { // made on the first: a batch of held intents has none
+			reqs = make([]capping.Request, 0, len(b.msgs)-i)
 		}
 		reqs = append(reqs, r)
 	}

@@ -89,12 +89,14 @@ var (
 // come from one arena, so a record costs one allocation for its headers.
 type headerBuilder struct {
 	version    []byte
-	controlSeq map[int]int64     // the control state's Released at the start of the batch's decision
-	policy     string            // for records the engine did not decide
-	names      map[string][]byte // segment and limit names
-	times      map[int64][]byte  // formatted times, by Unix millisecond
+	controlSeq map[int]int64        // the control state's Released at the start of the batch's decision
+	policy     string               // for records the engine did not decide
+	names      map[string][]byte    // segment and limit names
+	lanes      map[[2]string][]byte // <budget>/<lane>, by budget and lane
+	times      map[int64][]byte     // formatted times, by Unix millisecond
 	arena      []byte
 	backing    []kafka.Header // the records' header slices are cut from it
+	chunk      int            // ... each array this large (0: 1024)
 	scratch    []kafka.Header
 }
 
@@ -170,11 +172,7 @@ func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 			n++
 		}
 	}
-	if cap(hb.backing)-len(hb.backing) < n {
-		hb.backing = make([]kafka.Header, 0, max(n, 1024))
-	}
-	h := hb.backing[len(hb.backing) : len(hb.backing) : len(hb.backing)+n]
-	hb.backing = hb.backing[:len(hb.backing)+n]
+	h := hb.cut(n)
 	for _, x := range m.Headers {
 		if !strings.HasPrefix(x.Key, capperPrefix) {
 			h = append(h, kafka.Header{Key: x.Key, Value: nonNull(x.Value)})
@@ -185,6 +183,22 @@ func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 		h = append(h, kafka.Header{Key: HeaderHandedBack, Value: e.tier.handedBack})
 	}
 	return append(h, kafka.Header{Key: HeaderSource, Value: hb.source(m, e)})
+}
+
+// cut returns an empty slice with room for n headers, cut from one array
+// shared by the batch's records (one allocation per chunk headers, not one
+// per record).
+func (hb *headerBuilder) cut(n int) []kafka.Header {
+	if cap(hb.backing)-len(hb.backing) < n {
+		size := hb.chunk
+		if size <= 0 || size > 1024 {
+			size = 1024
+		}
+		hb.backing = make([]kafka.Header, 0, max(n, size))
+	}
+	h := hb.backing[len(hb.backing) : len(hb.backing) : len(hb.backing)+n]
+	hb.backing = hb.backing[:len(hb.backing)+n]
+	return h
 }
 
 // source is an entry's capper-source: the intent's own input record,
@@ -278,6 +292,21 @@ func (hb *headerBuilder) name(s string) []byte {
 	if !ok {
 		b = []byte(s)
 		hb.names[s] = b
+	}
+	return b
+}
+
+// lane is a lane's capper-lane value, <budget>/<lane> (made once per
+// batch, not once per record).
+func (hb *headerBuilder) lane(budget, lane string) []byte {
+	k := [2]string{budget, lane}
+	b, ok := hb.lanes[k]
+	if !ok {
+		if hb.lanes == nil {
+			hb.lanes = map[[2]string][]byte{}
+		}
+		b = hb.bytes(func(b []byte) []byte { return append(append(append(b, budget...), '/'), lane...) })
+		hb.lanes[k] = b
 	}
 	return b
 }

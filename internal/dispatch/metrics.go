@@ -188,6 +188,15 @@ func (m *metrics) registerRefunds(f promauto.Factory) {
 func (w *Worker) observe(b *batch) {
 	w.m.batch.Observe(time.Since(b.start).Seconds())
 	w.m.batchSize.Observe(float64(len(b.msgs)))
+	var held struct {
+		budget, lane string
+		n            int
+	}
+	defer func() {
+		if held.n > 0 {
+			w.o.Pacer.Held(held.budget, held.lane, held.n)
+		}
+	}()
 	for i := range b.entries {
 		e := &b.entries[i]
 		d := &e.decision
@@ -205,8 +214,13 @@ func (w *Worker) observe(b *batch) {
 			continue
 		case kindHold:
 			// Not decided yet: its outcome is counted when it is
-			// released; the hold is counted now, written and committed.
-			w.o.Pacer.Held(e.held.budget, e.held.lane, 1)
+			// released; the hold is counted now, written and committed
+			// (once per run of one lane's, not once per intent).
+			if held.n > 0 && (held.budget != e.held.budget || held.lane != e.held.lane) {
+				w.o.Pacer.Held(held.budget, held.lane, held.n)
+				held.n = 0
+			}
+			held.budget, held.lane, held.n = e.held.budget, e.held.lane, held.n+1
 			continue
 		case kindDue:
 			if !e.parked && e.lane == nil {

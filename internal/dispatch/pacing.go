@@ -90,7 +90,7 @@ func (w *Worker) isLane(topic string) bool {
 // readLane reads a released lane record's headers into e (a kindDue
 // entry: it is decided now). A record without capper-held-since was not
 // written by capper: it is dead-lettered.
-func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
+func (w *Worker) readLane(m *kafka.Message, e *entry, lanes *slab[laneInfo], now time.Time) bool {
 	var held, released, since, count, lane, throttled []byte
 	for _, x := range m.Headers {
 		switch x.Key {
@@ -114,7 +114,8 @@ func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
 			throttled = nonNull(x.Value)
 		}
 	}
-	li := &laneInfo{releasedAt: now}
+	li := lanes.next()
+	li.releasedAt = now
 	var err error
 	if li.heldSince, err = parseHeaderTime(held); err != nil {
 		e.setUnreadable(&InvalidError{Field: "header " + HeaderHeldSince, Reason: err.Error()})
@@ -133,12 +134,8 @@ func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
 			return false
 		}
 	}
-	if s := string(lane); s != "" {
-		for i := range len(s) {
-			if s[i] == '/' {
-				li.budget, li.lane = s[:i], s[i+1:]
-			}
-		}
+	if len(lane) > 0 {
+		li.budget, li.lane = w.laneNames.of(lane)
 	}
 	if len(throttled) > 0 {
 		if e.throttledAt, err = parseHeaderTime(throttled); err != nil {
@@ -160,7 +157,7 @@ func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
 // whose send-by (its own or its campaign's) comes before its lane could
 // release it is decided at once with that release time (releaseAt), and
 // capping cancels it (expired).
-func (w *Worker) hold(e *entry, in *Intent, now time.Time) (held bool, releaseAt time.Time) {
+func (w *Worker) hold(e *entry, in *Intent, helds *slab[heldEntry], now time.Time) (held bool, releaseAt time.Time) {
 	if w.o.Pacer == nil || e.lane != nil {
 		return false, time.Time{}
 	}
@@ -181,11 +178,10 @@ func (w *Worker) hold(e *entry, in *Intent, now time.Time) (held bool, releaseAt
 		}
 	}
 	e.kind = kindHold
-	e.held = &heldEntry{budget: b.Name, lane: b.Lanes[place.Lane].Name, since: now, campaign: in.CampaignID, sendBy: in.SendBy}
-	e.held.topic = pacing.Topic(w.o.LanePrefix, e.held.budget, e.held.lane)
-	if e.back != nil { // a throttled send handed back: ahead of its lane
-		e.held.topic = pacing.RetryTopic(w.o.LanePrefix, e.held.budget, e.held.lane)
-	}
+	place.Retry = e.back != nil // a throttled send handed back: ahead of its lane
+	e.held = helds.next()
+	*e.held = heldEntry{topic: w.laneTopics.of(set, place, w.o.LanePrefix), budget: b.Name, lane: b.Lanes[place.Lane].Name,
+		since: now, campaign: in.CampaignID, sendBy: in.SendBy}
 	return true, time.Time{}
 }
 
@@ -245,27 +241,56 @@ func (w *Worker) settlePacing(e *entry) {
 // holdRecord adds a kindHold entry's lane record to o: the input's key and
 // value, in the partition of its user's input partition.
 func (w *Worker) holdRecord(o *outputs, hb *headerBuilder, m *kafka.Message, e *entry) {
-	if o.held == nil {
-		o.held = map[string][]kafka.Message{}
-	}
 	o.held[e.held.topic] = append(o.held[e.held.topic], kafka.Message{Key: nonNull(m.Key), Value: nonNull(m.Value),
 		Headers: hb.heldHeaders(m, e), Partition: e.home})
+}
+
+// heldOutputs makes o.held's slices to size: a batch's held entries per
+// lane topic (nil: none).
+func heldOutputs(b *batch) map[string][]kafka.Message {
+	var n map[string]int
+	for i := range b.entries {
+		if e := &b.entries[i]; e.kind == kindHold {
+			if n == nil {
+				n = map[string]int{}
+			}
+			n[e.held.topic]++
+		}
+	}
+	if n == nil {
+		return nil
+	}
+	held := make(map[string][]kafka.Message, len(n))
+	for t, k := range n {
+		held[t] = make([]kafka.Message, 0, k)
+	}
+	return held
 }
 
 // heldHeaders are a lane record's headers: the input's own (not capper-*),
 // when it was held and where, what the gate reads (campaign, send_by), a
 // deferral it carries from the delay tiers, and its input record.
 func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header {
-	h := make([]kafka.Header, 0, len(m.Headers)+9)
+	he := e.held
+	n := len(m.Headers) + 6 // held-since, lane, campaign, source, a hand-back's two
+	if !he.sendBy.IsZero() {
+		n++
+	}
+	if e.tier.Deferral.Count > 0 {
+		n += 3
+	}
+	if hb.policy != "" {
+		n++
+	}
+	h := hb.cut(n)
 	for _, x := range m.Headers {
 		if len(x.Key) < len(capperPrefix) || x.Key[:len(capperPrefix)] != capperPrefix {
 			h = append(h, kafka.Header{Key: x.Key, Value: nonNull(x.Value)})
 		}
 	}
-	he := e.held
 	h = append(h,
 		kafka.Header{Key: HeaderHeldSince, Value: hb.time(he.since)},
-		kafka.Header{Key: HeaderLane, Value: hb.name(he.budget + "/" + he.lane)},
+		kafka.Header{Key: HeaderLane, Value: hb.lane(he.budget, he.lane)},
 		kafka.Header{Key: HeaderCampaign, Value: hb.name(he.campaign)})
 	if !he.sendBy.IsZero() {
 		h = append(h, kafka.Header{Key: HeaderSendBy, Value: hb.time(he.sendBy)})
@@ -295,7 +320,7 @@ func (hb *headerBuilder) releasedHeaders(add []kafka.Header, li *laneInfo) []kaf
 		add = append(add, kafka.Header{Key: HeaderReleasedAt, Value: hb.time(li.releasedAt)})
 	}
 	if li.budget != "" {
-		add = append(add, kafka.Header{Key: HeaderLane, Value: hb.name(li.budget + "/" + li.lane)})
+		add = append(add, kafka.Header{Key: HeaderLane, Value: hb.lane(li.budget, li.lane)})
 	}
 	return append(add, kafka.Header{Key: HeaderWaited, Value: hb.bytes(func(b []byte) []byte {
 		return strconv.AppendInt(b, max(0, li.releasedAt.Sub(li.heldSince).Milliseconds()), 10)

@@ -77,7 +77,7 @@ func (w *Worker) route(b *batch) outputs {
 	// Where each entry goes, first: the slices are then made to size
 	// (a batch's messages are large, and growing them copies each twice).
 	dst, counts := w.destinations(b)
-	o := outputs{delayed: make([][]kafka.Message, len(w.o.Tiers))}
+	o := outputs{delayed: make([][]kafka.Message, len(w.o.Tiers)), held: heldOutputs(b)}
 	lists := make([]*[]kafka.Message, len(counts))
 	lists[destDeliveries], lists[destSuppressed], lists[destDeadLetter], lists[destParked] = &o.deliveries, &o.suppressed, &o.deadLetter, &o.parked
 	for t := range o.delayed {
@@ -89,6 +89,9 @@ func (w *Worker) route(b *batch) outputs {
 		}
 	}
 	hb := newHeaderBuilder(b.snap, b.policy)
+	// A record has up to about 16 headers: a small batch (a lane's,
+	// released at its budget's rate) does not need an array of 1024.
+	hb.chunk = 16 * len(b.msgs)
 	hb.controlSeq = b.controlSeq
 	for i := range b.msgs {
 		m, e := &b.msgs[i], &b.entries[i]

@@ -225,6 +225,9 @@ type Worker struct {
 	// recent: the ids whose entries this second's answers recorded
 	// (stage 1's alone, like decide).
 	recent recent
+	// laneTopics, laneNames: names stage 1 makes once (pacing.go).
+	laneTopics laneTopics
+	laneNames  laneNames
 
 	mu       sync.Mutex
 	notReady map[string]error // by what fails: "redis", "kafka <topic>"

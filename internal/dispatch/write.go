@@ -204,9 +204,12 @@ func (w *Worker) write(ctx context.Context, out output, msgs []kafka.Message) ([
 		}
 		group := groups[0]
 		groups = groups[1:]
-		batch := make([]kafka.Message, len(group))
-		for k, i := range group {
-			batch[k] = msgs[i]
+		batch := msgs // every record, in order (a first attempt): no copy
+		if len(group) < len(msgs) {
+			batch = make([]kafka.Message, len(group))
+			for k, i := range group {
+				batch[k] = msgs[i]
+			}
 		}
 		err := out.wr.WriteMessages(ctx, batch...)
 		if err == nil {

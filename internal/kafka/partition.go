@@ -138,6 +138,7 @@ func (r PartitionReader) open(ctx context.Context, offset int64) (*kafkago.Conn,
 func (r PartitionReader) fetchFrom(ctx context.Context, conn *kafkago.Conn, offset int64) (int64, error) {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) }) // a fetch in flight ends with the reader
 	defer stop()
+	last := 0 // the last fetch's records: the next is made that large (growing a fetch's slice copies it)
 	for ctx.Err() == nil {
 		_ = conn.SetReadDeadline(time.Now().Add(r.MaxWait + 10*time.Second))
 		batch := conn.ReadBatchWith(kafkago.ReadBatchConfig{MinBytes: 1, MaxBytes: r.MaxBytes, MaxWait: r.MaxWait})
@@ -147,8 +148,12 @@ func (r PartitionReader) fetchFrom(ctx context.Context, conn *kafkago.Conn, offs
 			if err != nil {
 				break
 			}
+			if msgs == nil {
+				msgs = make([]Message, 0, max(last, 1))
+			}
 			msgs = append(msgs, m)
 		}
+		last = len(msgs)
 		hwm, next := batch.HighWaterMark(), batch.Offset()
 		err := batch.Close()
 		if len(msgs) > 0 {

@@ -38,8 +38,9 @@ func (w *Writer) WriteMessages(ctx context.Context, msgs ...Message) error {
 	if maxBytes <= 0 {
 		maxBytes = 1 << 20 // kafka-go's default
 	}
+	sizes := make([]int64, len(msgs)) // measured once: the check here, the requests' cuts
 	for i := range msgs {
-		if recordSize(&msgs[i]) > maxBytes {
+		if sizes[i] = recordSize(&msgs[i]); sizes[i] > maxBytes {
 			return kafkago.MessageTooLargeError{Message: msgs[i], Remaining: slices.Delete(slices.Clone(msgs), i, i+1)}
 		}
 	}
@@ -60,8 +61,13 @@ func (w *Writer) WriteMessages(ctx context.Context, msgs ...Message) error {
 	failed := false
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	timeout := w.WriteTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	client := &kafkago.Client{Addr: w.Addr, Transport: w.Transport, Timeout: timeout}
 	send := func(p int, idx []int) {
-		at, ferr := w.sendPartition(ctx, p, msgs, idx, maxBytes)
+		at, ferr := w.sendPartition(ctx, client, p, msgs, sizes, idx, maxBytes)
 		if ferr == nil {
 			return
 		}
@@ -89,7 +95,7 @@ func (w *Writer) WriteMessages(ctx context.Context, msgs ...Message) error {
 // sendPartition writes the records msgs[idx] to partition p in requests
 // of at most BatchSize records and maxBytes bytes, one after the other; on
 // a failure it returns the error and how many of idx were written before.
-func (w *Writer) sendPartition(ctx context.Context, p int, msgs []Message, idx []int, maxBytes int64) (int, error) {
+func (w *Writer) sendPartition(ctx context.Context, client *kafkago.Client, p int, msgs []Message, sizes []int64, idx []int, maxBytes int64) (int, error) {
 	maxRecords := w.BatchSize
 	if maxRecords <= 0 {
 		maxRecords = 100 // kafka-go's default
@@ -97,13 +103,13 @@ func (w *Writer) sendPartition(ctx context.Context, p int, msgs []Message, idx [
 	for done := 0; done < len(idx); {
 		n, size := 0, int64(0)
 		for done+n < len(idx) && n < maxRecords {
-			s := recordSize(&msgs[idx[done+n]])
+			s := sizes[idx[done+n]]
 			if n > 0 && size+s > maxBytes {
 				break
 			}
 			n, size = n+1, size+s
 		}
-		if err := w.produce(ctx, p, &records{msgs: msgs, idx: idx[done : done+n]}); err != nil {
+		if err := w.produce(ctx, client, p, &records{msgs: msgs, idx: idx[done : done+n]}); err != nil {
 			return done, err
 		}
 		done += n
@@ -113,16 +119,11 @@ func (w *Writer) sendPartition(ctx context.Context, p int, msgs []Message, idx [
 
 // produce sends one request, again after a temporary failure (kafka-go's
 // Writer's backoff, 100 ms doubling to 1 s), up to MaxAttempts times.
-func (w *Writer) produce(ctx context.Context, p int, recs *records) error {
-	timeout := w.WriteTimeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
-	client := &kafkago.Client{Addr: w.Addr, Transport: w.Transport, Timeout: timeout}
+func (w *Writer) produce(ctx context.Context, client *kafkago.Client, p int, recs *records) error {
 	backoff := retry.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
 	for attempt := 1; ; attempt++ {
 		recs.next = 0
-		err := w.produceOnce(ctx, client, timeout, p, recs)
+		err := w.produceOnce(ctx, client, p, recs)
 		if err == nil || Permanent(err) || attempt >= max(w.MaxAttempts, 1) || ctx.Err() != nil {
 			return err
 		}
@@ -132,8 +133,8 @@ func (w *Writer) produce(ctx context.Context, p int, recs *records) error {
 	}
 }
 
-func (w *Writer) produceOnce(ctx context.Context, client *kafkago.Client, timeout time.Duration, p int, recs *records) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+func (w *Writer) produceOnce(ctx context.Context, client *kafkago.Client, p int, recs *records) error {
+	ctx, cancel := context.WithTimeout(ctx, client.Timeout)
 	defer cancel()
 	res, err := client.Produce(ctx, &kafkago.ProduceRequest{Topic: w.Topic, Partition: p, RequiredAcks: w.RequiredAcks,
 		Compression: w.Compression, Records: recs})
