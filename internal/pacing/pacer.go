@@ -43,10 +43,9 @@ type Options struct {
 // LaneTTL: long enough for a waiting lane to ask again, short enough that
 // a lane with nothing left gives way at once. A lane a higher one blocks
 // waits as long as that lane's flag lasts (at most maxWait). Tokens unspent poolTTL after
-// they became valid (by the time the lease was sent: never later than the
-// bucket's) are dropped: a release is then at most 10 ms after its token's
-// time, which bounds any second's releases to 1.01 times the rate, plus
-// the burst.
+// they became valid are dropped: a release is then at most 10 ms after
+// its token's time, which bounds any second's releases to 1.01 times the
+// rate, plus the burst.
 const (
 	DefaultLaneTTL = 100 * time.Millisecond
 	// DefaultBacklogTTL: a lane with more records behind its ask comes back
@@ -255,7 +254,6 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 	b.credit = 0
 	b.leasing = true
 	b.mu.Unlock()
-	sent := p.o.Now() // the bucket's time of a grant is this or later
 	l, err := p.o.Leaser.Lease(ctx, req)
 	var wait time.Duration
 	switch {
@@ -286,25 +284,21 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 	if err != nil {
 		b.credit += req.Credit // not returned: with the next call
 	} else {
-		if b.pool > 0 && (p.o.Now().Sub(b.poolAt) > poolTTL || lane > b.poolLane || l.Granted > 0) {
-			// Expired; a higher lane's leftovers, not this lane's; or
-			// replaced by the new grant (one pool has one time, and older
-			// tokens must not live as long as newer ones).
+		now := p.o.Now()
+		if b.pool > 0 && now.Sub(b.poolAt) > poolTTL {
 			p.m.unused.WithLabelValues(bud.Name).Add(float64(b.pool))
 			b.pool = 0
 		}
-		switch {
-		case l.Granted > 0:
-			// Valid ValidMs after the bucket's time of the grant, which is
-			// sent or later: poolTTL runs from sent + ValidMs, not from
-			// when this worker woke. A late reply or wake-up (a loaded
-			// machine) would otherwise stamp releases further than
-			// poolTTL past their tokens' time, and a second above 1.01 x
-			// the rate plus the burst.
-			b.pool, b.poolAt, b.poolLane = l.Granted, sent.Add(time.Duration(l.ValidMs)*time.Millisecond), lane
-		case b.pool > 0 && lane < b.poolLane:
+		if b.pool > 0 && lane > b.poolLane {
+			// A higher lane's leftovers are not this lane's.
+			p.m.unused.WithLabelValues(bud.Name).Add(float64(b.pool))
+			b.pool = 0
+		}
+		if b.pool == 0 || lane < b.poolLane {
 			b.poolLane = lane // a lower lane's leftovers go to this one
 		}
+		b.pool += l.Granted
+		b.poolAt = now
 	}
 	b.broadcast()
 	return serr
