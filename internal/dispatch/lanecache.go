@@ -20,10 +20,11 @@ func (l *laneTopics) of(set *pacing.Set, pl pacing.Place, prefix string) string 
 	t, ok := l.names[pl]
 	if !ok {
 		b := &set.Budgets()[pl.Budget]
-		t = pacing.Topic(prefix, b.Name, b.Lanes[pl.Lane].Name)
+		topic := pacing.Topic
 		if pl.Retry {
-			t = pacing.RetryTopic(prefix, b.Name, b.Lanes[pl.Lane].Name)
+			topic = pacing.RetryTopic
 		}
+		t = topic(prefix, b.Name, b.Lanes[pl.Lane].Name)
 		l.names[pl] = t
 	}
 	return t

@@ -225,7 +225,7 @@ type Worker struct {
 	// recent: the ids whose entries this second's answers recorded
 	// (stage 1's alone, like decide).
 	recent recent
-	// laneTopics, laneNames: names stage 1 makes once (pacing.go).
+	// laneTopics, laneNames: names stage 1 makes once (lanecache.go).
 	laneTopics laneTopics
 	laneNames  laneNames
 
