@@ -44,7 +44,9 @@ type cacheGate interface {
 	TierPartitions(topic string) int
 }
 
-// Writer is one output topic (*kafka.Writer with RequiredAcks=all).
+// Writer is one output topic (*kafka.Writer with RequiredAcks=all). It
+// must not change msgs: a batch's first attempt hands it the records
+// without a copy.
 type Writer interface {
 	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
 }

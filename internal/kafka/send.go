@@ -30,6 +30,7 @@ import (
 // BatchBytes; or WriteErrors, one error per record (nil: written). A
 // partition's records are written in their order; a request that fails
 // for a temporary reason is sent again, up to MaxAttempts times in all.
+// msgs is not changed (callers hand it their records without a copy).
 func (w *Writer) WriteMessages(ctx context.Context, msgs ...Message) error {
 	if len(msgs) == 0 {
 		return nil
