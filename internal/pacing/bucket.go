@@ -20,6 +20,9 @@ type bucket struct {
 	// a grant's tokens are dropped poolTTL after their own time, not after
 	// a later grant's.
 	pool []grant
+	// clock: Redis' clock on this worker's, per budget (a budget is one
+	// key, so one node of a Cluster, and nodes' clocks differ a little).
+	clock redisClock
 	// poolLane: the lane the pool was leased for; only it and lanes above
 	// it spend the pool (a lower lane never takes tokens leased while a
 	// higher one waited, even when that lane's reader is between fetches).

@@ -89,7 +89,6 @@ type Pacer struct {
 	waiting map[string][]int64 // per budget, per lane: intents waiting (SetWaiting)
 	// effective: per budget, its effective rate as Redis last said it.
 	effective map[string]float64
-	clock     redisClock
 }
 
 // New returns a Pacer with no budgets (SetBudgets installs a policy's).
@@ -273,7 +272,7 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 		// Granted from the bucket's future: spent no earlier than that.
 		p.m.calls.WithLabelValues(bud.Name, "granted").Inc()
 		p.m.granted.WithLabelValues(bud.Name).Add(float64(l.Granted))
-		at = p.clock.validFrom(sent, back, l)
+		at = b.clock.validFrom(sent, back, l)
 		wait = at.Sub(back)
 	}
 	if err == nil {
