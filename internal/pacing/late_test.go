@@ -86,8 +86,10 @@ func TestLateAnswersSpendNoStaleTokens(t *testing.T) {
 
 // checkReleases: each release took the tokens of the last grant answered
 // before it (a grant is 10 tokens, a release takes them all), within 10
-// ms after their time on Redis' clock and not before it (a millisecond
-// either way: Redis' clock is read to the millisecond).
+// ms after their time on Redis' clock and not before it, give or take the
+// worker's reading of Redis' clock (to the millisecond, and off by at
+// most half the round trip it was read with: 3 ms allowed, a loaded
+// machine's; the late answers are 40 ms).
 func checkReleases(t *testing.T, leaser *slowLeaser, rels []release) {
 	t.Helper()
 	leaser.mu.Lock()
@@ -104,7 +106,7 @@ func checkReleases(t *testing.T, leaser *slowLeaser, rels []release) {
 			t.Fatalf("a release at %s before any grant", rel.at.Format(time.RFC3339Nano))
 		}
 		valid := g.lease.At.Add(time.Duration(g.lease.ValidMs) * time.Millisecond)
-		if d := rel.at.Sub(valid); d > 11*time.Millisecond || d < -time.Millisecond {
+		if d := rel.at.Sub(valid); d > 13*time.Millisecond || d < -3*time.Millisecond {
 			t.Errorf("%d tokens released %v after their time (Redis' %s + %d ms); want 0 to 10 ms", rel.k, d, g.lease.At.Format(time.RFC3339Nano), g.lease.ValidMs)
 			bad++
 		}
