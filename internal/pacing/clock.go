@@ -30,6 +30,9 @@ type redisClock struct {
 // observe takes a call sent at sent and answered at back (the worker's
 // clock), whose Redis read its clock as redis (to the millisecond).
 func (c *redisClock) observe(sent, back, redis time.Time) {
+	if redis.IsZero() {
+		return // the leaser does not say
+	}
 	lo, hi := redis.Sub(back), redis.Add(time.Millisecond).Sub(sent)
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -267,6 +267,7 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 		// Until the higher lane's turn ends (it is extended while that
 		// lane goes on asking), or the bucket has room again.
 		p.m.calls.WithLabelValues(bud.Name, "waited").Inc()
+		b.clock.observe(sent, back, l.At) // a reading of Redis' clock all the same
 		wait = min(max(time.Duration(l.WaitMs)*time.Millisecond, minWait), maxWait)
 	default:
 		// Granted from the bucket's future: spent no earlier than that.
