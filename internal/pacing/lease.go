@@ -8,7 +8,6 @@ package pacing
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -33,7 +32,7 @@ import (
 // KEYS[1] the budget's hash. ARGV: rate/s, burst, ask, credit (negative:
 // debt), lane, ttl ms, unit, ahead ms. Reply: {granted, valid in ms, wait
 // ms (nothing granted: ask again then), the effective rate in 1/1000 a
-// second, Redis' clock in ms (the time valid counts from)}.
+// second}.
 var leaseScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -85,7 +84,7 @@ else
   if s[3] then redis.call('HDEL', KEYS[1], 'eff', 'eat', 'ed') end -- back at the rate
 end
 redis.call('PEXPIRE', KEYS[1], ` + bucketLifeMs + `)
-return {grant, valid, wait, math.floor(r * 1000), now}
+return {grant, valid, wait, math.floor(r * 1000)}
 `)
 
 // Lease is one call's answer: the tokens granted and from when, or when
@@ -99,9 +98,6 @@ type Lease struct {
 	// Effective is the budget's effective rate a second (its rate unless
 	// its provider throttles).
 	Effective float64
-	// At is Redis' clock when it answered (ValidMs and WaitMs count from
-	// it), to the millisecond; zero when the leaser does not say.
-	At time.Time
 }
 
 // LeaseRequest is one call: Ask tokens for Lane (0 is the highest), Credit
@@ -134,8 +130,8 @@ func (l *RedisLeaser) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 	if err != nil {
 		return Lease{}, fmt.Errorf("lease tokens of budget %s: %w", r.Budget, err)
 	}
-	if len(v) != 5 {
-		return Lease{}, fmt.Errorf("lease tokens of budget %s: reply %v is not {granted, valid, wait, effective rate, time}", r.Budget, v)
+	if len(v) != 4 {
+		return Lease{}, fmt.Errorf("lease tokens of budget %s: reply %v is not {granted, valid, wait, effective rate}", r.Budget, v)
 	}
-	return Lease{Granted: int(v[0]), ValidMs: v[1], WaitMs: v[2], Effective: float64(v[3]) / 1000, At: time.UnixMilli(v[4])}, nil
+	return Lease{Granted: int(v[0]), ValidMs: v[1], WaitMs: v[2], Effective: float64(v[3]) / 1000}, nil
 }

@@ -28,7 +28,7 @@ func newMetrics(reg prometheus.Registerer, now func() time.Time) *metrics {
 		granted: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_tokens_granted_total",
 			Help: "Tokens of a budget this worker leased (one token is one release)."}, []string{"budget"}),
 		unused: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_tokens_unused_total",
-			Help: "Tokens of a budget that paid for no delivery: intents released with a token then capped, deferred or cancelled, and leased tokens left unspent or answered too late to spend in time (dropped, never given back); passes without a token are not counted."}, []string{"budget"}),
+			Help: "Tokens of a budget that paid for no delivery: intents released with a token then capped, deferred or cancelled, and leased tokens left unspent (dropped, never given back); passes without a token are not counted."}, []string{"budget"}),
 		charged: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_exempt_sends_total",
 			Help: "Exempt sends a budget covers: never held, they take the budget's tokens ahead of every lane."}, []string{"budget"}),
 		released: f.NewCounterVec(prometheus.CounterOpts{Name: "capper_pacing_released_total",

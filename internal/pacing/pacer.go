@@ -43,10 +43,9 @@ type Options struct {
 // LaneTTL: long enough for a waiting lane to ask again, short enough that
 // a lane with nothing left gives way at once. A lane a higher one blocks
 // waits as long as that lane's flag lasts (at most maxWait). Tokens unspent poolTTL after
-// they became valid (Redis' time of the grant plus its wait, on the
-// worker's clock: clock.go) are dropped: a release is then at most 10 ms
-// after its token's time, which bounds any second's releases to 1.01
-// times the rate, plus the burst.
+// they became valid are dropped: a release is then at most 10 ms after
+// its token's time, which bounds any second's releases to 1.01 times the
+// rate, plus the burst.
 const (
 	DefaultLaneTTL = 100 * time.Millisecond
 	// DefaultBacklogTTL: a lane with more records behind its ask comes back
@@ -158,8 +157,7 @@ func (p *Pacer) Acquire(ctx context.Context, budget string, lane, n int) (int, e
 }
 
 // Release is Acquire, and says when the tokens were taken: the release's
-// time (within poolTTL of when the tokens became valid on Redis' clock,
-// as this worker reads it: clock.go). more says that the
+// time (within poolTTL of when the tokens became valid). more says that the
 // lane's partition holds records beyond these n (a backlog): the lane's
 // flag then lasts BacklogTTL, so that it keeps its precedence while its
 // reader hands these out and fetches the next.
@@ -214,14 +212,17 @@ func (p *Pacer) release(ctx context.Context, budget string, pl Place, n int, mor
 			return n, p.o.Now(), nil
 		}
 		now := p.o.Now()
-		// Leased for callers that went away: spent later (or given
-		// back), they could take a later second above the rate.
-		p.unused(budget, b.expire(now))
-		if !b.higher(lane) && lane <= b.poolLane {
-			if k := b.take(now, n); k > 0 {
-				p.m.released.WithLabelValues(budget, bud.Lanes[min(lane/2, len(bud.Lanes)-1)].Name).Add(float64(k))
-				return k, now, nil
-			}
+		if b.pool > 0 && now.Sub(b.poolAt) > poolTTL {
+			// Leased for callers that went away: spent later (or given
+			// back), they could take a later second above the rate.
+			p.m.unused.WithLabelValues(budget).Add(float64(b.pool))
+			b.pool = 0
+		}
+		if b.pool > 0 && !b.higher(lane) && lane <= b.poolLane {
+			k := min(n, b.pool)
+			b.pool -= k
+			p.m.released.WithLabelValues(budget, bud.Lanes[min(lane/2, len(bud.Lanes)-1)].Name).Add(float64(k))
+			return k, now, nil
 		}
 		if b.leasing || b.higher(lane) {
 			if err := b.wait(ctx); err != nil {
@@ -253,11 +254,8 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 	b.credit = 0
 	b.leasing = true
 	b.mu.Unlock()
-	sent := p.o.Now()
 	l, err := p.o.Leaser.Lease(ctx, req)
-	back := p.o.Now()
 	var wait time.Duration
-	var at time.Time // the grant's tokens are valid from then
 	switch {
 	case err != nil:
 		p.m.calls.WithLabelValues(bud.Name, "error").Inc()
@@ -267,14 +265,12 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 		// Until the higher lane's turn ends (it is extended while that
 		// lane goes on asking), or the bucket has room again.
 		p.m.calls.WithLabelValues(bud.Name, "waited").Inc()
-		b.clock.observe(sent, back, l.At) // a reading of Redis' clock all the same
 		wait = min(max(time.Duration(l.WaitMs)*time.Millisecond, minWait), maxWait)
 	default:
 		// Granted from the bucket's future: spent no earlier than that.
 		p.m.calls.WithLabelValues(bud.Name, "granted").Inc()
 		p.m.granted.WithLabelValues(bud.Name).Add(float64(l.Granted))
-		at = b.clock.validFrom(sent, back, l)
-		wait = at.Sub(back)
+		wait = time.Duration(l.ValidMs) * time.Millisecond
 	}
 	if err == nil {
 		p.setEffective(bud.Name, l.Effective)
@@ -288,28 +284,24 @@ func (p *Pacer) lease(ctx context.Context, b *bucket, bud *Budget) error {
 	if err != nil {
 		b.credit += req.Credit // not returned: with the next call
 	} else {
-		if len(b.pool) > 0 && lane > b.poolLane {
-			// A higher lane's leftovers are not this lane's.
-			p.unused(bud.Name, b.drop())
+		now := p.o.Now()
+		if b.pool > 0 && now.Sub(b.poolAt) > poolTTL {
+			p.m.unused.WithLabelValues(bud.Name).Add(float64(b.pool))
+			b.pool = 0
 		}
-		if len(b.pool) == 0 || lane < b.poolLane {
+		if b.pool > 0 && lane > b.poolLane {
+			// A higher lane's leftovers are not this lane's.
+			p.m.unused.WithLabelValues(bud.Name).Add(float64(b.pool))
+			b.pool = 0
+		}
+		if b.pool == 0 || lane < b.poolLane {
 			b.poolLane = lane // a lower lane's leftovers go to this one
 		}
-		b.add(grant{n: l.Granted, at: at})
-		// A grant this worker woke for (or heard of) more than poolTTL
-		// after its time is dropped with the stale leftovers: spent now,
-		// it would be a release late for its token.
-		p.unused(bud.Name, b.expire(p.o.Now()))
+		b.pool += l.Granted
+		b.poolAt = now
 	}
 	b.broadcast()
 	return serr
-}
-
-// unused counts n tokens of budget dropped unspent.
-func (p *Pacer) unused(budget string, n int) {
-	if n > 0 {
-		p.m.unused.WithLabelValues(budget).Add(float64(n))
-	}
 }
 
 // Unused counts n tokens of budget that released intents did not deliver
