@@ -105,14 +105,20 @@ func pacingScaleFromEnv(b *testing.B) pacingScale {
 // killed (profileAt). The
 // workers are static members (kafka.group_instance_id w-0, w-1, ..., as the
 // Helm chart sets it); MEMBERS=dynamic runs them without.
+//
+// -benchtime Nx runs N rounds, each paced then unpaced: the report is the
+// last round's, and the worker CPU and allocation figures are each
+// round's, with their median (one round's CPU moves by more than the
+// goal on a shared machine).
 func BenchmarkPacing(b *testing.B) {
 	sc := pacingScaleFromEnv(b)
-	var paced, unpaced *pacingRun
+	var rounds [][2]*pacingRun
 	for b.Loop() {
-		paced = runPacing(b, sc, true)
-		unpaced = runPacing(b, sc, false)
+		rounds = append(rounds, [2]*pacingRun{runPacing(b, sc, true), runPacing(b, sc, false)})
 	}
-	reportPacing(b, sc, paced, unpaced)
+	last := rounds[len(rounds)-1]
+	reportPacing(b, sc, last[0], last[1])
+	reportRounds(b, rounds)
 }
 
 const (

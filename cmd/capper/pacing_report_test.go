@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -220,4 +221,31 @@ func (rp *pacingReport) cost() (perRelease, cpuDelta, allocDelta float64) {
 	rp.line("   worker CPU-s by phase, paced / unpaced: to the campaign %.1f / %.1f, to the kill %.1f / %.1f, to the stop %.1f / %.1f, to the end %.1f / %.1f",
 		p.cpuPhase[0], u.cpuPhase[0], p.cpuPhase[1], u.cpuPhase[1], p.cpuPhase[2], u.cpuPhase[2], p.cpuPhase[3], u.cpuPhase[3])
 	return perRelease, cpuP - cpuU, allocP - allocU
+}
+
+// reportRounds prints, for more than one round, each round's worker CPU
+// and bytes allocated per intent, paced and unpaced, and reports the
+// median differences.
+func reportRounds(b *testing.B, rounds [][2]*pacingRun) {
+	if len(rounds) < 2 {
+		return
+	}
+	var cpu, alloc []float64
+	var each []string
+	for _, r := range rounds {
+		p, u := r[0], r[1]
+		cpuP, cpuU := p.cpu/float64(p.intents)*1e6, u.cpu/float64(u.intents)*1e6
+		allocP, allocU := p.alloc/float64(p.intents), u.alloc/float64(u.intents)
+		cpu, alloc = append(cpu, cpuP-cpuU), append(alloc, allocP-allocU)
+		each = append(each, fmt.Sprintf("%.1f / %.1f us, %.0f / %.0f B", cpuP, cpuU, allocP, allocU))
+	}
+	median := func(v []float64) float64 {
+		slices.Sort(v)
+		return (v[(len(v)-1)/2] + v[len(v)/2]) / 2
+	}
+	dc, da := median(cpu), median(alloc)
+	fmt.Printf("%d rounds, worker CPU and bytes allocated per intent, paced / unpaced: %s\n", len(rounds), strings.Join(each, "; "))
+	fmt.Printf("   median difference: CPU %+.2f us (goal within %.0f us: %s), allocated %+.0f B\n", dc, goalCPUDelta, paceRatio(math.Abs(dc), goalCPUDelta), da)
+	b.ReportMetric(dc, "cpu-us/intent-over-unpaced")
+	b.ReportMetric(da, "alloc-B/intent-over-unpaced")
 }
