@@ -124,10 +124,17 @@ func (e *entry) setUnreadable(err error) {
 }
 
 // decideBatch reads the messages, resolves segments from one snapshot and
-// decides what the engine decides.
-func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message, prev chan struct{}) (*batch, error) {
+// decides what the engine decides. Its entries are cut from entries (a
+// free buffer, cleared here; grown when too small).
+func (w *Worker) decideBatch(ctx context.Context, msgs []kafka.Message, entries []entry, prev chan struct{}) (*batch, error) {
 	w.noteRebalance()
-	b := &batch{msgs: msgs, entries: make([]entry, len(msgs)), start: time.Now(), written: make(chan struct{}), prev: prev}
+	if cap(entries) < len(msgs) {
+		entries = make([]entry, len(msgs))
+	} else {
+		entries = entries[:len(msgs)]
+		clear(entries)
+	}
+	b := &batch{msgs: msgs, entries: entries, start: time.Now(), written: make(chan struct{}), prev: prev}
 	if w.o.Policy != nil {
 		// For the records the engine does not decide; its decisions name
 		// the policy that made them.
@@ -382,7 +389,7 @@ func (w *Worker) writeEarly(ctx context.Context, b *batch, reqs []capping.Reques
 		return
 	}
 	sub.snap, sub.policy, sub.now, sub.controlSeq = b.snap, b.policy, b.now, b.controlSeq
-	if err := w.writeAll(ctx, w.route(&sub)); err != nil {
+	if err := w.writeAll(ctx, w.route(&sub, nil)); err != nil {
 		w.o.Logger.Debug("deliveries decided before their batch-mates not written early; written with the batch", "deliveries", len(picked), "error", err)
 		return
 	}

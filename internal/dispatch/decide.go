@@ -111,12 +111,20 @@ func (w *Worker) decide(ctx context.Context, reqs []capping.Request, owns [][]lo
 }
 
 // campaigns is the campaign control a request is decided by now (nil:
-// no control; its own send-by still holds).
+// no control; its own send-by still holds). It is asked per held and per
+// released lane record, from stage 1 and the lanes' readers: it is made
+// once per control state, and never changed once made.
 func (w *Worker) campaigns() *capping.Campaigns {
 	if w.o.Control == nil {
 		return nil
 	}
-	return &capping.Campaigns{State: w.o.Control.Load(), MaxPause: w.o.MaxPause, Recheck: w.o.Tiers[0].Delay}
+	s := w.o.Control.Load()
+	if c := w.campaignsAt.Load(); c != nil && c.State == s {
+		return c
+	}
+	c := &capping.Campaigns{State: s, MaxPause: w.o.MaxPause, Recheck: w.o.Tiers[0].Delay}
+	w.campaignsAt.Store(c)
+	return c
 }
 
 // attempts is the state of one batch's decision across its attempts.

@@ -133,11 +133,11 @@ func (w *Worker) runStages(b *testing.B, msgs []kafka.Message, size int, into []
 	delayed := into
 	for len(msgs) > 0 {
 		n := min(size, len(msgs))
-		bt, err := w.decideBatch(context.Background(), msgs[:n], nil)
+		bt, err := w.decideBatch(context.Background(), msgs[:n], nil, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		o := w.route(bt)
+		o := w.route(bt, nil)
 		for i, t := range o.delayed {
 			for _, m := range t {
 				m.Topic = w.o.Tiers[i].Topic

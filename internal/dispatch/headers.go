@@ -98,6 +98,7 @@ type headerBuilder struct {
 	backing    []kafka.Header // the records' header slices are cut from it
 	chunk      int            // ... each array this large (0: 1024)
 	scratch    []kafka.Header
+	spent      spent // the arrays cut from, for the next batch (arena.go)
 }
 
 func newHeaderBuilder(version, policy string) *headerBuilder {
@@ -183,22 +184,6 @@ func (hb *headerBuilder) build(m *kafka.Message, e *entry) []kafka.Header {
 		h = append(h, kafka.Header{Key: HeaderHandedBack, Value: e.tier.handedBack})
 	}
 	return append(h, kafka.Header{Key: HeaderSource, Value: hb.source(m, e)})
-}
-
-// cut returns an empty slice with room for n headers, cut from one array
-// shared by the batch's records (one allocation per chunk headers, not one
-// per record).
-func (hb *headerBuilder) cut(n int) []kafka.Header {
-	if cap(hb.backing)-len(hb.backing) < n {
-		size := hb.chunk
-		if size <= 0 || size > 1024 {
-			size = 1024
-		}
-		hb.backing = make([]kafka.Header, 0, max(n, size))
-	}
-	h := hb.backing[len(hb.backing) : len(hb.backing) : len(hb.backing)+n]
-	hb.backing = hb.backing[:len(hb.backing)+n]
-	return h
 }
 
 // source is an entry's capper-source: the intent's own input record,
@@ -309,17 +294,6 @@ func (hb *headerBuilder) lane(budget, lane string) []byte {
 		hb.lanes[k] = b
 	}
 	return b
-}
-
-// bytes appends to the arena and returns the appended part; a full arena
-// is replaced, not grown, so earlier slices stay valid.
-func (hb *headerBuilder) bytes(f func([]byte) []byte) []byte {
-	if cap(hb.arena)-len(hb.arena) < 64 {
-		hb.arena = make([]byte, 0, 16<<10)
-	}
-	start := len(hb.arena)
-	hb.arena = f(hb.arena)
-	return hb.arena[start:len(hb.arena):len(hb.arena)]
 }
 
 // setHeader sets a header in h, replacing one with the same key; h may be

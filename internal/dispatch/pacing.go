@@ -268,11 +268,12 @@ func heldOutputs(b *batch) map[string][]kafka.Message {
 }
 
 // heldHeaders are a lane record's headers: the input's own (not capper-*),
-// when it was held and where, what the gate reads (campaign, send_by), a
-// deferral it carries from the delay tiers, and its input record.
+// when it was held and where, what the gate reads (campaign, send_by) and
+// the empty capper-released-at it fills in, a deferral it carries from the
+// delay tiers, and its input record.
 func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header {
 	he := e.held
-	n := len(m.Headers) + 6 // held-since, lane, campaign, source, a hand-back's two
+	n := len(m.Headers) + 7 // held-since, lane, campaign, released-at, source, a hand-back's two
 	if !he.sendBy.IsZero() {
 		n++
 	}
@@ -291,7 +292,10 @@ func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header 
 	h = append(h,
 		kafka.Header{Key: HeaderHeldSince, Value: hb.time(he.since)},
 		kafka.Header{Key: HeaderLane, Value: hb.lane(he.budget, he.lane)},
-		kafka.Header{Key: HeaderCampaign, Value: hb.name(he.campaign)})
+		kafka.Header{Key: HeaderCampaign, Value: hb.name(he.campaign)},
+		// Empty: the gate that releases it stamps its release time here,
+		// in place, rather than copying its headers to add one.
+		kafka.Header{Key: HeaderReleasedAt, Value: []byte{}})
 	if !he.sendBy.IsZero() {
 		h = append(h, kafka.Header{Key: HeaderSendBy, Value: hb.time(he.sendBy)})
 	}

@@ -37,25 +37,28 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopTimer()
 
 	// Two batch buffers: one in each stage. Stage 1 waits for a free one,
-	// which is the pipeline's backpressure.
-	free := make(chan []kafka.Message, 2)
+	// which is the pipeline's backpressure. A buffer is the messages and
+	// their entries (a paced intent is two entries, its hold and its
+	// release: reusing them keeps the collector's work per intent down).
+	free := make(chan buffers, 2)
 	for range 2 {
-		free <- make([]kafka.Message, 0, w.o.BatchSize)
+		free <- buffers{make([]kafka.Message, 0, w.o.BatchSize), make([]entry, 0, w.o.BatchSize)}
 	}
 	decided := make(chan *batch, 1)
 	failed := make(chan struct{}) // closed when stage 2 gives up
 	stage2 := make(chan error, 1)
 	go func() {
 		var err error
+		hb := newHeaderBuilder("", "") // stage 2's, reused batch after batch
 		for b := range decided {
 			if err == nil {
-				if err = w.writeAndCommit(work, b); err != nil {
+				if err = w.writeAndCommit(work, b, hb); err != nil {
 					close(failed)
 				}
 			}
 			close(b.written) // the next batch's early writes may go
 			w.holding(-1)
-			free <- b.msgs[:0]
+			free <- buffers{b.msgs[:0], b.entries[:0]}
 		}
 		stage2 <- err
 	}()
@@ -68,21 +71,28 @@ func (w *Worker) Run(ctx context.Context) error {
 	return err
 }
 
+// buffers are a batch's arrays, handed from stage 2 back to stage 1 once
+// the batch is written and committed (nothing refers to them then).
+type buffers struct {
+	msgs    []kafka.Message
+	entries []entry
+}
+
 // produce is stage 1: fetch, decode, decide, hand on.
-func (w *Worker) produce(ctx, work context.Context, free chan []kafka.Message, out chan<- *batch, failed <-chan struct{}) error {
+func (w *Worker) produce(ctx, work context.Context, free chan buffers, out chan<- *batch, failed <-chan struct{}) error {
 	prev := make(chan struct{}) // the batch before's written: none
 	close(prev)
 	for {
-		var buf []kafka.Message
+		var buf buffers
 		select {
 		case buf = <-free:
 		case <-failed:
 			return nil // stage 2 reports why
 		}
-		msgs, ferr := w.fetch(ctx, buf)
+		msgs, ferr := w.fetch(ctx, buf.msgs)
 		if len(msgs) > 0 {
 			w.holding(1)
-			b, err := w.decideBatch(work, msgs, prev)
+			b, err := w.decideBatch(work, msgs, buf.entries, prev)
 			if err != nil {
 				return uncommitted(len(msgs), err)
 			}
@@ -104,9 +114,11 @@ func (w *Worker) produce(ctx, work context.Context, free chan []kafka.Message, o
 	}
 }
 
-// writeAndCommit is stage 2: write every outcome, then commit.
-func (w *Worker) writeAndCommit(ctx context.Context, b *batch) error {
-	if err := w.writeAll(ctx, w.route(b)); err != nil {
+// writeAndCommit is stage 2: write every outcome, then commit. The
+// headers are cut from hb's arrays: a failed write ends stage 2, so they
+// are reused only after a write that returned (nothing reads them then).
+func (w *Worker) writeAndCommit(ctx context.Context, b *batch, hb *headerBuilder) error {
+	if err := w.writeAll(ctx, w.route(b, hb)); err != nil {
 		return uncommitted(len(b.msgs), err)
 	}
 	if err := w.commit(ctx, b.msgs); err != nil {

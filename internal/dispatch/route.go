@@ -72,8 +72,10 @@ func (w *Worker) destinations(b *batch) (dst []uint8, counts []int) {
 // dead-letter topic, capped and cancelled intents to the suppressed topic
 // (or nowhere, without one), deferred ones and hops to a delay tier, and everything
 // else, shadow-capped included, to deliveries; a delivery status has no
-// output. Keys and values are the input's bytes, untouched.
-func (w *Worker) route(b *batch) outputs {
+// output. Keys and values are the input's bytes, untouched. The headers
+// are cut from hb's arrays (reset: stage 2's, once the batch before is
+// written), or from new ones (hb nil).
+func (w *Worker) route(b *batch, hb *headerBuilder) outputs {
 	// Where each entry goes, first: the slices are then made to size
 	// (a batch's messages are large, and growing them copies each twice).
 	dst, counts := w.destinations(b)
@@ -88,7 +90,11 @@ func (w *Worker) route(b *batch) outputs {
 			*lists[k] = make([]kafka.Message, 0, n)
 		}
 	}
-	hb := newHeaderBuilder(b.snap, b.policy)
+	if hb == nil {
+		hb = newHeaderBuilder(b.snap, b.policy)
+	} else {
+		hb.reset(b.snap, b.policy)
+	}
 	// A record has up to about 16 headers: a small batch (a lane's,
 	// released at its budget's rate) does not need an array of 1024.
 	hb.chunk = 16 * len(b.msgs)

@@ -230,6 +230,9 @@ type Worker struct {
 	// laneTopics, laneNames: names stage 1 makes once (lanecache.go).
 	laneTopics laneTopics
 	laneNames  laneNames
+	// campaignsAt is the campaign control of the last control state seen
+	// (campaigns): one per state, not one per record.
+	campaignsAt atomic.Pointer[capping.Campaigns]
 
 	mu       sync.Mutex
 	notReady map[string]error // by what fails: "redis", "kafka <topic>"

@@ -117,7 +117,8 @@ func (o Options) Validate() error {
 // Dialer is the connection settings (client id, TLS, SASL) as kafka-go's
 // readers take them.
 func (o Options) Dialer() *kafkago.Dialer {
-	return &kafkago.Dialer{ClientID: o.ClientID, Timeout: 10 * time.Second, DualStack: true, TLS: o.TLS, SASLMechanism: o.SASL}
+	return &kafkago.Dialer{ClientID: o.ClientID, Timeout: 10 * time.Second, DualStack: true, TLS: o.TLS, SASLMechanism: o.SASL,
+		DialFunc: dialBuffered}
 }
 
 // ToolOptions are the options of a tool that only reads and writes

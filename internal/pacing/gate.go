@@ -30,7 +30,9 @@ type Gate struct {
 // Those that took a token are stamped with Header (their release time: the
 // budget's rate holds over these), and so are those of the lane of a budget
 // the policy dropped (released unpaced); those that pass without a token
-// because they cannot go now (Free) are not.
+// because they cannot go now (Free) are not. A record with an empty Header
+// is stamped in place (records must not share header arrays: kafka-go's
+// reader gives each its own), one without has its headers copied.
 func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message, hwm int64) (n int, err error) {
 	if len(msgs) == 0 {
 		return 0, nil
@@ -70,19 +72,40 @@ func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message, hwm
 		return n, nil // passes without a token carry no release time
 	}
 	stamp := []byte(now.UTC().Format(kafka.TimeLayout))
-	// The stamped headers of all n records are cut from one array (a
-	// record's own may be shared: they are copied, not appended to).
-	size := n
+	// A record held with an empty Header (capper's lane records, since
+	// it was added) is stamped in place. The others' headers are copied
+	// (a record's own may be shared, so they are not appended to), cut
+	// from one array.
+	var backing []kafka.Header
 	for i := range msgs[:n] {
-		size += len(msgs[i].Headers)
-	}
-	backing := make([]kafka.Header, 0, size)
-	for i := range msgs[:n] {
-		m, from := &msgs[i], len(backing)
+		m := &msgs[i]
+		if stampInPlace(m, g.Header, stamp) {
+			continue
+		}
+		if backing == nil {
+			size := 0
+			for j := i; j < n; j++ {
+				size += len(msgs[j].Headers) + 1
+			}
+			backing = make([]kafka.Header, 0, size)
+		}
+		from := len(backing)
 		backing = append(append(backing, m.Headers...), kafka.Header{Key: g.Header, Value: stamp})
 		m.Headers = backing[from:len(backing):len(backing)]
 	}
 	return n, nil
+}
+
+// stampInPlace sets the value of m's empty header key (its placeholder)
+// to stamp, and reports whether m had one.
+func stampInPlace(m *kafka.Message, key string, stamp []byte) bool {
+	for i := range m.Headers {
+		if h := &m.Headers[i]; h.Key == key && len(h.Value) == 0 {
+			h.Value = stamp
+			return true
+		}
+	}
+	return false
 }
 
 // held is when m was held (zero: unreadable, or no HeldHeader).

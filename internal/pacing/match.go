@@ -53,7 +53,7 @@ var RoutePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 type dim struct {
 	key  string // the policy's key, and a description's word
 	list func(w *Where) []string
-	of   func(in *Intent) string
+	of   func(in Intent) string // by value: a pointer through a func value would put every matched intent on the heap
 	// all is what an empty list covers when the values are a closed set
 	// (the policy's channels); nil: any value, none included, which no
 	// list names.
@@ -65,7 +65,7 @@ type dim struct {
 }
 
 var dims = [...]dim{
-	{key: "channels", list: func(w *Where) []string { return w.Channels }, of: func(in *Intent) string { return in.Channel },
+	{key: "channels", list: func(w *Where) []string { return w.Channels }, of: func(in Intent) string { return in.Channel },
 		all: func(v *Vocabulary) []string { return v.Channels }, every: "every channel",
 		check: func(c string, v *Vocabulary) string {
 			if !slices.Contains(v.Channels, c) {
@@ -73,7 +73,7 @@ var dims = [...]dim{
 			}
 			return ""
 		}},
-	{key: "routes", list: func(w *Where) []string { return w.Routes }, of: func(in *Intent) string { return in.Route },
+	{key: "routes", list: func(w *Where) []string { return w.Routes }, of: func(in Intent) string { return in.Route },
 		every: "any route",
 		check: func(r string, _ *Vocabulary) string {
 			if !RoutePattern.MatchString(r) {
@@ -92,7 +92,7 @@ func (w Where) Matches(in Intent) bool { return w.covers(&in) }
 func (w *Where) covers(in *Intent) bool {
 	for i := range dims {
 		d := &dims[i]
-		if l := d.list(w); len(l) > 0 && !slices.Contains(l, d.of(in)) {
+		if l := d.list(w); len(l) > 0 && !slices.Contains(l, d.of(*in)) {
 			return false
 		}
 	}
