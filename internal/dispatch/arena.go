@@ -1,16 +1,53 @@
 package dispatch
 
-// The arrays a batch's output headers are cut from. Stage 2 keeps them
-// from one batch to the next (reset): a held intent's lane record and its
-// delivery then cost the collector no new arrays.
+// The arrays a batch's output records and their headers are cut from.
+// Stage 2 keeps them from one batch to the next (reset): a held intent's
+// lane record and its delivery then cost the collector no new arrays.
 
 import "github.com/capper-dev/capper/internal/kafka"
 
-// spent is the arrays a header builder has cut from (used) and those it
-// may cut from again (free).
+// spent is the arrays a header builder (and the route it serves) has cut
+// from: its records' headers, their values' bytes, and the output records.
 type spent struct {
-	used, free           [][]kafka.Header
-	usedArena, freeArena [][]byte
+	headers pool[kafka.Header]
+	arenas  pool[byte]
+	records pool[kafka.Message]
+}
+
+// pool is arrays handed out for one batch (used) and free again for the
+// next (free).
+type pool[T any] struct{ used, free [][]T }
+
+// maxFree bounds the arrays a pool keeps free: more than a batch uses.
+const maxFree = 64
+
+// get is an empty array with room for at least n: a free one if one is
+// large enough.
+func (p *pool[T]) get(n int) []T {
+	for i := len(p.free) - 1; i >= 0; i-- {
+		if a := p.free[i]; cap(a) >= n {
+			p.free[i] = p.free[len(p.free)-1]
+			p.free = p.free[:len(p.free)-1]
+			p.used = append(p.used, a)
+			return a
+		}
+	}
+	a := make([]T, 0, n)
+	p.used = append(p.used, a)
+	return a
+}
+
+// recycle makes what was handed out free, cleared (no pointers into the
+// old batch's records kept alive).
+func (p *pool[T]) recycle() {
+	for _, a := range p.used {
+		clear(a[:cap(a)])
+	}
+	p.free, p.used = append(p.free, p.used...), p.used[:0]
+	if len(p.free) > maxFree {
+		clear(p.free[maxFree:])
+		p.free = p.free[:maxFree]
+	}
 }
 
 // arenaSize is an arena's size: the bytes of about 200 records' times and
@@ -26,7 +63,7 @@ func (hb *headerBuilder) cut(n int) []kafka.Header {
 		if size <= 0 || size > 1024 {
 			size = 1024
 		}
-		hb.backing = hb.spent.headers(max(n, size))
+		hb.backing = hb.spent.headers.get(max(n, size))
 	}
 	h := hb.backing[len(hb.backing) : len(hb.backing) : len(hb.backing)+n]
 	hb.backing = hb.backing[:len(hb.backing)+n]
@@ -37,35 +74,11 @@ func (hb *headerBuilder) cut(n int) []kafka.Header {
 // is replaced, not grown, so earlier slices stay valid.
 func (hb *headerBuilder) bytes(f func([]byte) []byte) []byte {
 	if cap(hb.arena)-len(hb.arena) < 64 {
-		hb.arena = hb.spent.bytes()
+		hb.arena = hb.spent.arenas.get(arenaSize)
 	}
 	start := len(hb.arena)
 	hb.arena = f(hb.arena) // one that outgrows the arena is a new array, never reused
 	return hb.arena[start:len(hb.arena):len(hb.arena)]
-}
-
-// headers is an empty array with room for at least n headers.
-func (s *spent) headers(n int) []kafka.Header {
-	var a []kafka.Header
-	if k := len(s.free); k > 0 && cap(s.free[k-1]) >= n {
-		a, s.free = s.free[k-1][:0], s.free[:k-1]
-	} else {
-		a = make([]kafka.Header, 0, n)
-	}
-	s.used = append(s.used, a)
-	return a
-}
-
-// bytes is an empty arena.
-func (s *spent) bytes() []byte {
-	var a []byte
-	if k := len(s.freeArena); k > 0 {
-		a, s.freeArena = s.freeArena[k-1][:0], s.freeArena[:k-1]
-	} else {
-		a = make([]byte, 0, arenaSize)
-	}
-	s.usedArena = append(s.usedArena, a)
-	return a
 }
 
 // reset makes hb a new batch's builder, cutting from the arrays of the
@@ -73,11 +86,9 @@ func (s *spent) bytes() []byte {
 // between two batches), and never while any of them is still read.
 func (hb *headerBuilder) reset(version, policy string) {
 	s := &hb.spent
-	for _, a := range s.used {
-		clear(a[:cap(a)]) // no pointers into old records kept alive
-	}
-	s.free, s.used = append(s.free, s.used...), s.used[:0]
-	s.freeArena, s.usedArena = append(s.freeArena, s.usedArena...), s.usedArena[:0]
+	s.headers.recycle()
+	s.arenas.recycle()
+	s.records.recycle()
 	clear(hb.names)
 	clear(hb.lanes)
 	clear(hb.times)

@@ -97,9 +97,12 @@ type entry struct {
 	home int
 	// held: a kindHold entry's lane; lane: what a released lane record
 	// says; charge: the budget an exempt intent is charged to if it is
-	// delivered (pacing.go).
+	// delivered (pacing.go). held and lane point to heldAt and laneAt:
+	// the entries are reused batch after batch, and these with them.
 	held   *heldEntry
 	lane   *laneInfo
+	heldAt heldEntry
+	laneAt laneInfo
 	charge string
 	// expiring: the lane an intent would have waited in, had it not been
 	// past its send-by by its release (it is cancelled at once).
@@ -191,9 +194,7 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 	if w.o.Plans != nil {
 		ps = w.o.Plans.Load()
 	}
-	var planned []capping.Planned            // the batch's bookings, cut per request
-	lanes := newSlab[laneInfo](len(b.msgs))  // what released lane records say
-	helds := newSlab[heldEntry](len(b.msgs)) // where held intents wait
+	var planned []capping.Planned // the batch's bookings, cut per request
 	for i := range b.msgs {
 		m, e := &b.msgs[i], &b.entries[i]
 		e.home = m.Partition
@@ -211,7 +212,7 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 				continue
 			}
 		case w.isLane(m.Topic):
-			if !w.readLane(m, e, &lanes, b.now) { // unreadable
+			if !w.readLane(m, e, b.now) { // unreadable
 				continue
 			}
 		case m.Topic == w.parked.topic && w.parked.topic != "":
@@ -227,7 +228,7 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 		if !checkHandBack(e, &in) {
 			continue
 		}
-		held, releaseAt := w.hold(e, &in, &helds, b.now)
+		held, releaseAt := w.hold(e, &in, b.now)
 		if held {
 			continue
 		}

@@ -52,21 +52,3 @@ func (l *laneNames) of(v []byte) (budget, lane string) {
 	}
 	return budget, lane
 }
-
-// slab hands out a batch's values of T from arrays of up to 64, no larger
-// than the batch (one allocation for many records, not one per record).
-type slab[T any] struct {
-	free []T
-	size int
-}
-
-// newSlab is a slab for a batch of records.
-func newSlab[T any](records int) slab[T] { return slab[T]{size: min(max(records, 1), 64)} }
-
-func (s *slab[T]) next() *T {
-	if len(s.free) == cap(s.free) {
-		s.free = make([]T, 0, s.size)
-	}
-	s.free = s.free[:len(s.free)+1]
-	return &s.free[len(s.free)-1]
-}

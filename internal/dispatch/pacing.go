@@ -90,7 +90,7 @@ func (w *Worker) isLane(topic string) bool {
 // readLane reads a released lane record's headers into e (a kindDue
 // entry: it is decided now). A record without capper-held-since was not
 // written by capper: it is dead-lettered.
-func (w *Worker) readLane(m *kafka.Message, e *entry, lanes *slab[laneInfo], now time.Time) bool {
+func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
 	var held, released, since, count, lane, throttled []byte
 	for _, x := range m.Headers {
 		switch x.Key {
@@ -114,7 +114,7 @@ func (w *Worker) readLane(m *kafka.Message, e *entry, lanes *slab[laneInfo], now
 			throttled = nonNull(x.Value)
 		}
 	}
-	li := lanes.next()
+	li := &e.laneAt
 	li.releasedAt = now
 	var err error
 	if li.heldSince, err = parseHeaderTime(held); err != nil {
@@ -157,7 +157,7 @@ func (w *Worker) readLane(m *kafka.Message, e *entry, lanes *slab[laneInfo], now
 // whose send-by (its own or its campaign's) comes before its lane could
 // release it is decided at once with that release time (releaseAt), and
 // capping cancels it (expired).
-func (w *Worker) hold(e *entry, in *Intent, helds *slab[heldEntry], now time.Time) (held bool, releaseAt time.Time) {
+func (w *Worker) hold(e *entry, in *Intent, now time.Time) (held bool, releaseAt time.Time) {
 	if w.o.Pacer == nil || e.lane != nil {
 		return false, time.Time{}
 	}
@@ -179,7 +179,7 @@ func (w *Worker) hold(e *entry, in *Intent, helds *slab[heldEntry], now time.Tim
 	}
 	e.kind = kindHold
 	place.Retry = e.back != nil // a throttled send handed back: ahead of its lane
-	e.held = helds.next()
+	e.held = &e.heldAt
 	*e.held = heldEntry{topic: w.laneTopics.of(set, place, w.o.LanePrefix), budget: b.Name, lane: b.Lanes[place.Lane].Name,
 		since: now, campaign: in.CampaignID, sendBy: in.SendBy}
 	return true, time.Time{}
@@ -245,9 +245,9 @@ func (w *Worker) holdRecord(o *outputs, hb *headerBuilder, m *kafka.Message, e *
 		Headers: hb.heldHeaders(m, e), Partition: e.home})
 }
 
-// heldOutputs makes o.held's slices to size: a batch's held entries per
-// lane topic (nil: none).
-func heldOutputs(b *batch) map[string][]kafka.Message {
+// heldOutputs makes o.held's slices to size, from records: a batch's held
+// entries per lane topic (nil: none).
+func heldOutputs(b *batch, records *pool[kafka.Message]) map[string][]kafka.Message {
 	var n map[string]int
 	for i := range b.entries {
 		if e := &b.entries[i]; e.kind == kindHold {
@@ -262,7 +262,7 @@ func heldOutputs(b *batch) map[string][]kafka.Message {
 	}
 	held := make(map[string][]kafka.Message, len(n))
 	for t, k := range n {
-		held[t] = make([]kafka.Message, 0, k)
+		held[t] = records.get(k)
 	}
 	return held
 }

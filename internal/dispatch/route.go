@@ -72,14 +72,19 @@ func (w *Worker) destinations(b *batch) (dst []uint8, counts []int) {
 // dead-letter topic, capped and cancelled intents to the suppressed topic
 // (or nowhere, without one), deferred ones and hops to a delay tier, and everything
 // else, shadow-capped included, to deliveries; a delivery status has no
-// output. Keys and values are the input's bytes, untouched. The headers
-// are cut from hb's arrays (reset: stage 2's, once the batch before is
-// written), or from new ones (hb nil).
+// output. Keys and values are the input's bytes, untouched. The records
+// and their headers are cut from hb's arrays (reset: stage 2's, once the
+// batch before is written), or from new ones (hb nil).
 func (w *Worker) route(b *batch, hb *headerBuilder) outputs {
 	// Where each entry goes, first: the slices are then made to size
 	// (a batch's messages are large, and growing them copies each twice).
 	dst, counts := w.destinations(b)
-	o := outputs{delayed: make([][]kafka.Message, len(w.o.Tiers)), held: heldOutputs(b)}
+	if hb == nil {
+		hb = newHeaderBuilder(b.snap, b.policy)
+	} else {
+		hb.reset(b.snap, b.policy)
+	}
+	o := outputs{delayed: make([][]kafka.Message, len(w.o.Tiers)), held: heldOutputs(b, &hb.spent.records)}
 	lists := make([]*[]kafka.Message, len(counts))
 	lists[destDeliveries], lists[destSuppressed], lists[destDeadLetter], lists[destParked] = &o.deliveries, &o.suppressed, &o.deadLetter, &o.parked
 	for t := range o.delayed {
@@ -87,13 +92,8 @@ func (w *Worker) route(b *batch, hb *headerBuilder) outputs {
 	}
 	for k, n := range counts {
 		if k != destNone && n > 0 {
-			*lists[k] = make([]kafka.Message, 0, n)
+			*lists[k] = hb.spent.records.get(n)
 		}
-	}
-	if hb == nil {
-		hb = newHeaderBuilder(b.snap, b.policy)
-	} else {
-		hb.reset(b.snap, b.policy)
 	}
 	// A record has up to about 16 headers: a small batch (a lane's,
 	// released at its budget's rate) does not need an array of 1024.
