@@ -29,6 +29,11 @@ func runPacing(b *testing.B, sc pacingScale, paced bool) *pacingRun {
 	b.Helper()
 	d := &pacingDriver{b: b, sc: sc, r: &pacingRun{paced: paced}, profile: os.Getenv("CAPPER_BENCH_PACING_PROFILE"),
 		txnTimes: make([]time.Time, int(sc.txnRate*(sc.txnUntil.Seconds()+600))+16)}
+	if d.profile != "" {
+		if err := os.MkdirAll(d.profile, 0o755); err != nil {
+			b.Fatalf("CAPPER_BENCH_PACING_PROFILE: %v", err)
+		}
+	}
 	d.s, d.engineCfg = pacingStack(b, sc, paced)
 	d.s.cfg.HTTP.Pprof = d.profile != ""
 	d.startWorkers()
