@@ -1,9 +1,9 @@
 package kafka
 
-// A writer's call sent at once: one produce request per partition (more
-// only past BatchSize records or BatchBytes bytes), the partitions in
-// parallel, through kafka-go's Client.Produce as kafka-go's own Writer
-// sends its batches. kafka-go's Writer puts a synchronous call's records in
+// A writer's call sent at once: one produce request per partition leader
+// (sendleader.go), or per partition (more only past BatchSize records or
+// BatchBytes bytes; the partitions in parallel) through kafka-go's
+// Client.Produce as kafka-go's own Writer sends its batches. kafka-go's Writer puts a synchronous call's records in
 // per-partition batches that a timer (BatchTimeout) and a goroutine per
 // batch send, and asks the transport for the topic's metadata once per
 // record: every capper writer hands over a whole batch and waits for it,
@@ -79,7 +79,14 @@ func (w *Writer) WriteMessages(ctx context.Context, msgs ...Message) error {
 			errs[i] = ferr
 		}
 	}
+	// The partitions a request per leader wrote whole are done; the rest
+	// (a partition's records over one request, a failed request or
+	// partition) go partition by partition, from their first record.
+	written := w.sendByLeader(ctx, client, byPart, msgs, sizes, maxBytes)
 	for p, idx := range byPart {
+		if written[p] {
+			continue
+		}
 		if len(byPart) == 1 {
 			send(p, idx)
 			break
@@ -177,6 +184,7 @@ func (w *Writer) partitions(ctx context.Context) ([]int, error) {
 				w.parts[i] = i
 			}
 		}
+		w.noteLeaders(t.Partitions)
 		return w.parts, nil
 	}
 	return nil, kafkago.UnknownTopicOrPartition

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/capper-dev/capper/internal/testenv"
@@ -102,20 +103,33 @@ func TestWriteMessagesErrors(t *testing.T) {
 
 	var refuse atomic.Int32 // produce answers to refuse for partition 1 (-1: every one)
 	var code atomic.Int32
+	var grouped1 atomic.Int32 // requests per leader refused
 	k.Cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		k.Cluster.KeepControl()
 		req := kreq.(*kmsg.ProduceRequest)
-		if refuse.Load() == 0 || req.Topics[0].Partitions[0].Partition != 1 {
+		grouped := len(req.Topics[0].Partitions) > 1
+		if refuse.Load() == 0 || !grouped && req.Topics[0].Partitions[0].Partition != 1 {
 			return nil, nil, false
 		}
-		refuse.Add(-1)
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic = req.Topics[0].Topic
-		rp := kmsg.NewProduceResponseTopicPartition()
-		rp.Partition, rp.ErrorCode = 1, int16(code.Load())
-		rt.Partitions = append(rt.Partitions, rp)
+		for _, p := range req.Topics[0].Partitions {
+			// The request per leader (both partitions): partition 1
+			// refused, and partition 0 not written either (a leader that
+			// moved): each goes on partition by partition.
+			rp := kmsg.NewProduceResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, int16(kafkago.NotLeaderForPartition)
+			if !grouped {
+				rp.ErrorCode = int16(code.Load())
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		if !grouped {
+			refuse.Add(-1)
+		}
 		resp.Topics = append(resp.Topics, rt)
+		grouped1.Add(int32(len(rt.Partitions)) - 1)
 		return resp, nil, true
 	})
 	batch := func(tag string) []Message {
@@ -155,5 +169,67 @@ func TestWriteMessagesErrors(t *testing.T) {
 	}
 	if want := map[string]int{"x0": 3, "y0": 3, "y1": 3}; fmt.Sprint(n) != fmt.Sprint(want) {
 		t.Errorf("written per batch and partition %v, want %v", n, want)
+	}
+	if grouped1.Load() != 2 {
+		t.Errorf("%d requests per leader refused, want each call's first (2)", grouped1.Load())
+	}
+}
+
+// TestWriteMessagesOneRequestPerLeader: a call whose partitions each fit in
+// one request is one produce request per leader (three brokers, four
+// partitions: at most three requests), every record written once, in
+// order in its partition.
+func TestWriteMessagesOneRequestPerLeader(t *testing.T) {
+	k := testenv.StartKafka(t, 4, []string{"t"}, kfake.NumBrokers(3))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := NewTierWriter(ToolOptions(k.Addrs), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var requests, partitions atomic.Int32
+	k.Cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
+		requests.Add(1)
+		for _, t := range kreq.(*kmsg.ProduceRequest).Topics {
+			partitions.Add(int32(len(t.Partitions)))
+		}
+		return nil, nil, false
+	})
+	var msgs []Message
+	for i := range 40 {
+		msgs = append(msgs, Message{Value: []byte(strconv.Itoa(i)), Partition: i % 4})
+	}
+	for range 2 { // the first call may learn the leaders
+		requests.Store(0)
+		partitions.Store(0)
+		if err := w.WriteMessages(ctx, msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if partitions.Load() != 4 || requests.Load() > 3 {
+		t.Errorf("a call over 4 partitions and 3 brokers: %d requests for %d partitions, want at most 3 for 4", requests.Load(), partitions.Load())
+	}
+	got, err := ReadTopic(ctx, k.Addrs, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, last := map[string]int{}, map[int]int{}
+	for _, m := range got {
+		v, _ := strconv.Atoi(string(m.Value))
+		seen[string(m.Value)]++
+		if v%4 != m.Partition {
+			t.Errorf("record %d in partition %d", v, m.Partition)
+		}
+		if prev, ok := last[m.Partition]; ok && v <= prev && seen[string(m.Value)] == 1 {
+			t.Errorf("partition %d: record %d after %d", m.Partition, v, prev)
+		}
+		last[m.Partition] = v
+	}
+	for _, m := range msgs {
+		if seen[string(m.Value)] != 2 {
+			t.Errorf("record %s written %d times over two calls, want 2", m.Value, seen[string(m.Value)])
+		}
 	}
 }

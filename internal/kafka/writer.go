@@ -21,6 +21,9 @@ type Writer struct {
 	kafkago.Writer
 	mu    sync.Mutex
 	parts []int // 0 to the topic's partitions - 1 (send.go)
+	// leaders[p] is partition p's leader as the last metadata said
+	// (sendleader.go).
+	leaders []int32
 }
 
 // Close closes the writer's connections (a call in flight fails).
