@@ -15,8 +15,12 @@ type spent struct {
 }
 
 // pool is arrays handed out for one batch (used) and free again for the
-// next (free).
-type pool[T any] struct{ used, free [][]T }
+// next (free). keep: the arrays hold no pointers (bytes), so a recycled
+// one need not be cleared.
+type pool[T any] struct {
+	used, free [][]T
+	keep       bool
+}
 
 // maxFree bounds the arrays a pool keeps free: more than a batch uses.
 const maxFree = 64
@@ -38,10 +42,12 @@ func (p *pool[T]) get(n int) []T {
 }
 
 // recycle makes what was handed out free, cleared (no pointers into the
-// old batch's records kept alive).
+// old batch's records kept alive) unless keep.
 func (p *pool[T]) recycle() {
 	for _, a := range p.used {
-		clear(a[:cap(a)])
+		if !p.keep {
+			clear(a[:cap(a)])
+		}
 	}
 	p.free, p.used = append(p.free, p.used...), p.used[:0]
 	if len(p.free) > maxFree {

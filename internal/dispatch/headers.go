@@ -102,7 +102,8 @@ type headerBuilder struct {
 }
 
 func newHeaderBuilder(version, policy string) *headerBuilder {
-	return &headerBuilder{version: []byte(version), policy: policy, names: map[string][]byte{}}
+	return &headerBuilder{version: []byte(version), policy: policy, names: map[string][]byte{},
+		spent: spent{arenas: pool[byte]{keep: true}}}
 }
 
 // build returns the output headers of an entry that is not a hop: the

@@ -3,8 +3,8 @@ package kafka
 // A writer's call sent at once: one produce request per partition leader
 // (sendleader.go), or per partition (more only past BatchSize records or
 // BatchBytes bytes; the partitions in parallel) through kafka-go's
-// Client.Produce as kafka-go's own Writer sends its batches. kafka-go's Writer puts a synchronous call's records in
-// per-partition batches that a timer (BatchTimeout) and a goroutine per
+// Client.Produce as kafka-go's own Writer sends its batches. kafka-go's
+// Writer puts a synchronous call's records in per-partition batches that a timer (BatchTimeout) and a goroutine per
 // batch send, and asks the transport for the topic's metadata once per
 // record: every capper writer hands over a whole batch and waits for it,
 // so that machinery only cost CPU (3 us a record more than this path in
@@ -104,10 +104,7 @@ func (w *Writer) WriteMessages(ctx context.Context, msgs ...Message) error {
 // of at most BatchSize records and maxBytes bytes, one after the other; on
 // a failure it returns the error and how many of idx were written before.
 func (w *Writer) sendPartition(ctx context.Context, client *kafkago.Client, p int, msgs []Message, sizes []int64, idx []int, maxBytes int64) (int, error) {
-	maxRecords := w.BatchSize
-	if maxRecords <= 0 {
-		maxRecords = 100 // kafka-go's default
-	}
+	maxRecords := w.maxRecords()
 	for done := 0; done < len(idx); {
 		n, size := 0, int64(0)
 		for done+n < len(idx) && n < maxRecords {
@@ -123,6 +120,14 @@ func (w *Writer) sendPartition(ctx context.Context, client *kafkago.Client, p in
 		done += n
 	}
 	return len(idx), nil
+}
+
+// maxRecords is the most records one request carries (BatchSize).
+func (w *Writer) maxRecords() int {
+	if w.BatchSize <= 0 {
+		return 100 // kafka-go's default
+	}
+	return w.BatchSize
 }
 
 // produce sends one request, again after a temporary failure (kafka-go's

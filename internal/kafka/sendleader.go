@@ -63,10 +63,7 @@ func (w *Writer) sendByLeader(ctx context.Context, client *kafkago.Client, byPar
 // grouped by their leader (groups of two or more: a lone partition goes
 // the usual way).
 func (w *Writer) byLeader(byPart map[int][]int, sizes []int64, maxBytes int64) [][]int {
-	maxRecords := w.BatchSize
-	if maxRecords <= 0 {
-		maxRecords = 100 // kafka-go's default
-	}
+	maxRecords := w.maxRecords()
 	w.mu.Lock()
 	leaders := w.leaders
 	w.mu.Unlock()
