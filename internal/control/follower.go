@@ -12,6 +12,7 @@ package control
 // record again after it (reassert.go), so the topic keeps the state too.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -316,7 +317,7 @@ func (b *builder) apply(m Message) {
 		}
 		return
 	}
-	ks.foreign, ks.valid = false, m.Value
+	ks.foreign, ks.valid = false, bytes.Clone(m.Value) // kept: not a slice of the fetch's buffer
 	e := &Entry{Record: *r, Pos: pos}
 	if r.All {
 		b.all = e

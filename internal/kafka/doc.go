@@ -2,6 +2,8 @@
 // goes through it, on kafka-go's protocol client. It owns the one
 // consumer-group membership every group of capper uses (group.go: static
 // membership and cooperative rebalancing, which kafka-go's ConsumerGroup
-// lacks), its assignors (assign.go) and the consumer protocol's bytes
-// (wire.go).
+// lacks), its assignors (assign.go), the consumer protocol's bytes
+// (wire.go), and the record batches capper reads and writes: a partition
+// reader's fetches (fetch.go, records.go) and a writer's batches
+// (encode.go), each done here in one buffer rather than a record at a time.
 package kafka

@@ -9,7 +9,6 @@ package kafka
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -26,7 +25,9 @@ type PartitionReader struct {
 	Topic     string
 	Partition int
 	// MaxBytes bounds a fetch; MaxWait is how long a fetch waits for
-	// records (an empty partition answers after it).
+	// records (an empty partition answers after it); after an empty
+	// answer, the next waits idleWait if that is longer (a record written
+	// ends a wait at once: an idle partition is only asked less often).
 	MaxBytes int
 	MaxWait  time.Duration
 	// Started, when set, learns the offset the reader starts from once
@@ -60,7 +61,7 @@ func (r PartitionReader) Read(ctx context.Context, offset int64) {
 				return
 			}
 		}
-		conn, next, err := r.open(ctx, offset)
+		f, next, err := r.open(ctx, offset)
 		if err != nil && ctx.Err() == nil && r.Failed != nil {
 			r.Failed(err)
 		}
@@ -75,8 +76,8 @@ func (r PartitionReader) Read(ctx context.Context, offset int64) {
 			r.Started(offset)
 		}
 		started = true
-		offset, err = r.fetchFrom(ctx, conn, offset)
-		_ = conn.Close()
+		offset, err = r.fetchFrom(ctx, f, offset)
+		_ = f.Close()
 		if ctx.Err() != nil {
 			return
 		}
@@ -99,22 +100,32 @@ const (
 	readRetryMax     = 5 * time.Second
 )
 
+// idleWait is how long a fetch of a partition that was empty at the last
+// waits: every lane, retry lane, delay tier and parked partition a worker
+// reads is asked at most once a second while it stays empty (each ask
+// costs about 50 us of CPU), not once per MaxWait.
+const idleWait = time.Second
+
 // errReconnect: the partition moved (a new leader) or the connection is
 // done; a new one is opened at once.
 var errReconnect = errors.New("reconnect")
 
 // open connects to the partition's leader and resolves offset.
-func (r PartitionReader) open(ctx context.Context, offset int64) (*kafkago.Conn, int64, error) {
+func (r PartitionReader) open(ctx context.Context, offset int64) (*fetcher, int64, error) {
 	var err error
 	for _, broker := range r.Brokers {
-		var conn *kafkago.Conn
-		if conn, err = r.Dialer.DialLeader(ctx, "tcp", broker, r.Topic, r.Partition); err != nil {
+		var p kafkago.Partition
+		if p, err = r.Dialer.LookupPartition(ctx, "tcp", broker, r.Topic, r.Partition); err != nil {
 			continue
 		}
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		first, last, oerr := conn.ReadOffsets()
+		var f *fetcher
+		if f, err = dialLeader(ctx, r.Dialer, broker, p); err != nil {
+			continue
+		}
+		_ = f.kc.SetDeadline(time.Now().Add(10 * time.Second))
+		first, last, oerr := f.kc.ReadOffsets()
 		if oerr != nil {
-			_ = conn.Close()
+			_ = f.Close()
 			return nil, 0, oerr
 		}
 		switch {
@@ -123,57 +134,43 @@ func (r PartitionReader) open(ctx context.Context, offset int64) (*kafkago.Conn,
 		case offset == kafkago.LastOffset:
 			offset = last
 		}
-		if _, err = conn.Seek(offset, kafkago.SeekAbsolute); err != nil {
-			_ = conn.Close()
-			return nil, 0, err
-		}
-		_ = conn.SetDeadline(time.Time{})
-		return conn, offset, nil
+		_ = f.kc.SetDeadline(time.Time{})
+		return f, offset, nil
 	}
 	return nil, 0, err
 }
 
 // fetchFrom fetches until ctx ends or the connection must be replaced; it
 // returns the offset to go on from.
-func (r PartitionReader) fetchFrom(ctx context.Context, conn *kafkago.Conn, offset int64) (int64, error) {
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) }) // a fetch in flight ends with the reader
+func (r PartitionReader) fetchFrom(ctx context.Context, f *fetcher, offset int64) (int64, error) {
+	stop := context.AfterFunc(ctx, func() { _ = f.conn.SetDeadline(time.Now()) }) // a fetch in flight ends with the reader
 	defer stop()
-	last := 0 // the last fetch's records: the next is made that large (growing a fetch's slice copies it)
+	wait := r.MaxWait
 	for ctx.Err() == nil {
-		_ = conn.SetReadDeadline(time.Now().Add(r.MaxWait + 10*time.Second))
-		batch := conn.ReadBatchWith(kafkago.ReadBatchConfig{MinBytes: 1, MaxBytes: r.MaxBytes, MaxWait: r.MaxWait})
-		var msgs []Message
-		for {
-			m, err := batch.ReadMessage()
-			if err != nil {
-				break
-			}
-			if msgs == nil {
-				msgs = make([]Message, 0, max(last, 1))
-			}
-			msgs = append(msgs, m)
+		_ = f.conn.SetDeadline(time.Now().Add(wait + 10*time.Second))
+		got, err := f.fetch(offset, r.MaxBytes, wait)
+		wait = r.MaxWait
+		if err == nil && len(got.msgs) == 0 {
+			wait = max(r.MaxWait, idleWait)
 		}
-		last = len(msgs)
-		hwm, next := batch.HighWaterMark(), batch.Offset()
-		err := batch.Close()
-		if len(msgs) > 0 {
-			offset = msgs[len(msgs)-1].Offset + 1
-			if herr := r.Hand(ctx, msgs, hwm); herr != nil {
+		if len(got.msgs) > 0 {
+			offset = got.msgs[len(got.msgs)-1].Offset + 1
+			if herr := r.Hand(ctx, got.msgs, got.hwm); herr != nil {
 				return offset, herr
 			}
 		}
-		if err == nil && next > offset { // past control records
-			offset = next
+		if err == nil && got.next > offset { // past control records
+			offset = got.next
 		}
 		if r.Position != nil {
 			r.Position.Store(offset)
 		}
 		switch {
-		case err == nil, errors.Is(err, io.EOF), errors.Is(err, kafkago.RequestTimedOut):
+		case err == nil, errors.Is(err, kafkago.RequestTimedOut):
 		case errors.Is(err, kafkago.OffsetOutOfRange):
 			return offset, errReconnect // open resolves it against the log's bounds
 		case errors.Is(err, kafkago.NotLeaderForPartition), errors.Is(err, kafkago.UnknownTopicOrPartition),
-			errors.Is(err, kafkago.LeaderNotAvailable), errors.Is(err, io.ErrNoProgress):
+			errors.Is(err, kafkago.LeaderNotAvailable):
 			return offset, errReconnect
 		case ctx.Err() != nil:
 			return offset, ctx.Err()

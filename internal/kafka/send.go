@@ -13,13 +13,13 @@ package kafka
 import (
 	"bytes"
 	"context"
-	"io"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/capper-dev/capper/internal/retry"
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
 )
 
@@ -114,8 +114,16 @@ func (w *Writer) sendPartition(ctx context.Context, client *kafkago.Client, p in
 			}
 			n, size = n+1, size+s
 		}
-		if err := w.produce(ctx, client, p, &records{msgs: msgs, idx: idx[done : done+n]}); err != nil {
+		set, err := encodeBatch(w.setBuffer(), msgs, idx[done:done+n], sizes, w.Compression, time.Now())
+		if err != nil {
 			return done, err
+		}
+		first, err := w.produce(ctx, client, p, set)
+		if err != nil {
+			return done, err
+		}
+		if first {
+			w.recycle(set)
 		}
 		done += n
 	}
@@ -131,26 +139,26 @@ func (w *Writer) maxRecords() int {
 }
 
 // produce sends one request, again after a temporary failure (kafka-go's
-// Writer's backoff, 100 ms doubling to 1 s), up to MaxAttempts times.
-func (w *Writer) produce(ctx context.Context, client *kafkago.Client, p int, recs *records) error {
+// Writer's backoff, 100 ms doubling to 1 s), up to MaxAttempts times;
+// first says the first try wrote it.
+func (w *Writer) produce(ctx context.Context, client *kafkago.Client, p int, set []byte) (first bool, err error) {
 	backoff := retry.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
 	for attempt := 1; ; attempt++ {
-		recs.next = 0
-		err := w.produceOnce(ctx, client, p, recs)
+		err := w.produceOnce(ctx, client, p, set)
 		if err == nil || Permanent(err) || attempt >= max(w.MaxAttempts, 1) || ctx.Err() != nil {
-			return err
+			return err == nil && attempt == 1, err
 		}
 		if werr := backoff.Wait(ctx); werr != nil {
-			return err
+			return false, err
 		}
 	}
 }
 
-func (w *Writer) produceOnce(ctx context.Context, client *kafkago.Client, p int, recs *records) error {
+func (w *Writer) produceOnce(ctx context.Context, client *kafkago.Client, p int, set []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, client.Timeout)
 	defer cancel()
-	res, err := client.Produce(ctx, &kafkago.ProduceRequest{Topic: w.Topic, Partition: p, RequiredAcks: w.RequiredAcks,
-		Compression: w.Compression, Records: recs})
+	res, err := client.RawProduce(ctx, &kafkago.RawProduceRequest{Topic: w.Topic, Partition: p, RequiredAcks: w.RequiredAcks,
+		RawRecords: protocol.RawRecordSet{Reader: bytes.NewReader(set)}})
 	if err != nil {
 		return err
 	}
@@ -194,39 +202,6 @@ func (w *Writer) partitions(ctx context.Context) ([]int, error) {
 	}
 	return nil, kafkago.UnknownTopicOrPartition
 }
-
-// records hands a request's records to kafka-go's encoder, one at a time
-// (the encoder is done with one before it asks for the next, so one key
-// and one value reader serve them all).
-type records struct {
-	msgs       []Message
-	idx        []int
-	next       int
-	rec        kafkago.Record
-	key, value byteReader
-}
-
-func (r *records) ReadRecord() (*kafkago.Record, error) {
-	if r.next >= len(r.idx) {
-		return nil, io.EOF
-	}
-	m := &r.msgs[r.idx[r.next]]
-	r.next++
-	r.rec = kafkago.Record{Time: m.Time, Headers: m.Headers}
-	if m.Key != nil {
-		r.key.Reset(m.Key)
-		r.rec.Key = &r.key
-	}
-	if m.Value != nil {
-		r.value.Reset(m.Value)
-		r.rec.Value = &r.value
-	}
-	return &r.rec, nil
-}
-
-type byteReader struct{ bytes.Reader }
-
-func (*byteReader) Close() error { return nil }
 
 // recordSize is a record's size as kafka-go's Writer measures it against
 // BatchBytes.

@@ -11,6 +11,7 @@ package kafka
 // not answer thus costs a call one more WriteTimeout before it fails.
 
 import (
+	"bytes"
 	"context"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
 	produceAPI "github.com/segmentio/kafka-go/protocol/produce"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
 )
 
 // sendByLeader sends, per leader, one request with the records of each of
@@ -32,14 +34,25 @@ func (w *Writer) sendByLeader(ctx context.Context, client *kafkago.Client, byPar
 		return nil
 	}
 	written := make(map[int]bool, len(byPart))
+	now := time.Now()
 	send := func(parts []int) []int {
-		req := &produceAPI.Request{Acks: int16(w.RequiredAcks), Timeout: int32(client.Timeout / time.Millisecond),
-			Topics: []produceAPI.RequestTopic{{Topic: w.Topic, Partitions: make([]produceAPI.RequestPartition, len(parts))}}}
+		req := &rawproduce.Request{Acks: int16(w.RequiredAcks), Timeout: int32(client.Timeout / time.Millisecond),
+			Topics: []rawproduce.RequestTopic{{Topic: w.Topic, Partitions: make([]rawproduce.RequestPartition, len(parts))}}}
+		sets := make([][]byte, len(parts))
 		for i, p := range parts {
-			req.Topics[0].Partitions[i] = produceAPI.RequestPartition{Partition: int32(p), RecordSet: protocol.RecordSet{
-				Attributes: protocol.Attributes(w.Compression) & 0x7, Records: &records{msgs: msgs, idx: byPart[p]}}}
+			var err error
+			if sets[i], err = encodeBatch(w.setBuffer(), msgs, byPart[p], sizes, w.Compression, now); err != nil {
+				return nil // written partition by partition, which reports it
+			}
+			req.Topics[0].Partitions[i] = rawproduce.RequestPartition{Partition: int32(p), RecordSet: protocol.RawRecordSet{Reader: bytes.NewReader(sets[i])}}
 		}
-		return w.produceGroup(ctx, client, req)
+		done, answered := w.produceGroup(ctx, client, req)
+		if answered {
+			for _, set := range sets {
+				w.recycle(set)
+			}
+		}
+		return done
 	}
 	if len(groups) == 1 {
 		for _, p := range send(groups[0]) {
@@ -90,8 +103,8 @@ func (w *Writer) byLeader(byPart map[int][]int, sizes []int64, maxBytes int64) [
 }
 
 // produceGroup sends req once and returns the partitions it wrote (none
-// when the request failed).
-func (w *Writer) produceGroup(ctx context.Context, client *kafkago.Client, req *produceAPI.Request) []int {
+// when the request failed), and whether the broker answered.
+func (w *Writer) produceGroup(ctx context.Context, client *kafkago.Client, req *rawproduce.Request) ([]int, bool) {
 	ctx, cancel := context.WithTimeout(ctx, client.Timeout)
 	defer cancel()
 	rt := w.Transport
@@ -100,11 +113,11 @@ func (w *Writer) produceGroup(ctx context.Context, client *kafkago.Client, req *
 	}
 	m, err := rt.RoundTrip(ctx, w.Addr, req)
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	res, ok := m.(*produceAPI.Response)
 	if !ok {
-		return nil
+		return nil, true
 	}
 	var done []int
 	for _, t := range res.Topics {
@@ -117,7 +130,7 @@ func (w *Writer) produceGroup(ctx context.Context, client *kafkago.Client, req *
 			}
 		}
 	}
-	return done
+	return done, true
 }
 
 // noteLeaders keeps the partitions' leaders (w.mu held). A change makes a

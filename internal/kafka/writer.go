@@ -24,6 +24,7 @@ type Writer struct {
 	// leaders[p] is partition p's leader as the last metadata said
 	// (sendleader.go).
 	leaders []int32
+	sets    sync.Pool // record sets' arrays, reused (encode.go)
 }
 
 // Close closes the writer's connections (a call in flight fails).
