@@ -5,9 +5,9 @@ package kafka
 // requests on it are encoded here and their answers read into one buffer
 // each, the records sliced out of it (records.go). kafka-go's batch reader
 // made each record's key and value and each header's key and value an
-// allocation of its own, ten or more a record: with a held intent written
-// to its lane and read back, the largest cost of holding after the write
-// (docs/benchmarks.md, "One buffer per fetch").
+// allocation of its own (twenty for a lane record with nine headers), at
+// twice the CPU per record (BenchmarkReadPartition; docs/benchmarks.md,
+// "Records in one buffer").
 
 import (
 	"context"

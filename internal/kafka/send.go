@@ -2,9 +2,10 @@ package kafka
 
 // A writer's call sent at once: one produce request per partition leader
 // (sendleader.go), or per partition (more only past BatchSize records or
-// BatchBytes bytes; the partitions in parallel) through kafka-go's
-// Client.Produce as kafka-go's own Writer sends its batches. kafka-go's
-// Writer puts a synchronous call's records in per-partition batches that a timer (BatchTimeout) and a goroutine per
+// BatchBytes bytes; the partitions in parallel), each partition's records
+// one record batch (encode.go) sent through kafka-go's client as a raw
+// record set. kafka-go's Writer puts a synchronous call's records in
+// per-partition batches that a timer (BatchTimeout) and a goroutine per
 // batch send, and asks the transport for the topic's metadata once per
 // record: every capper writer hands over a whole batch and waits for it,
 // so that machinery only cost CPU (3 us a record more than this path in
