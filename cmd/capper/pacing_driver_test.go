@@ -6,7 +6,9 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -153,7 +155,7 @@ func (d *pacingDriver) profileAt(name string, from, secs time.Duration) {
 	for i, w := range d.ws[1:] {
 		d.profiles.Go(func() {
 			time.Sleep(time.Until(d.r.t0.Add(from)))
-			file := filepath.Join(d.profile, fmt.Sprintf("%s-%s-%d.pprof", map[bool]string{true: "paced", false: "unpaced"}[d.r.paced], name, i+1))
+			file := profileFile(d.profile, fmt.Sprintf("%s-%s-%d", map[bool]string{true: "paced", false: "unpaced"}[d.r.paced], name, i+1))
 			if err := saveProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", w.addr, int(secs.Seconds())), file); err != nil {
 				d.b.Error(err)
 			}
@@ -172,13 +174,26 @@ func (d *pacingDriver) profileIdle(secs time.Duration) {
 	var wg sync.WaitGroup
 	for i, w := range d.ws {
 		wg.Go(func() {
-			file := filepath.Join(d.profile, fmt.Sprintf("%s-idle-%d.pprof", map[bool]string{true: "paced", false: "unpaced"}[d.r.paced], i+1))
+			file := profileFile(d.profile, fmt.Sprintf("%s-idle-%d", map[bool]string{true: "paced", false: "unpaced"}[d.r.paced], i+1))
 			if err := saveProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", w.addr, int(secs.Seconds())), file); err != nil {
 				d.b.Error(err)
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// profileFile is dir's file for the profile base: base.pprof, or, when a
+// round before (-benchtime Nx) saved that one, base-r2.pprof, base-r3.pprof
+// and so on: every round's profiles are kept (pprof merges them).
+func profileFile(dir, base string) string {
+	file := filepath.Join(dir, base+".pprof")
+	for r := 2; ; r++ {
+		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+			return file
+		}
+		file = filepath.Join(dir, fmt.Sprintf("%s-r%d.pprof", base, r))
+	}
 }
 
 // allocsProfile saves, with CAPPER_BENCH_PACING_PROFILE=dir, what each
@@ -189,7 +204,7 @@ func (d *pacingDriver) allocsProfile() {
 		return
 	}
 	for i, w := range d.ws[1:] {
-		file := filepath.Join(d.profile, fmt.Sprintf("%s-allocs-%d.pprof", map[bool]string{true: "paced", false: "unpaced"}[d.r.paced], i+1))
+		file := profileFile(d.profile, fmt.Sprintf("%s-allocs-%d", map[bool]string{true: "paced", false: "unpaced"}[d.r.paced], i+1))
 		if err := saveProfile(fmt.Sprintf("http://%s/debug/pprof/allocs", w.addr), file); err != nil {
 			d.b.Error(err)
 		}
