@@ -233,6 +233,22 @@ func TestPacingReleasesAtTheBudgetsRate(t *testing.T) {
 		t.Errorf("the urgent lane's last release %s is not well before the bulk lane's last %s: it did not overtake",
 			last["flash"].Format(time.RFC3339Nano), last["blast"].Format(time.RFC3339Nano))
 	}
+	// Each held intent's lane record says where its fields are (its
+	// release reads them there); what comes out of a lane does not.
+	lane := e.readTopic(pacing.Topic(tLanes, "push-fcm", "bulk"))
+	for _, m := range lane {
+		if len(header(m, dispatch.HeaderFields)) < 5 {
+			t.Fatalf("lane record %d/%d: %s %q, want where its fields are", m.Partition, m.Offset, dispatch.HeaderFields, header(m, dispatch.HeaderFields))
+		}
+	}
+	for _, m := range o.deliveries {
+		if header(m, dispatch.HeaderFields) != "" {
+			t.Fatalf("delivery %s carries %s", idOf(m), dispatch.HeaderFields)
+		}
+	}
+	if len(lane) < 1000 {
+		t.Errorf("%d records in the bulk lane, want the blast's 1000", len(lane))
+	}
 	t.Logf("most releases in one second: %d (rate %d, burst %d); blast released until %s, flash until %s; %d redelivered",
 		most, paceRate, paceBurst, last["blast"].Format(time.RFC3339Nano), last["flash"].Format(time.RFC3339Nano), redelivered)
 }

@@ -195,6 +195,7 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 		ps = w.o.Plans.Load()
 	}
 	var planned []capping.Planned // the batch's bookings, cut per request
+	var f fields                  // an intent's, for its lane record if it is held
 	for i := range b.msgs {
 		m, e := &b.msgs[i], &b.entries[i]
 		e.home = m.Partition
@@ -220,7 +221,7 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 				continue
 			}
 		}
-		in, err := w.o.Decoder.Decode(m.Key, m.Value)
+		in, err := w.decodeIntent(m, e, &f)
 		if err != nil {
 			e.setUnreadable(err)
 			continue
@@ -230,6 +231,7 @@ func (w *Worker) read(b *batch) (reqs []capping.Request, refunds []refundReq) {
 		}
 		held, releaseAt := w.hold(e, &in, b.now)
 		if held {
+			e.held.fields = encodeSpans(m.Value, &f)
 			continue
 		}
 		e.segment, e.campaign = snap.Lookup(in.UserID), in.CampaignID

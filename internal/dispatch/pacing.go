@@ -53,6 +53,8 @@ type laneInfo struct {
 	// capper-released-at); a pass without one (a stopped or paused
 	// campaign's, one past its send_by) is decided at once, when read.
 	token bool
+	// fields: its capper-fields (spans.go); nil when it has none.
+	fields []byte
 }
 
 // laneWriters are the writers of the lane topics, made on first use (a
@@ -91,9 +93,11 @@ func (w *Worker) isLane(topic string) bool {
 // entry: it is decided now). A record without capper-held-since was not
 // written by capper: it is dead-lettered.
 func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
-	var held, released, since, count, lane, throttled []byte
+	var held, released, since, count, lane, throttled, fields []byte
 	for _, x := range m.Headers {
 		switch x.Key {
+		case HeaderFields:
+			fields = x.Value
 		case HeaderHeldSince:
 			held = nonNull(x.Value)
 		case HeaderReleasedAt:
@@ -115,7 +119,7 @@ func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
 		}
 	}
 	li := &e.laneAt
-	li.releasedAt = now
+	li.releasedAt, li.fields = now, fields
 	var err error
 	if li.heldSince, err = parseHeaderTime(held); err != nil {
 		e.setUnreadable(&InvalidError{Field: "header " + HeaderHeldSince, Reason: err.Error()})
@@ -191,6 +195,7 @@ type heldEntry struct {
 	since               time.Time
 	campaign            string
 	sendBy              time.Time
+	fields              fieldSpans // its capper-fields (n 0: none)
 }
 
 // toDeliveries reports whether an outcome goes to the deliveries topic
@@ -273,7 +278,7 @@ func heldOutputs(b *batch, records *pool[kafka.Message]) map[string][]kafka.Mess
 // delay tiers, and its input record.
 func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header {
 	he := e.held
-	n := len(m.Headers) + 7 // held-since, lane, campaign, released-at, source, a hand-back's two
+	n := len(m.Headers) + 8 // held-since, lane, campaign, released-at, fields, source, a hand-back's two
 	if !he.sendBy.IsZero() {
 		n++
 	}
@@ -298,6 +303,9 @@ func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header 
 		kafka.Header{Key: HeaderReleasedAt, Value: []byte{}})
 	if !he.sendBy.IsZero() {
 		h = append(h, kafka.Header{Key: HeaderSendBy, Value: hb.time(he.sendBy)})
+	}
+	if s := &he.fields; s.n > 0 {
+		h = append(h, kafka.Header{Key: HeaderFields, Value: hb.bytes(func(b []byte) []byte { return append(b, s.b[:s.n]...) })})
 	}
 	if f := e.tier.Deferral; f.Count > 0 {
 		h = append(h,
