@@ -10,13 +10,16 @@ package kafka
 // "Records in one buffer").
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,10 +28,12 @@ import (
 
 // Fetch version 4 (Kafka 0.11, the first with record headers, which every
 // capper record carries; Kafka 4 still serves it): one topic, one
-// partition, read uncommitted as kafka-go's reader did.
+// partition, read committed (kafka-go's reader read uncommitted: an
+// aborted transaction's records were handed on).
 const (
-	apiFetch     = 1
-	fetchVersion = 4
+	apiFetch      = 1
+	fetchVersion  = 4
+	readCommitted = 1
 )
 
 // maxResponse bounds a fetch's answer beyond twice its max bytes: one
@@ -148,8 +153,11 @@ func (f *fetcher) request(b []byte, offset int64, maxBytes int32, maxWait time.D
 	b = be.AppendUint32(b, 0xffffffff) // replica id -1: a consumer
 	b = be.AppendUint32(b, uint32(maxWait.Milliseconds()))
 	b = be.AppendUint32(b, 1) // min bytes: answer with any record
-	b = be.AppendUint32(b, uint32(maxBytes))
-	b = append(b, 0) // read uncommitted
+	// The answer's max bytes: the one partition's bound it. (Not the
+	// same: kfake leaves out a partition's aborted transactions when the
+	// answer's bound is what cuts it.)
+	b = be.AppendUint32(b, math.MaxInt32)
+	b = append(b, readCommitted) // isolation level: the broker answers up to the last stable offset
 	b = be.AppendUint32(b, 1)
 	b = appendString(b, f.topic)
 	b = be.AppendUint32(b, 1)
@@ -177,10 +185,8 @@ func (f *fetcher) answer(buf []byte, offset int64) (fetched, error) {
 		for parts, j := r.count(), 0; j < parts && r.err == nil; j++ {
 			partition, code := r.int32(), r.int16()
 			hwm := r.int64()
-			r.int64() // last stable offset
-			if n := r.count(); n > 0 {
-				r.bytes(16 * n) // aborted transactions: read uncommitted returns their records
-			}
+			r.int64() // last stable offset: the records are up to it
+			aborted := r.aborted()
 			records := r.bytes(int(r.int32()))
 			if r.err != nil || string(topic) != f.topic || partition != f.partition {
 				continue
@@ -190,7 +196,7 @@ func (f *fetcher) answer(buf []byte, offset int64) (fetched, error) {
 				return out, kafkago.Error(code)
 			}
 			var err error
-			if out.msgs, out.next, err = f.dec.decode(records, offset, f.topic, int(partition), hwm); err != nil {
+			if out.msgs, out.next, err = f.dec.decode(records, offset, f.topic, int(partition), hwm, aborted); err != nil {
 				return out, fmt.Errorf("fetch %s/%d at offset %d: %w", f.topic, partition, offset, err)
 			}
 		}
@@ -246,3 +252,19 @@ func (w *wire) int64() int64 {
 
 // count is an array's length (a null array: 0).
 func (w *wire) count() int { return max(int(w.int32()), 0) }
+
+// aborted reads a partition's aborted transactions (nil: none), in the
+// order of their first offsets, as brokers list them.
+func (w *wire) aborted() []abortedTxn {
+	n := w.count()
+	if n == 0 || n > len(w.b)/16 {
+		w.bytes(16 * n) // past the end: an error
+		return nil
+	}
+	out := make([]abortedTxn, n)
+	for i := range out {
+		out[i] = abortedTxn{producer: w.int64(), first: w.int64()}
+	}
+	slices.SortStableFunc(out, func(a, b abortedTxn) int { return cmp.Compare(a.first, b.first) })
+	return out
+}

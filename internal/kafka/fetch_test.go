@@ -22,26 +22,34 @@ import (
 // TestPartitionReaderReadsAsKafkaGo: the partition reader's own fetches
 // read what kafka-go's batch reader reads (offsets, keys and values, null
 // and empty, headers, times), from batches of every compression codec and
-// of transactions (committed and aborted: read uncommitted, as before),
-// from the first offset or one inside a batch, whole or with a max bytes
-// that cuts batches; and its position ends past the last transaction's
-// marker, which is no record.
+// of transactions, but read committed: not the records of an aborted
+// transaction (those of another transaction and of none between its
+// batches are read); from the first offset or one inside a batch, whole
+// or with a max bytes that cuts batches; and its position ends past the
+// last transaction's marker, which is no record.
 func TestPartitionReaderReadsAsKafkaGo(t *testing.T) {
 	k := testenv.StartKafka(t, 1, []string{"t"})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	written := produceVaried(ctx, t, k.Addrs)
-	// kafka-go hands on the two transactions' markers as records; they are
-	// none, and are skipped now.
-	all := readReference(ctx, t, k.Addrs[0], "t", len(written)+2)
+	// kafka-go reads uncommitted, and hands on the four transactions'
+	// markers as records; they are none, and are skipped now, and so are
+	// the records of the aborted transaction.
+	all := readReference(ctx, t, k.Addrs[0], "t", len(written)+4)
 	var want []Message
+	kept := 0
 	for _, m := range all {
 		if written[m.Offset] {
 			want = append(want, m)
 		}
 	}
-	if len(want) != len(written) {
-		t.Fatalf("kafka-go read %d of the %d records written", len(want), len(written))
+	for _, ok := range written {
+		if ok {
+			kept++
+		}
+	}
+	if len(want) != kept || kept == len(written) {
+		t.Fatalf("kafka-go read %d of the %d committed records written (%d in all)", len(want), kept, len(written))
 	}
 	end := all[len(all)-1].Offset + 1
 	for _, c := range []struct {
@@ -70,22 +78,33 @@ func TestPartitionReaderReadsAsKafkaGo(t *testing.T) {
 }
 
 // produceVaried writes batches of each codec, null and empty fields and
-// headers, and two transactions (the first aborted); it returns their
-// offsets.
+// headers, and transactions: one aborted, with a batch of another
+// transaction (committed) and one of no transaction between two of its
+// batches, then one of the same producer committed, then another. It
+// returns the offsets of every record
+// written: true for those read committed (not the aborted transaction's).
 func produceVaried(ctx context.Context, t *testing.T, addrs []string) map[int64]bool {
 	t.Helper()
 	n, written := 0, map[int64]bool{}
-	produce := func(opts []kgo.Opt, txn bool, commit bool) {
+	client := func(opts ...kgo.Opt) *kgo.Client {
 		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic("t")}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer cl.Close()
-		if txn {
-			if err := cl.BeginTransaction(); err != nil {
-				t.Fatal(err)
-			}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	begin := func(cl *kgo.Client) {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
 		}
+	}
+	end := func(cl *kgo.Client, commit bool) {
+		if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce := func(cl *kgo.Client, committed bool) {
 		var recs []*kgo.Record
 		for i := range 7 {
 			r := &kgo.Record{Value: []byte(fmt.Sprintf("value %d of batch %d %s", i, n, strings.Repeat("x", i*20)))}
@@ -107,20 +126,29 @@ func produceVaried(ctx context.Context, t *testing.T, addrs []string) map[int64]
 		}
 		n += len(recs)
 		for _, r := range recs {
-			written[r.Offset] = true
-		}
-		if txn {
-			if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
-				t.Fatal(err)
-			}
+			written[r.Offset] = committed
 		}
 	}
 	for _, codec := range []kgo.CompressionCodec{kgo.NoCompression(), kgo.GzipCompression(), kgo.SnappyCompression(),
 		kgo.Lz4Compression(), kgo.ZstdCompression()} {
-		produce([]kgo.Opt{kgo.ProducerBatchCompression(codec)}, false, false)
+		produce(client(kgo.ProducerBatchCompression(codec)), true)
 	}
-	produce([]kgo.Opt{kgo.TransactionalID("aborted")}, true, false)
-	produce([]kgo.Opt{kgo.TransactionalID("committed"), kgo.ProducerBatchCompression(kgo.Lz4Compression())}, true, true)
+	aborted, other, plain := client(kgo.TransactionalID("aborted")), client(kgo.TransactionalID("other")), client()
+	begin(aborted)
+	begin(other)
+	produce(aborted, false)
+	produce(other, true)
+	produce(plain, true)
+	produce(aborted, false)
+	end(aborted, false)
+	end(other, true)
+	begin(aborted) // the same producer again, after its abort: read
+	produce(aborted, true)
+	end(aborted, true)
+	committed := client(kgo.TransactionalID("committed"), kgo.ProducerBatchCompression(kgo.Lz4Compression()))
+	begin(committed)
+	produce(committed, true)
+	end(committed, true)
 	return written
 }
 
@@ -224,11 +252,11 @@ func differ(got, want Message) string {
 func TestDecodeRefuses(t *testing.T) {
 	batch := testBatch(10, "a", "b", "c")
 	var d recordDecoder
-	msgs, next, err := d.decode(batch, 11, "t", 0, 13)
+	msgs, next, err := d.decode(batch, 11, "t", 0, 13, nil)
 	if err != nil || len(msgs) != 2 || string(msgs[0].Value) != "b" || msgs[1].Offset != 12 || next != 13 {
 		t.Fatalf("from 11: %d records, next %d, %v; want b and c, next 13", len(msgs), next, err)
 	}
-	if msgs, next, err = d.decode(append(batch, batch[:30]...), 13, "t", 0, 13); err != nil || len(msgs) != 0 || next != 13 {
+	if msgs, next, err = d.decode(append(batch, batch[:30]...), 13, "t", 0, 13, nil); err != nil || len(msgs) != 0 || next != 13 {
 		t.Errorf("a batch all before the offset and a cut one: %d records, next %d, %v; want none, next 13", len(msgs), next, err)
 	}
 	for _, c := range []struct {
@@ -240,7 +268,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"format v1", func(b []byte) []byte { b[16] = 1; return b }, "message format v1"},
 		{"only a cut batch", func(b []byte) []byte { return b[:40] }, "no whole record batch"},
 	} {
-		_, _, err := d.decode(c.edit(bytes.Clone(batch)), 10, "t", 0, 13)
+		_, _, err := d.decode(c.edit(bytes.Clone(batch)), 10, "t", 0, 13, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
 		}

@@ -23,6 +23,7 @@ import (
 const (
 	attrCodec         = 0x07
 	attrLogAppendTime = 0x08
+	attrTransactional = 0x10
 	attrControl       = 0x20
 )
 
@@ -51,10 +52,14 @@ type recordDecoder struct {
 // decode returns b's records from offset from on, and the offset after
 // the last whole batch in b (a fetch's last batch may be cut at its max
 // bytes: it is fetched again).
-func (d *recordDecoder) decode(b []byte, from int64, topic string, partition int, hwm int64) ([]Message, int64, error) {
+//
+// Read committed: the batches of aborted transactions (aborted, from the
+// fetch's answer) are skipped like control batches.
+func (d *recordDecoder) decode(b []byte, from int64, topic string, partition int, hwm int64, aborted []abortedTxn) ([]Message, int64, error) {
 	// First the batches' framing and CRCs, and how many records: the
 	// arrays are made once, that large (a Message is 150 bytes to copy).
 	count, whole := 0, false
+	skip := aborts{pending: aborted}
 	for rest := b; ; {
 		body, base, r, err := batchAt(rest)
 		if err != nil {
@@ -70,7 +75,7 @@ func (d *recordDecoder) decode(b []byte, from int64, topic string, partition int
 		if crc32.Checksum(body[9:], castagnoli()) != binary.BigEndian.Uint32(body[5:]) {
 			return nil, 0, fmt.Errorf("record batch at offset %d: CRC mismatch", base)
 		}
-		if last, attrs := batchInfo(body, base); last >= from && attrs&attrControl == 0 {
+		if last, attrs := batchInfo(body, base); !skip.skip(body, last, attrs) && last >= from {
 			count += max(int(int32(binary.BigEndian.Uint32(body[45:]))), 0)
 		}
 	}
@@ -82,6 +87,7 @@ func (d *recordDecoder) decode(b []byte, from int64, topic string, partition int
 		msgs, hdrs = make([]Message, 0, count), make([]Header, 0, count*d.perRecord)
 	}
 	next := from
+	skip = aborts{pending: aborted}
 	for rest := b; ; {
 		body, base, r, _ := batchAt(rest)
 		if body == nil {
@@ -89,7 +95,7 @@ func (d *recordDecoder) decode(b []byte, from int64, topic string, partition int
 		}
 		rest = r
 		last, attrs := batchInfo(body, base)
-		if last >= from && attrs&attrControl == 0 {
+		if !skip.skip(body, last, attrs) && last >= from {
 			var err error
 			if msgs, hdrs, err = d.batch(msgs, hdrs, body, base, from, attrs); err != nil {
 				return nil, 0, fmt.Errorf("record batch at offset %d: %w", base, err)
@@ -129,6 +135,55 @@ func batchAt(b []byte) (body []byte, base int64, rest []byte, err error) {
 // batchInfo is a batch's last offset and attributes.
 func batchInfo(body []byte, base int64) (last int64, attrs uint16) {
 	return base + int64(int32(binary.BigEndian.Uint32(body[11:]))), binary.BigEndian.Uint16(body[9:])
+}
+
+// abortedTxn is an aborted transaction of a fetch's answer: its producer
+// and its first offset.
+type abortedTxn struct{ producer, first int64 }
+
+// aborts says, batch after batch in offset order, which to skip: control
+// batches, and a transactional batch of a producer whose aborted
+// transaction has begun (its first offset reached) and whose ABORT marker
+// has not come yet (Kafka's consumers read committed so).
+type aborts struct {
+	pending []abortedTxn   // not begun, by first offset
+	open    map[int64]bool // producers inside an aborted transaction
+}
+
+func (a *aborts) skip(body []byte, last int64, attrs uint16) bool {
+	for len(a.pending) > 0 && a.pending[0].first <= last {
+		if a.open == nil {
+			a.open = map[int64]bool{}
+		}
+		a.open[a.pending[0].producer] = true
+		a.pending = a.pending[1:]
+	}
+	if len(a.open) == 0 {
+		return attrs&attrControl != 0
+	}
+	producer := int64(binary.BigEndian.Uint64(body[31:]))
+	switch {
+	case attrs&attrControl != 0:
+		if abortMarker(body) {
+			delete(a.open, producer)
+		}
+		return true
+	case attrs&attrTransactional != 0:
+		return a.open[producer]
+	}
+	return false
+}
+
+// abortMarker reports whether a control batch's record is an ABORT marker
+// (its key: a version, then the type, 0 for ABORT).
+func abortMarker(body []byte) bool {
+	r := varints{b: body[batchHeader:]}
+	r.int()   // the record's length
+	r.skip(1) // attributes
+	r.int()   // time delta
+	r.int()   // offset delta
+	key := r.bytes()
+	return !r.bad && len(key) >= 4 && binary.BigEndian.Uint16(key[2:]) == 0
 }
 
 // batch appends a batch's records from offset from on.

@@ -60,7 +60,7 @@ func BenchmarkDecode(b *testing.B) {
 	b.SetBytes(int64(len(fetch)))
 	b.ReportAllocs()
 	for b.Loop() {
-		msgs, _, err := d.decode(fetch, 0, "lane", 0, n)
+		msgs, _, err := d.decode(fetch, 0, "lane", 0, n, nil)
 		if err != nil || len(msgs) != n {
 			b.Fatalf("%d records, %v", len(msgs), err)
 		}
