@@ -30,7 +30,9 @@ const maxSpans = 1 + 4 + intentFields*2*binary.MaxVarintLen32
 // intentFields is how many fields an intent is read from.
 const intentFields = 12
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// castagnoli is the CRC of capper-fields (the standard library makes its
+// table once).
+func castagnoli() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) }
 
 // fieldSpans is an encoded capper-fields (n 0: none).
 type fieldSpans struct {
@@ -49,7 +51,7 @@ func (f *fields) intentSlots() [intentFields]*json.RawValue {
 // be slices of (scan's); none (n 0) when one is not.
 func encodeSpans(value []byte, f *fields) (s fieldSpans) {
 	b := append(s.b[:0], spansVersion)
-	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(value, castagnoli))
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(value, castagnoli()))
 	for _, slot := range f.intentSlots() {
 		raw := *slot
 		if raw == nil {
@@ -72,7 +74,7 @@ func encodeSpans(value []byte, f *fields) (s fieldSpans) {
 // field inside the value and a whole token (a string quoted at both ends;
 // one with escapes, and tags, checked as JSON, as their readers expect).
 func (f *fields) fromSpans(value, spans []byte) bool {
-	if len(spans) < 5 || spans[0] != spansVersion || binary.BigEndian.Uint32(spans[1:]) != crc32.Checksum(value, castagnoli) {
+	if len(spans) < 5 || spans[0] != spansVersion || binary.BigEndian.Uint32(spans[1:]) != crc32.Checksum(value, castagnoli()) {
 		return false
 	}
 	p := spans[5:]

@@ -97,7 +97,7 @@ func lastEnd(value []byte, f *fields) int {
 // withCRC is spans with value's CRC.
 func withCRC(spans, value []byte) []byte {
 	s := slices.Clone(spans)
-	binary.BigEndian.PutUint32(s[1:], crc32.Checksum(value, castagnoli))
+	binary.BigEndian.PutUint32(s[1:], crc32.Checksum(value, castagnoli()))
 	return s
 }
 
@@ -130,7 +130,7 @@ func TestDecodeHeldForgedFields(t *testing.T) {
 		key, value := []byte(tc.key), []byte(tc.value)
 		for range 5000 {
 			b := []byte{spansVersion}
-			b = binary.BigEndian.AppendUint32(b, crc32.Checksum(value, castagnoli))
+			b = binary.BigEndian.AppendUint32(b, crc32.Checksum(value, castagnoli()))
 			for range intentFields {
 				if rng.IntN(3) == 0 {
 					b = append(b, 0)

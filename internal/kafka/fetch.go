@@ -153,9 +153,9 @@ func (f *fetcher) request(b []byte, offset int64, maxBytes int32, maxWait time.D
 	b = be.AppendUint32(b, 0xffffffff) // replica id -1: a consumer
 	b = be.AppendUint32(b, uint32(maxWait.Milliseconds()))
 	b = be.AppendUint32(b, 1) // min bytes: answer with any record
-	// The answer's max bytes: the one partition's bound it. (Not the
-	// same: kfake leaves out a partition's aborted transactions when the
-	// answer's bound is what cuts it.)
+	// The answer's own bound: none past the one partition's (below). Not
+	// the same bound twice: kfake leaves a partition's aborted
+	// transactions out of an answer its own bound cut.
 	b = be.AppendUint32(b, math.MaxInt32)
 	b = append(b, readCommitted) // isolation level: the broker answers up to the last stable offset
 	b = be.AppendUint32(b, 1)
@@ -253,8 +253,8 @@ func (w *wire) int64() int64 {
 // count is an array's length (a null array: 0).
 func (w *wire) count() int { return max(int(w.int32()), 0) }
 
-// aborted reads a partition's aborted transactions (nil: none), in the
-// order of their first offsets, as brokers list them.
+// aborted reads a partition's aborted transactions (nil: none), sorted
+// by their first offsets.
 func (w *wire) aborted() []abortedTxn {
 	n := w.count()
 	if n == 0 || n > len(w.b)/16 {
