@@ -325,18 +325,6 @@ func (w *Worker) cacheable(m *kafka.Message, e *entry) bool {
 	return ok && g.Cacheable(m, e.home)
 }
 
-// misplaced reports whether a tier record waits in another partition than
-// its user's (written by an earlier version): it moves there, undecided,
-// so that the worker of its user decides it.
-func (w *Worker) misplaced(m *kafka.Message, home int) bool {
-	g, ok := w.o.Reader.(cacheGate)
-	if !ok || home < 0 {
-		return false
-	}
-	n := g.TierPartitions(m.Topic)
-	return n > 0 && home%n != m.Partition
-}
-
 // writeEarly writes the deliveries of batch b that have their final
 // decision while batch-mates wait for a retry (out and still are
 // decideEarly's; byReq[j] is request j's entry), once the batch before is

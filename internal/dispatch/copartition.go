@@ -129,3 +129,15 @@ func (b *coPartition) Assign(members []capkafka.Member, parts map[string][]int) 
 	}
 	return out
 }
+
+// misplaced reports whether a tier record waits in another partition than
+// its user's (written by an earlier version): it moves there, undecided,
+// so that the worker of its user decides it.
+func (w *Worker) misplaced(m *capkafka.Message, home int) bool {
+	g, ok := w.o.Reader.(cacheGate)
+	if !ok || home < 0 {
+		return false
+	}
+	n := g.TierPartitions(m.Topic)
+	return n > 0 && home%n != m.Partition
+}
