@@ -5,6 +5,7 @@ package main
 // campaign, exempt sends, a worker killed and the blast stopped.
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -45,6 +46,7 @@ type pacingScale struct {
 	restartAfter                         time.Duration // after the kill; negative: never
 	sample                               int           // cancelled users checked in Redis
 	statusTopic                          string        // kafka.topics.delivery_status ("": none)
+	laneRecords                          string        // kafka.lane_records of the paced run
 }
 
 func pacingScaleFromEnv(b *testing.B) pacingScale {
@@ -64,6 +66,7 @@ func pacingScaleFromEnv(b *testing.B) pacingScale {
 		workers: int(num("WORKERS", 3)), masters: int(num("MASTERS", 1)),
 		campaignAt: 10 * time.Second, killAt: 20 * time.Second, stopAt: 30 * time.Second, txnUntil: 35 * time.Second,
 		sample: int(num("SAMPLE", 1000))}
+	s.laneRecords = cmp.Or(os.Getenv("CAPPER_BENCH_PACING_LANE_RECORDS"), "compact")
 	if v := os.Getenv("CAPPER_BENCH_PACING_RESTART"); v == "never" {
 		s.restartAfter = -1
 	} else {
@@ -100,7 +103,10 @@ func pacingScaleFromEnv(b *testing.B) pacingScale {
 // TXN_RATE RATE/20, WORKERS 3, PARTITIONS 2 x WORKERS (at least 4),
 // MASTERS 1, RESTART 0) fit a 2-core machine; for a 16-core one:
 // INTENTS=10000000 RATE=50000 WORKERS=8 MASTERS=6. SAMPLE (1000) is how
-// many cancelled users are read back from Redis; SECONDS=1 also prints the
+// many cancelled users are read back from Redis; LANE_RECORDS is the
+// paced workers' kafka.lane_records (compact; headers: the form every
+// version reads; both: each round runs paced in both forms, compact's the
+// figures reported); SECONDS=1 also prints the
 // run second by second, PROFILE=DIR saves CPU profiles of the workers never
 // killed (profileAt). The
 // workers are static members (kafka.group_instance_id w-0, w-1, ..., as the
@@ -112,13 +118,37 @@ func pacingScaleFromEnv(b *testing.B) pacingScale {
 // goal on a shared machine).
 func BenchmarkPacing(b *testing.B) {
 	sc := pacingScaleFromEnv(b)
-	var rounds [][2]*pacingRun
-	for b.Loop() {
-		rounds = append(rounds, [2]*pacingRun{runPacing(b, sc, true), runPacing(b, sc, false)})
+	// LANE_RECORDS=both: each round also runs paced with lane records in
+	// headers, before the compact run in every other round (a machine
+	// that slows down within a round favours neither), then unpaced.
+	both := sc.laneRecords == "both"
+	if both {
+		sc.laneRecords = "compact"
+	}
+	var rounds, headers [][2]*pacingRun
+	for i := 0; b.Loop(); i++ {
+		var p, h *pacingRun
+		hs := sc
+		hs.laneRecords = "headers"
+		if both && i%2 == 1 {
+			h = runPacing(b, hs, true)
+		}
+		p = runPacing(b, sc, true)
+		if both && i%2 == 0 {
+			h = runPacing(b, hs, true)
+		}
+		u := runPacing(b, sc, false)
+		rounds = append(rounds, [2]*pacingRun{p, u})
+		if h != nil {
+			headers = append(headers, [2]*pacingRun{h, u})
+		}
 	}
 	last := rounds[len(rounds)-1]
 	reportPacing(b, sc, last[0], last[1])
-	reportRounds(b, rounds)
+	reportRounds(b, rounds, "lane records "+sc.laneRecords, true)
+	if both {
+		reportRounds(b, headers, "lane records headers (the same unpaced runs)", false)
+	}
 }
 
 const (

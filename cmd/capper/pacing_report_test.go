@@ -61,8 +61,9 @@ func reportPacing(b *testing.B, sc pacingScale, p, u *pacingRun) {
 
 func (rp *pacingReport) header() {
 	sc, p := rp.sc, rp.p
-	rp.line("send pacing: %d workers, %d partitions, %s; budget %v/s burst %d (lanes high >= 75, normal)",
-		sc.workers, sc.partitions, map[bool]string{true: "one redis-server", false: fmt.Sprintf("a %d-master Redis Cluster", sc.masters)}[sc.masters == 1], sc.rate, sc.burst)
+	rp.line("send pacing: %d workers, %d partitions, %s; budget %v/s burst %d (lanes high >= 75, normal); lane records %s",
+		sc.workers, sc.partitions, map[bool]string{true: "one redis-server", false: fmt.Sprintf("a %d-master Redis Cluster", sc.masters)}[sc.masters == 1], sc.rate, sc.burst,
+		sc.laneRecords)
 	restart := "not restarted"
 	if !p.restarted.IsZero() {
 		restart = fmt.Sprintf("restarted, ready at %s", rp.rel(p.restarted))
@@ -224,9 +225,9 @@ func (rp *pacingReport) cost() (perRelease, cpuDelta, allocDelta float64) {
 }
 
 // reportRounds prints, for more than one round, each round's worker CPU
-// and bytes allocated per intent, paced and unpaced, and reports the
-// median differences.
-func reportRounds(b *testing.B, rounds [][2]*pacingRun) {
+// and bytes allocated per intent, paced and unpaced, and the median
+// differences (metric: reported as the benchmark's figures).
+func reportRounds(b *testing.B, rounds [][2]*pacingRun, label string, metric bool) {
 	if len(rounds) < 2 {
 		return
 	}
@@ -244,8 +245,10 @@ func reportRounds(b *testing.B, rounds [][2]*pacingRun) {
 		return (v[(len(v)-1)/2] + v[len(v)/2]) / 2
 	}
 	dc, da := median(cpu), median(alloc)
-	fmt.Printf("%d rounds, worker CPU and bytes allocated per intent, paced / unpaced: %s\n", len(rounds), strings.Join(each, "; "))
+	fmt.Printf("%d rounds (%s), worker CPU and bytes allocated per intent, paced / unpaced: %s\n", len(rounds), label, strings.Join(each, "; "))
 	fmt.Printf("   median difference: CPU %+.2f us (goal within %.0f us: %s), allocated %+.0f B\n", dc, goalCPUDelta, paceRatio(math.Abs(dc), goalCPUDelta), da)
-	b.ReportMetric(dc, "cpu-us/intent-over-unpaced")
-	b.ReportMetric(da, "alloc-B/intent-over-unpaced")
+	if metric {
+		b.ReportMetric(dc, "cpu-us/intent-over-unpaced")
+		b.ReportMetric(da, "alloc-B/intent-over-unpaced")
+	}
 }

@@ -54,7 +54,7 @@ func pacingStack(b *testing.B, sc pacingScale, paced bool) (*stack, *config.Conf
 	cfg.Kafka.Topics.Control = testenv.ControlTopic
 	cfg.Kafka.DelayTiers = []config.DelayTier{{Delay: config.Duration(time.Minute), Topic: paceDelay}}
 	if paced {
-		cfg.Kafka.Topics.Lanes = paceLanes
+		cfg.Kafka.Topics.Lanes, cfg.Kafka.LaneRecords = paceLanes, sc.laneRecords
 	}
 	cfg.Kafka.Topics.DeliveryStatus = sc.statusTopic
 	if sc.masters == 1 {

@@ -99,6 +99,7 @@ func newConsumer(ctx context.Context, cfg *config.Config, admin *capkafka.Admin,
 	wo.Parked = writers.parkedOutput(cfg.Kafka.Topics.Parked)
 	if pc != nil {
 		wo.Pacer, wo.LanePrefix, wo.LaneWriter = pc, pc.prefix, pc.writer(kopts)
+		wo.CompactLanes = cfg.Kafka.LaneRecords == "compact"
 	}
 	worker, err := dispatch.New(wo)
 	if err != nil {

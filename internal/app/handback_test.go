@@ -49,6 +49,7 @@ func TestPacingHandBack(t *testing.T) {
 	e := newE2E(t, "single")
 	e.publish(3000, 3)
 	cfg := e.paceConfig(handBackPolicy)
+	cfg.Kafka.LaneRecords = "compact" // a hand-back's headers beside capper-held
 	w1, w2 := e.start("w1", cfg), e.start("w2", cfg)
 	e.produce(paceIntents(0, 1000, "blast", "push", "marketing", "normal"))
 
@@ -138,6 +139,9 @@ func TestPacingHandBack(t *testing.T) {
 	o = e.waitHandedBack(60*time.Second, w1, w2)
 	if n := countCampaign(o.suppressed, "again", "capped"); n != len(second) {
 		t.Errorf("%d of the %d second pushes capped, want all: the send handed back counts once", n, len(second))
+	}
+	if compact, headers := laneForms(t, e); compact < 1000 || headers != 0 {
+		t.Errorf("lane records: %d compact, %d in headers; want every one compact (at least the 1000 held)", compact, headers)
 	}
 }
 

@@ -238,27 +238,6 @@ func TestPacingReleasesAtTheBudgetsRate(t *testing.T) {
 		most, paceRate, paceBurst, last["blast"].Format(time.RFC3339Nano), last["flash"].Format(time.RFC3339Nano), redelivered)
 }
 
-// checkLaneFields: each held intent's record in lane (at least held of
-// them) says where its fields are (its release reads them there); what
-// comes out of a lane does not.
-func checkLaneFields(t *testing.T, e *e2e, o outputs, lane string, held int) {
-	t.Helper()
-	records := e.readTopic(pacing.Topic(tLanes, "push-fcm", lane))
-	for _, m := range records {
-		if len(header(m, dispatch.HeaderFields)) < 5 {
-			t.Fatalf("lane record %d/%d: %s %q, want where its fields are", m.Partition, m.Offset, dispatch.HeaderFields, header(m, dispatch.HeaderFields))
-		}
-	}
-	for _, m := range o.deliveries {
-		if header(m, dispatch.HeaderFields) != "" {
-			t.Fatalf("delivery %s carries %s", idOf(m), dispatch.HeaderFields)
-		}
-	}
-	if len(records) < held {
-		t.Errorf("%d records in the %s lane, want at least the %d held", len(records), lane, held)
-	}
-}
-
 // TestPacingThroughFaults: on a 3-master cluster, two workers drain two
 // paced campaigns through a restart of one worker (another takes its
 // place), a Redis outage and a stop of the blast. Every input has one
@@ -272,6 +251,7 @@ func TestPacingThroughFaults(t *testing.T) {
 	cfg := e.paceConfig(pacePolicy)
 	cfg.Kafka.Topics.Control = tControl
 	c := newController(e, cfg)
+	cfg.Kafka.LaneRecords = "compact" // the stop reads capper-held's campaign
 	w1, w2 := e.start("w1", cfg), e.start("w2", cfg)
 	c.workers = []*worker{w1, w2}
 	e.produce(append(paceIntents(0, 1200, "blast", "push", "marketing", "normal"),
@@ -319,6 +299,9 @@ func TestPacingThroughFaults(t *testing.T) {
 	most := mostInOneSecond(released)
 	if limit := int(paceRate*1.01) + paceBurst; most > limit {
 		t.Errorf("%d releases within one second; the budget allows %d (rate %d, burst %d)", most, limit, paceRate, paceBurst)
+	}
+	if c, h := laneForms(t, e); c < 1500 || h != 0 {
+		t.Errorf("lane records: %d compact, %d in headers; want every one compact (at least the 1500 held)", c, h)
 	}
 	t.Logf("%d delivered (%d promo), %d blast cancelled; most releases in one second: %d", len(o.deliveries), promo, cancelled, most)
 }

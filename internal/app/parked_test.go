@@ -42,6 +42,7 @@ default_policy:
 `
 	cfg := e.holdConfig(pol)
 	cfg.Kafka.Topics.Control, cfg.Kafka.Topics.Parked = tControl, tParked
+	cfg.Kafka.LaneRecords = "compact" // the deferral's headers beside capper-held
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +95,7 @@ func TestPacedParkedKeepsItsDeferral(t *testing.T) {
 	now := time.Now()
 	e.clock = &fastClock{base: now, start: now, factor: 1}
 	cfg.Kafka.Topics.Control, cfg.Kafka.Topics.Parked = tControl, tParked
+	cfg.Kafka.LaneRecords = "compact" // the deferral's headers beside capper-held
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -137,5 +139,8 @@ func TestPacedParkedKeepsItsDeferral(t *testing.T) {
 		if header(m, "capper-released-at") == "" {
 			t.Errorf("delivered %s has no capper-released-at: it took a token", idOf(m))
 		}
+	}
+	if compact, headers := laneForms(t, e); compact < 50 || headers != 0 {
+		t.Errorf("lane records: %d compact, %d in headers; want every one compact (at least P's 50)", compact, headers)
 	}
 }

@@ -51,6 +51,11 @@ type Kafka struct {
 	// GroupInstanceID makes the worker a static member of its consumer
 	// groups (empty: dynamic); GroupProtocol is cooperative or eager;
 	// LeaveOnShutdown: a static member leaves its groups when it stops.
+	// LaneRecords is the form held intents' lane records are written in:
+	// headers (every version reads it) or compact (one binary header; the
+	// version before this one cannot read it: docs/operations/upgrades.md).
+	// Both are read.
+	LaneRecords       string   `yaml:"lane_records"`
 	GroupInstanceID   string   `yaml:"group_instance_id"`
 	GroupProtocol     string   `yaml:"group_protocol"`
 	LeaveOnShutdown   bool     `yaml:"leave_on_shutdown"`
@@ -275,6 +280,7 @@ func Default() Config {
 			Compression:       "none",
 			StartOffset:       "earliest",
 			GroupProtocol:     "cooperative",
+			LaneRecords:       "headers",
 			FetchMaxWait:      Duration(250 * time.Millisecond),
 			SessionTimeout:    Duration(8 * time.Second),
 			RebalanceTimeout:  Duration(30 * time.Second),

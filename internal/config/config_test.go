@@ -30,6 +30,7 @@ var badFiles = map[string][]string{
 	"brace-prefix.bad.yaml":        {"capping.key_prefix", "without braces"},
 	"bad-enum.bad.yaml":            {`capping.algorithm: "token_bucket" is not an algorithm; the key is deprecated (capper has one, exact, algorithm): remove it`},
 	"batch-size.bad.yaml":          {"worker.batch_size", "between 1 and 10000"},
+	"lane-records.bad.yaml":        {`kafka.lane_records: "binary" is not one of headers, compact`},
 	"two-docs.bad.yaml":            {"more than one YAML document"},
 	"bad-source.bad.yaml":          {"segments.source", "gs://bucket/segments"},
 	"window-range.bad.yaml":        {`capping.segments[0] (segment "new").limits[0] (limit "burst").window: 30s out of range`},

@@ -107,6 +107,7 @@ func (k *Kafka) validate(p *problems.List) {
 	oneOf(p, problems.Key("kafka.compression"), k.Compression, "none", "gzip", "snappy", "lz4", "zstd")
 	oneOf(p, problems.Key("kafka.start_offset"), k.StartOffset, "earliest", "latest")
 	oneOf(p, problems.Key("kafka.group_protocol"), k.GroupProtocol, "cooperative", "eager")
+	oneOf(p, problems.Key("kafka.lane_records"), k.LaneRecords, "headers", "compact")
 	if id := k.GroupInstanceID; len(id) > 249 || strings.ContainsAny(id, " \t\n/") {
 		p.Add(problems.Key("kafka.group_instance_id"), "%q must be at most 249 characters, without spaces or slashes (e.g. the pod's name)", id)
 	}

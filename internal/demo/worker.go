@@ -69,7 +69,7 @@ func demoConfig(brokers []string, redisAddr, dir, plans string) (*config.Config,
 	cfg.Kafka.DelayTiers = demoTiers
 	cfg.Kafka.Topics.DeliveryStatus = topicStatus
 	cfg.Kafka.Topics.Control = topicControl
-	cfg.Kafka.Topics.Lanes = topicLanes
+	cfg.Kafka.Topics.Lanes, cfg.Kafka.LaneRecords = topicLanes, "compact" // a new deployment's
 	cfg.Kafka.Topics.UserLimits = topicUsers
 	cfg.Plans.Source = plans
 	cfg.Redis.Addrs = []string{redisAddr}

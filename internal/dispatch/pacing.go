@@ -90,12 +90,16 @@ func (w *Worker) isLane(topic string) bool {
 }
 
 // readLane reads a released lane record's headers into e (a kindDue
-// entry: it is decided now). A record without capper-held-since was not
-// written by capper: it is dead-lettered.
+// entry: it is decided now), in either form (lanerecord.go). A record
+// with neither capper-held nor capper-held-since was not written by
+// capper: it is dead-lettered.
 func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
-	var held, released, since, count, lane, throttled, fields []byte
+	var held, released, since, count, lane, throttled, fields, compact []byte
+	isCompact := false
 	for _, x := range m.Headers {
 		switch x.Key {
+		case HeaderHeld:
+			compact, isCompact = x.Value, true
 		case HeaderFields:
 			fields = x.Value
 		case HeaderHeldSince:
@@ -119,14 +123,22 @@ func (w *Worker) readLane(m *kafka.Message, e *entry, now time.Time) bool {
 		}
 	}
 	li := &e.laneAt
-	li.releasedAt, li.fields = now, fields
+	*li = laneInfo{releasedAt: now, fields: fields}
 	var err error
-	if li.heldSince, err = parseHeaderTime(held); err != nil {
-		e.setUnreadable(&InvalidError{Field: "header " + HeaderHeldSince, Reason: err.Error()})
-		return false
-	}
-	if t, err := parseHeaderTime(released); err == nil {
-		li.releasedAt, li.token = t, true
+	switch {
+	case isCompact:
+		var ok bool
+		if lane, ok = readHeld(compact, li, e); !ok {
+			return false
+		}
+	default:
+		if li.heldSince, err = parseHeaderTime(held); err != nil {
+			e.setUnreadable(&InvalidError{Field: "header " + HeaderHeldSince, Reason: err.Error()})
+			return false
+		}
+		if t, err := parseHeaderTime(released); err == nil {
+			li.releasedAt, li.token = t, true
+		}
 	}
 	if len(since) > 0 {
 		if e.tier.Since, err = parseHeaderTime(since); err != nil {
@@ -246,8 +258,14 @@ func (w *Worker) settlePacing(e *entry) {
 // holdRecord adds a kindHold entry's lane record to o: the input's key and
 // value, in the partition of its user's input partition.
 func (w *Worker) holdRecord(o *outputs, hb *headerBuilder, m *kafka.Message, e *entry) {
+	var h []kafka.Header
+	if w.o.CompactLanes {
+		h = hb.compactHeaders(m, e)
+	} else {
+		h = hb.heldHeaders(m, e)
+	}
 	o.held[e.held.topic] = append(o.held[e.held.topic], kafka.Message{Key: nonNull(m.Key), Value: nonNull(m.Value),
-		Headers: hb.heldHeaders(m, e), Partition: e.home})
+		Headers: h, Partition: e.home})
 }
 
 // heldOutputs makes o.held's slices to size, from records: a batch's held
@@ -288,12 +306,7 @@ func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header 
 	if hb.policy != "" {
 		n++
 	}
-	h := hb.cut(n)
-	for _, x := range m.Headers {
-		if len(x.Key) < len(capperPrefix) || x.Key[:len(capperPrefix)] != capperPrefix {
-			h = append(h, kafka.Header{Key: x.Key, Value: nonNull(x.Value)})
-		}
-	}
+	h := ownHeaders(hb.cut(n), m)
 	h = append(h,
 		kafka.Header{Key: HeaderHeldSince, Value: hb.time(he.since)},
 		kafka.Header{Key: HeaderLane, Value: hb.lane(he.budget, he.lane)},
@@ -307,6 +320,17 @@ func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header 
 	if s := &he.fields; s.n > 0 {
 		h = append(h, kafka.Header{Key: HeaderFields, Value: hb.bytes(func(b []byte) []byte { return append(b, s.b[:s.n]...) })})
 	}
+	h = hb.carriedHeaders(h, e)
+	if hb.policy != "" {
+		h = append(h, kafka.Header{Key: HeaderPolicy, Value: hb.name(hb.policy)})
+	}
+	h = hb.handBackHeaders(h, e)
+	return append(h, kafka.Header{Key: HeaderSource, Value: hb.source(m, e)})
+}
+
+// carriedHeaders adds to a lane record's headers the deferral it carries
+// from the delay tiers.
+func (hb *headerBuilder) carriedHeaders(h []kafka.Header, e *entry) []kafka.Header {
 	if f := e.tier.Deferral; f.Count > 0 {
 		h = append(h,
 			kafka.Header{Key: HeaderDeferredCount, Value: hb.bytes(func(b []byte) []byte { return strconv.AppendInt(b, int64(f.Count), 10) })},
@@ -317,11 +341,17 @@ func (hb *headerBuilder) heldHeaders(m *kafka.Message, e *entry) []kafka.Header 
 			h = append(h, kafka.Header{Key: HeaderReason, Value: hb.name(capping.ReasonPaused.String())})
 		}
 	}
-	if hb.policy != "" {
-		h = append(h, kafka.Header{Key: HeaderPolicy, Value: hb.name(hb.policy)})
+	return h
+}
+
+// ownHeaders appends the input's own headers (not capper-*) to h.
+func ownHeaders(h []kafka.Header, m *kafka.Message) []kafka.Header {
+	for _, x := range m.Headers {
+		if len(x.Key) < len(capperPrefix) || x.Key[:len(capperPrefix)] != capperPrefix {
+			h = append(h, kafka.Header{Key: x.Key, Value: nonNull(x.Value)})
+		}
 	}
-	h = hb.handBackHeaders(h, e)
-	return append(h, kafka.Header{Key: HeaderSource, Value: hb.source(m, e)})
+	return h
 }
 
 // releasedHeaders are what a released intent's outcome says of its wait:
@@ -357,6 +387,10 @@ func (w *Worker) LaneFree(m *kafka.Message, now time.Time) bool {
 			}
 		case HeaderCampaign:
 			campaign = string(x.Value)
+		case HeaderHeld:
+			if r, err := parseHeld(x.Value); err == nil {
+				campaign, sendBy = string(r.campaign), r.sendBy
+			}
 		}
 	}
 	return !w.campaigns().Gate(campaign, sendBy, now).Go

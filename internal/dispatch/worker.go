@@ -126,6 +126,9 @@ type Options struct {
 	Pacer      Pacer
 	LanePrefix string
 	LaneWriter func(topic string) (Writer, error)
+	// CompactLanes writes lane records in their compact form (capper-held,
+	// lanerecord.go; kafka.lane_records: compact). Both forms are read.
+	CompactLanes bool
 	// Parked is the parked topic (parked.go): an intent waiting for a
 	// pause goes there, once, instead of the first delay tier (its writer
 	// puts a record in the partition its Partition names, like a tier's).

@@ -22,6 +22,11 @@ type Gate struct {
 	// (the time of its release); HeldHeader the one that says when it was
 	// held (for capper_pacing_oldest_wait_seconds).
 	Header, HeldHeader string
+	// Stamp, when set, stamps a record whose form carries its release
+	// time in place (a compact lane record) and reports whether it did;
+	// Held, when set, is when such a record was held (zero: not one).
+	Stamp func(m *kafka.Message, at time.Time) bool
+	Held  func(m *kafka.Message) time.Time
 }
 
 // Pass waits until the records at the head of msgs (of one lane topic's
@@ -71,14 +76,20 @@ func (g *Gate) Pass(ctx context.Context, topic string, msgs []kafka.Message, hwm
 	if !tokens {
 		return n, nil // passes without a token carry no release time
 	}
-	stamp := []byte(now.UTC().Format(kafka.TimeLayout))
-	// A record held with an empty Header (capper's lane records, since
-	// it was added) is stamped in place. The others' headers are copied
-	// (a record's own may be shared, so they are not appended to), cut
-	// from one array.
+	var stamp []byte
+	// A compact lane record (Stamp), and one held with an empty Header
+	// (capper's lane records, since it was added), is stamped in place.
+	// The others' headers are copied (a record's own may be shared, so
+	// they are not appended to), cut from one array.
 	var backing []kafka.Header
 	for i := range msgs[:n] {
 		m := &msgs[i]
+		if g.Stamp != nil && g.Stamp(m, now) {
+			continue
+		}
+		if stamp == nil {
+			stamp = []byte(now.UTC().Format(kafka.TimeLayout))
+		}
 		if stampInPlace(m, g.Header, stamp) {
 			continue
 		}
@@ -110,6 +121,11 @@ func stampInPlace(m *kafka.Message, key string, stamp []byte) bool {
 
 // held is when m was held (zero: unreadable, or no HeldHeader).
 func (g *Gate) held(m *kafka.Message) time.Time {
+	if g.Held != nil {
+		if t := g.Held(m); !t.IsZero() {
+			return t
+		}
+	}
 	for _, h := range m.Headers {
 		if h.Key == g.HeldHeader && g.HeldHeader != "" {
 			t, err := time.Parse(kafka.TimeLayout, string(h.Value))

@@ -405,7 +405,8 @@ func workerConfig(t *testing.T, b *broker, tp *topology, dir string) *config.Con
 	return &cfg
 }
 
-// writeConfig writes cfg with addr as its HTTP address. Without campaign
+// writeConfig writes cfg with addr as its HTTP address (kafka.lane_records
+// only when it is not the default). Without campaign
 // control, send pacing or users' own limits (an older build) the keys they
 // added are left out: such a build refuses keys it does not know.
 func writeConfig(t *testing.T, cfg *config.Config, addr, path string, legacyGroups bool) {
@@ -419,12 +420,16 @@ func writeConfig(t *testing.T, cfg *config.Config, addr, path string, legacyGrou
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Kafka.Topics.Control == "" || c.Kafka.Topics.Lanes == "" || c.Kafka.Topics.UserLimits == "" || legacyGroups {
+	headers := c.Kafka.LaneRecords == config.Default().Kafka.LaneRecords
+	if c.Kafka.Topics.Control == "" || c.Kafka.Topics.Lanes == "" || c.Kafka.Topics.UserLimits == "" || legacyGroups || headers {
 		var doc map[string]any
 		if err := yaml.Unmarshal(y, &doc); err != nil {
 			t.Fatal(err)
 		}
 		topics := doc["kafka"].(map[string]any)["topics"].(map[string]any)
+		if headers { // the default: an older build does not know the key
+			delete(doc["kafka"].(map[string]any), "lane_records")
+		}
 		if legacyGroups { // an older build: one membership, eager, no watchdog
 			for _, k := range []string{"group_instance_id", "group_protocol", "leave_on_shutdown"} {
 				delete(doc["kafka"].(map[string]any), k)
