@@ -42,7 +42,6 @@ default_policy:
 `
 	cfg := e.holdConfig(pol)
 	cfg.Kafka.Topics.Control, cfg.Kafka.Topics.Parked = tControl, tParked
-	cfg.Kafka.LaneRecords = "compact" // the deferral's headers beside capper-held
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -193,13 +193,14 @@ func (hb *headerBuilder) source(m *kafka.Message, e *entry) []byte {
 	if e.tier.source != nil {
 		return e.tier.source
 	}
-	return hb.bytes(func(b []byte) []byte {
-		b = append(b, m.Topic...)
-		b = append(b, '/')
-		b = strconv.AppendInt(b, int64(m.Partition), 10)
-		b = append(b, '/')
-		return strconv.AppendInt(b, m.Offset, 10)
-	})
+	return hb.bytes(func(b []byte) []byte { return appendPosition(b, m) })
+}
+
+// appendPosition appends m's <topic>/<partition>/<offset> to b.
+func appendPosition(b []byte, m *kafka.Message) []byte {
+	b = append(append(b, m.Topic...), '/')
+	b = strconv.AppendInt(b, int64(m.Partition), 10)
+	return strconv.AppendInt(append(b, '/'), m.Offset, 10)
 }
 
 // delayPath adds the delay path's headers: to a deferred entry what its

@@ -17,7 +17,6 @@ package dispatch
 import (
 	"encoding/binary"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/capper-dev/capper/internal/kafka"
@@ -52,16 +51,13 @@ func (hb *headerBuilder) heldValue(m *kafka.Message, e *entry) []byte {
 		b = append(append(append(b, he.budget...), '/'), he.lane...)
 		b = binary.AppendUvarint(b, uint64(len(he.campaign)))
 		b = append(b, he.campaign...)
-		if src := e.tier.source; src != nil {
-			b = binary.AppendUvarint(b, uint64(len(src)))
-			b = append(b, src...)
-		} else {
-			var pos [48]byte
-			p := strconv.AppendInt(append(pos[:0], '/'), int64(m.Partition), 10)
-			p = strconv.AppendInt(append(p, '/'), m.Offset, 10)
-			b = binary.AppendUvarint(b, uint64(len(m.Topic)+len(p)))
-			b = append(append(b, m.Topic...), p...)
+		src := e.tier.source // capper-source's value (headerBuilder.source)
+		if src == nil {
+			var pos [128]byte
+			src = appendPosition(pos[:0], m)
 		}
+		b = binary.AppendUvarint(b, uint64(len(src)))
+		b = append(b, src...)
 		s := &he.fields
 		b = binary.AppendUvarint(b, uint64(s.n))
 		return append(b, s.b[:s.n]...)
