@@ -114,8 +114,8 @@ func (s *sections) writePacing(w *tableWriter, o outputs) {
 			mostInOneSecond(all), paceRate, paceBurst, paceRate+paceBurst, len(all), rc.delivered, secs(slices.MaxFunc(all, time.Time.Compare).Sub(s.pace.start)))
 	}
 	if t := s.throttle; t.done {
-		w.printf("throttle feedback: then %s, a push to each member, while FCM accepts %d a second for %s, answering the rest throttled (%d of its %d answers, each handed back to capper with a delivery status that carries the push, and held again ahead of its lane): %s's effective rate fell to %.0f/s, within 10%% of %d/s %s after the first throttled answer, and was back within 10%% of %d/s %s after FCM accepted that; FCM accepted %d of the %d pushes delivered once, none twice\n",
-			campNews, provLow, provLowFor, t.throttled, t.answered, budgetName, t.lowest, provLow, secs(t.downIn), paceRate, secs(t.backIn), t.once, t.members)
+		w.printf("throttle feedback: then %s, a push to each member, while FCM accepts %d a second for %s (at least %s, and until the budget's rate has followed it), answering the rest throttled (%d of its %d answers, each handed back to capper with a delivery status that carries the push, and held again ahead of its lane): %s's effective rate fell to %.0f/s, within 10%% of %d/s %s after the first throttled answer, and was back within 10%% of %d/s %s after FCM accepted that; FCM accepted %d of the %d pushes delivered once, none twice\n",
+			campNews, provLow, secs(t.lowFor), secs(provLowFor), t.throttled, t.answered, budgetName, t.lowest, provLow, secs(t.downIn), paceRate, secs(t.backIn), t.once, t.members)
 	}
 }
 
