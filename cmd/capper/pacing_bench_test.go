@@ -198,6 +198,7 @@ type pacingRun struct {
 	alloc    float64    // bytes the workers allocated from t0 to the end (go_memstats_alloc_bytes_total)
 	cpuPhase [4]float64 // ... from t0 to the campaign, to the kill, to the stop, to the end
 	metrics  map[string]float64
+	requests [96]int64 // the broker's requests from t0 to drained, by kind
 	out      pacingOutputs
 	redis    redisCheck
 }

@@ -37,11 +37,13 @@ func runPacing(b *testing.B, sc pacingScale, paced bool) *pacingRun {
 		}
 	}
 	d.s, d.engineCfg = pacingStack(b, sc, paced)
+	reqs := countRequests(d.s.kafka.Cluster)
 	d.s.cfg.HTTP.Pprof = d.profile != ""
 	d.startWorkers()
 	d.idle()
 	r := d.r
 	r.t0 = time.Now()
+	reqsT0 := reqs.since([96]int64{})
 	blastDone := d.produceBlast()
 	txnCtx, stopTxn := context.WithCancel(context.Background())
 	var txnSent atomic.Int64
@@ -72,6 +74,7 @@ func runPacing(b *testing.B, sc pacingScale, paced bool) *pacingRun {
 	r.intents = sc.blast + sc.campaign + txn
 	waitPacingDrained(b, d.s, sc, lanes, r.intents, d.ws)
 	r.drained = time.Now()
+	r.requests = reqs.since(reqsT0)
 	d.mark(markEnd)
 	d.profiles.Wait()
 	d.allocsProfile()

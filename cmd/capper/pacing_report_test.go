@@ -46,6 +46,8 @@ func reportPacing(b *testing.B, sc pacingScale, p, u *pacingRun) {
 	rp.line("   batches decided (all workers, the killed one until its last scrape): paced %.0f of %.1f records on average, unpaced %.0f of %.1f",
 		p.metrics["capper_batch_size_count"], p.metrics["capper_batch_size_sum"]/p.metrics["capper_batch_size_count"],
 		u.metrics["capper_batch_size_count"], u.metrics["capper_batch_size_sum"]/u.metrics["capper_batch_size_count"])
+	rp.line("   Kafka requests the broker answered per 1,000 intents (t=0 to drained; every client, the driver's alike in both): paced %s; unpaced %s",
+		requestsLine(p.requests, p.intents), requestsLine(u.requests, u.intents))
 	// Printed, not logged: a benchmark's log is cut to its first lines.
 	fmt.Print(rp.w.String())
 

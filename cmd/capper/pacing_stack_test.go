@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/capper-dev/capper/internal/app"
 	"github.com/capper-dev/capper/internal/config"
@@ -226,4 +228,39 @@ func scrapeWorker(b *testing.B, addr string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// brokerRequests counts the requests the broker answers, by kind (their
+// kmsg key): how many round trips a run costs, a figure this machine's
+// noise does not move.
+type brokerRequests struct{ n [96]atomic.Int64 }
+
+func countRequests(c *kfake.Cluster) *brokerRequests {
+	r := &brokerRequests{}
+	c.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if k := int(req.Key()); k >= 0 && k < len(r.n) {
+			r.n[k].Add(1)
+		}
+		return nil, nil, false // observed, then answered as usual
+	})
+	return r
+}
+
+// since is how many of each kind were answered since from (a snapshot).
+func (r *brokerRequests) since(from [96]int64) (d [96]int64) {
+	for k := range r.n {
+		d[k] = r.n[k].Load() - from[k]
+	}
+	return d
+}
+
+// requestsLine is one run's requests per 1,000 intents, by kind.
+func requestsLine(n [96]int64, intents int) string {
+	var each []string
+	for k, v := range n {
+		if v > 0 {
+			each = append(each, fmt.Sprintf("%s %.1f", kmsg.NameForKey(int16(k)), float64(v)*1000/float64(intents)))
+		}
+	}
+	return strings.Join(each, ", ")
 }

@@ -280,14 +280,22 @@ func (c *Consumer) FetchBatch(ctx context.Context, dst []kafka.Message, max int)
 // for the partitions this worker still has.
 func (c *Consumer) CommitMessages(ctx context.Context, msgs ...kafka.Message) error {
 	in, delay := map[topicPartition]int64{}, map[topicPartition]int64{}
-	for i := range msgs {
+	// A batch is runs of one partition's records (a fetch's, in order):
+	// a run's topic is looked at and its map written once.
+	for i := 0; i < len(msgs); {
 		m := &msgs[i]
+		next := m.Offset + 1
+		j := i + 1
+		for ; j < len(msgs) && msgs[j].Partition == m.Partition && msgs[j].Topic == m.Topic; j++ {
+			next = max(next, msgs[j].Offset+1)
+		}
+		i = j
 		dst := in
 		if c.tiers[m.Topic] || c.isLane(m.Topic) || m.Topic == c.o.Parked && m.Topic != "" {
 			dst = delay
 		}
 		tp := topicPartition{m.Topic, m.Partition}
-		dst[tp] = max(dst[tp], m.Offset+1)
+		dst[tp] = max(dst[tp], next)
 	}
 	var errs []error
 	if len(in) > 0 {

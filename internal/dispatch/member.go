@@ -79,7 +79,7 @@ func newMember(o memberOptions) (*member, error) {
 	if o.Started != nil {
 		changed = func([]kafka.TopicPartition) { o.Started() }
 	}
-	g, err := kafka.JoinGroup(kafka.GroupOptions{Transport: k.Transport(), Brokers: k.Brokers, GroupID: o.GroupID, Topics: o.Topics,
+	g, err := kafka.JoinGroup(kafka.GroupOptions{Transport: k.Transport(), Dialer: k.Dialer(), Brokers: k.Brokers, GroupID: o.GroupID, Topics: o.Topics,
 		InstanceID: k.InstanceID, Protocols: protocols, LeaveOnClose: k.LeaveOnClose,
 		SessionTimeout: k.SessionTimeout, RebalanceTimeout: k.RebalanceTimeout, HeartbeatInterval: k.HeartbeatInterval,
 		StartOffset: start, Changed: changed, Watch: o.Watch, Hold: o.Hold, Log: o.Log, Metrics: k.GroupMetrics,

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"time"
 
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/offsetcommit"
 )
 
@@ -68,7 +70,7 @@ func (g *Group) Commit(ctx context.Context, offsets map[TopicPartition]int64) er
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	res, err := g.roundTrip(ctx, req)
+	res, err := g.commitTrip(ctx, req)
 	if err != nil {
 		g.forgetCoordinator()
 		return errors.Join(append(errs, fmt.Errorf("commit to group %s: %w", g.o.GroupID, err))...)
@@ -78,6 +80,9 @@ func (g *Group) Commit(ctx context.Context, offsets map[TopicPartition]int64) er
 		for _, p := range t.Partitions {
 			if err := codeError(p.ErrorCode); err != nil {
 				failed[TopicPartition{t.Name, int(p.PartitionIndex)}] = err
+			}
+			if movedCoordinator(p.ErrorCode) {
+				g.forgetCoordinator() // the next commit asks again
 			}
 		}
 	}
@@ -94,6 +99,55 @@ func (g *Group) Commit(ctx context.Context, offsets map[TopicPartition]int64) er
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// commitTrip sends a commit (commitMu held): over the member's own
+// connection to its coordinator when it has a Dialer, else through its
+// Transport. A failed connection is closed; the next commit dials again.
+func (g *Group) commitTrip(ctx context.Context, req *offsetcommit.Request) (protocol.Message, error) {
+	if g.o.Dialer == nil {
+		return g.roundTrip(ctx, req)
+	}
+	addr, err := g.coordinator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if g.cc != nil && g.cc.addr != addr.String() {
+		g.closeCommits()
+	}
+	if g.cc == nil {
+		if g.cc, err = dialCoordinator(ctx, g.o.Dialer, addr.String()); err != nil {
+			return nil, err
+		}
+	}
+	res, err := g.cc.roundTrip(ctx, req)
+	if err != nil {
+		g.closeCommits()
+		return nil, err
+	}
+	if _, ok := res.(*offsetcommit.Response); !ok {
+		g.closeCommits()
+		return nil, fmt.Errorf("%w: an offset commit answered with %T", errMalformed, res)
+	}
+	return res, nil
+}
+
+// closeCommits closes the commits' connection (commitMu held).
+func (g *Group) closeCommits() {
+	if g.cc != nil {
+		g.cc.close()
+		g.cc = nil
+	}
+}
+
+// movedCoordinator: the broker asked no longer coordinates the group (or
+// not yet).
+func movedCoordinator(code int16) bool {
+	switch kafkago.Error(code) {
+	case kafkago.NotCoordinatorForGroup, kafkago.GroupCoordinatorNotAvailable:
+		return true
+	}
+	return false
 }
 
 // recommit commits again what earlier commits failed to, of the

@@ -59,10 +59,24 @@ type fetcher struct {
 }
 
 // dialLeader connects to partition p's leader as d does, and keeps the
-// connection kafka-go dials (TLS done here, so that it is the connection
-// requests go over; SASL is kafka-go's, done before it returns).
+// connection kafka-go dials.
 func dialLeader(ctx context.Context, d *kafkago.Dialer, broker string, p kafkago.Partition) (*fetcher, error) {
 	var raw net.Conn
+	kc, err := capturing(d, &raw).DialPartition(ctx, "tcp", broker, p)
+	if err != nil {
+		return nil, err
+	}
+	if raw == nil { // a kafka-go that dials otherwise: not a connection to send on
+		_ = kc.Close()
+		return nil, fmt.Errorf("connect to the leader of %s/%d: no connection dialed", p.Topic, p.ID)
+	}
+	return &fetcher{kc: kc, conn: raw, clientID: d.ClientID, topic: p.Topic, partition: int32(p.ID)}, nil
+}
+
+// capturing is d, keeping in *raw the connection it dials, TLS done (so
+// that it is the connection requests go over; SASL is kafka-go's, done
+// before the dial returns).
+func capturing(d *kafkago.Dialer, raw *net.Conn) *kafkago.Dialer {
 	dial, config := d.DialFunc, d.TLS
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
@@ -74,18 +88,10 @@ func dialLeader(ctx context.Context, d *kafkago.Dialer, broker string, p kafkago
 		if err == nil && config != nil {
 			c, err = clientTLS(ctx, c, config, address)
 		}
-		raw = c
+		*raw = c
 		return c, err
 	}
-	kc, err := own.DialPartition(ctx, "tcp", broker, p)
-	if err != nil {
-		return nil, err
-	}
-	if raw == nil { // a kafka-go that dials otherwise: not a connection to send on
-		_ = kc.Close()
-		return nil, fmt.Errorf("connect to the leader of %s/%d: no connection dialed", p.Topic, p.ID)
-	}
-	return &fetcher{kc: kc, conn: raw, clientID: d.ClientID, topic: p.Topic, partition: int32(p.ID)}, nil
+	return &own
 }
 
 // clientTLS is kafka-go's TLS connection: the server's name from the

@@ -64,9 +64,13 @@ func Protocols(mode string) []Protocol {
 // Protocols, Read and the three durations are required.
 type GroupOptions struct {
 	Transport kafkago.RoundTripper // TLS, SASL and the client id: Options.Transport; the group's own (Close closes it)
-	Brokers   []string
-	GroupID   string
-	Topics    []string
+	// Dialer, when set (Options.Dialer), connects the member to its
+	// coordinator for its offset commits (coordconn.go); nil: they go
+	// through Transport.
+	Dialer  *kafkago.Dialer
+	Brokers []string
+	GroupID string
+	Topics  []string
 	// InstanceID makes the member static ("": dynamic). Two running
 	// processes must never share one: the coordinator fences the older.
 	InstanceID string
@@ -125,6 +129,7 @@ type Group struct {
 	// partition's offsets out of order (a commit carries other partitions'
 	// offsets that an earlier one failed to, or that are in flight).
 	commitMu sync.Mutex
+	cc       *coordConn // the commits' connection (commitMu; nil: none open)
 
 	mu         sync.Mutex
 	topics     []string

@@ -328,6 +328,9 @@ func (g *Group) committed(ctx context.Context, tps []TopicPartition) (map[TopicP
 func (g *Group) finish() {
 	g.recommit()
 	g.revokeAll(false)
+	g.commitMu.Lock()
+	g.closeCommits()
+	g.commitMu.Unlock()
 	g.mu.Lock()
 	leave := g.memberID != "" && (g.o.InstanceID == "" || g.o.LeaveOnClose || g.leave)
 	req := &leavegroup.Request{GroupID: g.o.GroupID, Members: []leavegroup.RequestMember{{MemberID: g.memberID, GroupInstanceID: g.o.InstanceID}}}

@@ -89,7 +89,7 @@ func newGroupEnv(t *testing.T, partitions int32) *groupEnv {
 
 func (e *groupEnv) join(name, instance, mode string) *Group {
 	e.t.Helper()
-	g, err := JoinGroup(GroupOptions{Transport: &kafkago.Transport{ClientID: name}, Brokers: e.kafka.Addrs, GroupID: "g", Topics: []string{"in"},
+	g, err := JoinGroup(GroupOptions{Transport: &kafkago.Transport{ClientID: name}, Dialer: &kafkago.Dialer{ClientID: name}, Brokers: e.kafka.Addrs, GroupID: "g", Topics: []string{"in"},
 		InstanceID: instance, Protocols: Protocols(mode), SessionTimeout: 6 * time.Second, RebalanceTimeout: 6 * time.Second,
 		HeartbeatInterval: 100 * time.Millisecond, StartOffset: kafkago.FirstOffset, Read: e.track.read(name), Metrics: e.gm, Log: testLogger(e.t).With("m", name)})
 	if err != nil {
@@ -301,7 +301,7 @@ func TestStaticEagerRestart(t *testing.T) {
 func TestLeave(t *testing.T) {
 	e := newGroupEnv(t, 4)
 	join := func(name, instance string) *Group {
-		g, err := JoinGroup(GroupOptions{Transport: &kafkago.Transport{ClientID: name}, Brokers: e.kafka.Addrs, GroupID: "g", Topics: []string{"in"},
+		g, err := JoinGroup(GroupOptions{Transport: &kafkago.Transport{ClientID: name}, Dialer: &kafkago.Dialer{ClientID: name}, Brokers: e.kafka.Addrs, GroupID: "g", Topics: []string{"in"},
 			InstanceID: instance, Protocols: Protocols(ProtocolCooperative), SessionTimeout: time.Minute, RebalanceTimeout: time.Minute,
 			HeartbeatInterval: 100 * time.Millisecond, StartOffset: kafkago.FirstOffset, Read: e.track.read(name), Log: testLogger(t).With("m", name)})
 		if err != nil {
@@ -323,7 +323,7 @@ func TestLeave(t *testing.T) {
 func TestRemoveMembers(t *testing.T) {
 	e := newGroupEnv(t, 4)
 	join := func(name, instance string) *Group {
-		g, err := JoinGroup(GroupOptions{Transport: &kafkago.Transport{ClientID: name}, Brokers: e.kafka.Addrs, GroupID: "g", Topics: []string{"in"},
+		g, err := JoinGroup(GroupOptions{Transport: &kafkago.Transport{ClientID: name}, Dialer: &kafkago.Dialer{ClientID: name}, Brokers: e.kafka.Addrs, GroupID: "g", Topics: []string{"in"},
 			InstanceID: instance, Protocols: Protocols(ProtocolCooperative), SessionTimeout: time.Minute, RebalanceTimeout: time.Minute,
 			HeartbeatInterval: 100 * time.Millisecond, StartOffset: kafkago.FirstOffset, Read: e.track.read(name), Log: testLogger(t).With("m", name)})
 		if err != nil {

@@ -86,7 +86,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	joined := make(chan struct{})
 	var g *kafka.Group
 	var err error
-	g, err = kafka.JoinGroup(kafka.GroupOptions{Transport: k.Transport(), Brokers: k.Brokers, GroupID: a.o.Group, Topics: []string{a.o.Topic},
+	g, err = kafka.JoinGroup(kafka.GroupOptions{Transport: k.Transport(), Dialer: k.Dialer(), Brokers: k.Brokers, GroupID: a.o.Group, Topics: []string{a.o.Topic},
 		InstanceID: k.InstanceID, Protocols: kafka.Protocols(k.GroupProtocol), LeaveOnClose: k.LeaveOnClose,
 		SessionTimeout: k.SessionTimeout, RebalanceTimeout: k.RebalanceTimeout, HeartbeatInterval: k.HeartbeatInterval,
 		// A group without a commit starts at the beginning: every user's
