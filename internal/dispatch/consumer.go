@@ -276,37 +276,6 @@ func (c *Consumer) FetchBatch(ctx context.Context, dst []kafka.Message, max int)
 	return c.q.take(ctx, dst, max)
 }
 
-// CommitMessages commits the records' offsets in the group each came from,
-// for the partitions this worker still has.
-func (c *Consumer) CommitMessages(ctx context.Context, msgs ...kafka.Message) error {
-	in, delay := map[topicPartition]int64{}, map[topicPartition]int64{}
-	// A batch is runs of one partition's records (a fetch's, in order):
-	// a run's topic is looked at and its map written once.
-	for i := 0; i < len(msgs); {
-		m := &msgs[i]
-		next := m.Offset + 1
-		j := i + 1
-		for ; j < len(msgs) && msgs[j].Partition == m.Partition && msgs[j].Topic == m.Topic; j++ {
-			next = max(next, msgs[j].Offset+1)
-		}
-		i = j
-		dst := in
-		if c.tiers[m.Topic] || c.isLane(m.Topic) || m.Topic == c.o.Parked && m.Topic != "" {
-			dst = delay
-		}
-		tp := topicPartition{m.Topic, m.Partition}
-		dst[tp] = max(dst[tp], next)
-	}
-	var errs []error
-	if len(in) > 0 {
-		errs = append(errs, c.input.commit(ctx, in))
-	}
-	if dg := c.delayGroup(); len(delay) > 0 && dg != nil {
-		errs = append(errs, dg.commit(ctx, delay))
-	}
-	return errors.Join(errs...)
-}
-
 // Rebalanced reports the generations of either group since the last call
 // (the worker empties its refusal cache after a rebalance).
 func (c *Consumer) Rebalanced() int64 {
