@@ -54,16 +54,7 @@ func TestPacingHandBack(t *testing.T) {
 	e.produce(paceIntents(0, 1000, "blast", "push", "marketing", "normal"))
 
 	// The sender: the first 40 deliveries are throttled and handed back.
-	var first []kafka.Message
-	deadline := time.Now().Add(30 * time.Second)
-	for len(first) < 40 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries in 30 s, want 40", len(first))
-		}
-		time.Sleep(20 * time.Millisecond)
-		first = e.read().deliveries
-	}
-	first = first[:40]
+	first := e.firstDeliveries(40, 30*time.Second)
 	st := handBackStatuses(t, first)
 	st = append(st, st[0]) // read again
 	e.kafka.Produce(t, tStatus, st)
@@ -71,9 +62,56 @@ func TestPacingHandBack(t *testing.T) {
 	// Drained: every input and every hand-back has an outcome.
 	o := e.waitHandedBack(90*time.Second, w1, w2)
 	e.verify(o, cfg, false)
+	if dups := checkDeliveredAgain(t, first, o); dups != 1 {
+		t.Errorf("%d marked duplicates after the hand-backs, want 1 (the status read twice)", dups)
+	}
+	sum := func(name string, labels ...string) float64 {
+		return metric(t, w1, name, labels...) + metric(t, w2, name, labels...)
+	}
+	if n := sum("capper_handed_back_total", "result", "applied"); n != 40 {
+		t.Errorf("capper_handed_back_total{result=applied} = %v, want 40 (the second copy gives back nothing)", n)
+	}
+	if n := sum("capper_handed_back_total"); n != 41 {
+		t.Errorf("capper_handed_back_total = %v, want 41 statuses", n)
+	}
 
-	// Each send handed back is delivered once more, decided anew after the
-	// hand-back, released from its lane's retry topic ahead of the blast.
+	// The send counts once: a second push to each of those users is capped.
+	var second []kafka.Message
+	for _, d := range first {
+		second = append(second, kafka.Message{Key: d.Key, Value: fmt.Appendf(nil,
+			`{"id":"again-%s","user_id":%s,"campaign_id":"again","channel":"push","category":"marketing","priority":"normal"}`, d.Key, d.Key)})
+	}
+	e.produce(second)
+	o = e.waitHandedBack(60*time.Second, w1, w2)
+	if n := countCampaign(o.suppressed, "again", "capped"); n != len(second) {
+		t.Errorf("%d of the %d second pushes capped, want all: the send handed back counts once", n, len(second))
+	}
+	if compact, headers := laneForms(t, e); compact < 1000 || headers != 0 {
+		t.Errorf("lane records: %d compact, %d in headers; want every one compact (at least the 1000 held)", compact, headers)
+	}
+}
+
+// firstDeliveries waits for the first n deliveries (within timeout).
+func (e *e2e) firstDeliveries(n int, timeout time.Duration) []kafka.Message {
+	e.t.Helper()
+	var first []kafka.Message
+	deadline := time.Now().Add(timeout)
+	for len(first) < n {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%d deliveries in %s, want %d", len(first), timeout, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+		first = e.read().deliveries
+	}
+	return first[:n]
+}
+
+// checkDeliveredAgain: each send of first (handed back) is delivered once
+// more, decided anew after the hand-back, released from its lane's retry
+// topic ahead of the blast's last half. It returns how many marked
+// duplicates came after the hand-backs.
+func checkDeliveredAgain(t *testing.T, first []kafka.Message, o outputs) (dups int) {
+	t.Helper()
 	var releases []time.Time // the blast's first deliveries' releases
 	byID := map[string][]kafka.Message{}
 	for _, m := range o.deliveries {
@@ -84,7 +122,6 @@ func TestPacingHandBack(t *testing.T) {
 	}
 	slices.SortFunc(releases, time.Time.Compare)
 	half := releases[len(releases)/2]
-	dups := 0
 	for _, d := range first {
 		id := idOf(d)
 		var again []kafka.Message
@@ -116,33 +153,7 @@ func TestPacingHandBack(t *testing.T) {
 			t.Errorf("%s: released again at %s, after half the blast (%s): not ahead of its lane", id, rel.Format(time.RFC3339Nano), half.Format(time.RFC3339Nano))
 		}
 	}
-	if dups != 1 {
-		t.Errorf("%d marked duplicates after the hand-backs, want 1 (the status read twice)", dups)
-	}
-	sum := func(name string, labels ...string) float64 {
-		return metric(t, w1, name, labels...) + metric(t, w2, name, labels...)
-	}
-	if n := sum("capper_handed_back_total", "result", "applied"); n != 40 {
-		t.Errorf("capper_handed_back_total{result=applied} = %v, want 40 (the second copy gives back nothing)", n)
-	}
-	if n := sum("capper_handed_back_total"); n != 41 {
-		t.Errorf("capper_handed_back_total = %v, want 41 statuses", n)
-	}
-
-	// The send counts once: a second push to each of those users is capped.
-	var second []kafka.Message
-	for _, d := range first {
-		second = append(second, kafka.Message{Key: d.Key, Value: fmt.Appendf(nil,
-			`{"id":"again-%s","user_id":%s,"campaign_id":"again","channel":"push","category":"marketing","priority":"normal"}`, d.Key, d.Key)})
-	}
-	e.produce(second)
-	o = e.waitHandedBack(60*time.Second, w1, w2)
-	if n := countCampaign(o.suppressed, "again", "capped"); n != len(second) {
-		t.Errorf("%d of the %d second pushes capped, want all: the send handed back counts once", n, len(second))
-	}
-	if compact, headers := laneForms(t, e); compact < 1000 || headers != 0 {
-		t.Errorf("lane records: %d compact, %d in headers; want every one compact (at least the 1000 held)", compact, headers)
-	}
+	return dups
 }
 
 // waitHandedBack waits until every input and every status that hands a
