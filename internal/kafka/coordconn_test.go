@@ -59,21 +59,7 @@ func TestCommitsOwnConnection(t *testing.T) {
 	}
 
 	// "Not the coordinator": the next commit asks for it again.
-	e.kafka.Cluster.ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		req := kreq.(*kmsg.OffsetCommitRequest)
-		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range req.Topics {
-			rtp := kmsg.NewOffsetCommitResponseTopic()
-			rtp.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				p := kmsg.NewOffsetCommitResponseTopicPartition()
-				p.Partition, p.ErrorCode = rp.Partition, 16 // NOT_COORDINATOR
-				rtp.Partitions = append(rtp.Partitions, p)
-			}
-			resp.Topics = append(resp.Topics, rtp)
-		}
-		return resp, nil, true
-	})
+	e.refuseNextCommit(16) // NOT_COORDINATOR
 	if err := g.Commit(ctx, map[TopicPartition]int64{p0: 60}); err == nil {
 		t.Fatal("a commit the broker answered \"not the coordinator\" returned no error")
 	}

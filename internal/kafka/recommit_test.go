@@ -12,7 +12,11 @@ import (
 
 // failNextCommit makes the coordinator refuse the next offset commit, every
 // partition of it, as it does when a rebalance began meanwhile.
-func (e *groupEnv) failNextCommit() {
+func (e *groupEnv) failNextCommit() { e.refuseNextCommit(27) } // REBALANCE_IN_PROGRESS
+
+// refuseNextCommit answers the next offset commit with code for every
+// partition of it.
+func (e *groupEnv) refuseNextCommit(code int16) {
 	e.kafka.Cluster.ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.OffsetCommitRequest)
 		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
@@ -22,7 +26,7 @@ func (e *groupEnv) failNextCommit() {
 			for _, rp := range rt.Partitions {
 				p := kmsg.NewOffsetCommitResponseTopicPartition()
 				p.Partition = rp.Partition
-				p.ErrorCode = 27 // REBALANCE_IN_PROGRESS
+				p.ErrorCode = code
 				t.Partitions = append(t.Partitions, p)
 			}
 			resp.Topics = append(resp.Topics, t)
