@@ -4,8 +4,8 @@ package kafka
 // commits: kafka-go's Transport asks which broker coordinates the group
 // (FindCoordinator) before every request that names a group, a round trip
 // more per commit (one per worker batch), and hands each request to a
-// connection goroutine and back. The member knows its coordinator (the
-// address it joined through), and sends its commits one at a time
+// connection goroutine and back. The member knows its coordinator (asked
+// when it joined, again after an answer says it moved), and sends its commits one at a time
 // (commitMu): over this connection, by the goroutine that commits.
 
 import (
