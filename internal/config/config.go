@@ -48,14 +48,14 @@ type Kafka struct {
 	SASL        SASL     `yaml:"sasl"`
 	Compression string   `yaml:"compression"`
 	StartOffset string   `yaml:"start_offset"`
-	// GroupInstanceID makes the worker a static member of its consumer
-	// groups (empty: dynamic); GroupProtocol is cooperative or eager;
-	// LeaveOnShutdown: a static member leaves its groups when it stops.
 	// LaneRecords is the form held intents' lane records are written in:
 	// headers (every version reads it) or compact (one binary header; the
 	// version before this one cannot read it: docs/operations/upgrades.md).
 	// Both are read.
-	LaneRecords       string   `yaml:"lane_records"`
+	LaneRecords string `yaml:"lane_records"`
+	// GroupInstanceID makes the worker a static member of its consumer
+	// groups (empty: dynamic); GroupProtocol is cooperative or eager;
+	// LeaveOnShutdown: a static member leaves its groups when it stops.
 	GroupInstanceID   string   `yaml:"group_instance_id"`
 	GroupProtocol     string   `yaml:"group_protocol"`
 	LeaveOnShutdown   bool     `yaml:"leave_on_shutdown"`
