@@ -49,7 +49,8 @@ type pacingScale struct {
 	laneRecords                          string        // kafka.lane_records of the paced run
 }
 
-func pacingScaleFromEnv(b *testing.B) pacingScale {
+// pacingScaleFromEnv reads the workload; rate is RATE's default.
+func pacingScaleFromEnv(b *testing.B, rate float64) pacingScale {
 	b.Helper()
 	num := func(name string, def float64) float64 {
 		v := os.Getenv("CAPPER_BENCH_PACING_" + name)
@@ -62,7 +63,7 @@ func pacingScaleFromEnv(b *testing.B) pacingScale {
 		}
 		return f
 	}
-	s := pacingScale{blast: int(num("INTENTS", 200_000)), rate: num("RATE", 2000),
+	s := pacingScale{blast: int(num("INTENTS", 200_000)), rate: num("RATE", rate),
 		workers: int(num("WORKERS", 3)), masters: int(num("MASTERS", 1)),
 		campaignAt: 10 * time.Second, killAt: 20 * time.Second, stopAt: 30 * time.Second, txnUntil: 35 * time.Second,
 		sample: int(num("SAMPLE", 1000))}
@@ -117,7 +118,7 @@ func pacingScaleFromEnv(b *testing.B) pacingScale {
 // round's, with their median (one round's CPU moves by more than the
 // goal on a shared machine).
 func BenchmarkPacing(b *testing.B) {
-	sc := pacingScaleFromEnv(b)
+	sc := pacingScaleFromEnv(b, 2000)
 	// LANE_RECORDS=both: each round also runs paced with lane records in
 	// headers, before the compact run in every other round (a machine
 	// that slows down within a round favours neither), then unpaced.

@@ -132,14 +132,17 @@ func (d *pacingDriver) idle() {
 	d.r.cpuIdle = (after - before) / time.Since(from).Seconds()
 }
 
+// blastIntent is the blast's push i (priority 50, user 1000+i).
+func blastIntent(i int) (key, value string) {
+	u := 1000 + i
+	return strconv.Itoa(u), fmt.Sprintf(`{"id":"%s-%d","user_id":%d,"campaign_id":%q,"channel":"push","category":"marketing","priority":50}`, paceBlast, i, u, paceBlast)
+}
+
 func (d *pacingDriver) produceBlast() chan error {
 	done := make(chan error, 1)
 	go func() {
 		start := time.Now()
-		err := produceIntents(context.Background(), d.s.kafka.Addrs, d.sc.blast, d.sc.workers, func(i int) (string, string) {
-			u := 1000 + i
-			return strconv.Itoa(u), fmt.Sprintf(`{"id":"%s-%d","user_id":%d,"campaign_id":%q,"channel":"push","category":"marketing","priority":50}`, paceBlast, i, u, paceBlast)
-		})
+		err := produceIntents(context.Background(), d.s.kafka.Addrs, d.sc.blast, d.sc.workers, blastIntent)
 		d.r.blastIn = time.Since(start)
 		done <- err
 	}()

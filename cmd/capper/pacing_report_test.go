@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -241,10 +240,6 @@ func reportRounds(b *testing.B, rounds [][2]*pacingRun, label string, metric boo
 		allocP, allocU := p.alloc/float64(p.intents), u.alloc/float64(u.intents)
 		cpu, alloc = append(cpu, cpuP-cpuU), append(alloc, allocP-allocU)
 		each = append(each, fmt.Sprintf("%.1f / %.1f us, %.0f / %.0f B", cpuP, cpuU, allocP, allocU))
-	}
-	median := func(v []float64) float64 {
-		slices.Sort(v)
-		return (v[(len(v)-1)/2] + v[len(v)/2]) / 2
 	}
 	dc, da := median(cpu), median(alloc)
 	fmt.Printf("%d rounds (%s), worker CPU and bytes allocated per intent, paced / unpaced: %s\n", len(rounds), label, strings.Join(each, "; "))

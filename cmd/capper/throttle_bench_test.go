@@ -65,7 +65,7 @@ type effectiveSample struct {
 //
 //	go test ./cmd/capper -run '^$' -bench BenchmarkThrottleFeedback -benchtime 1x -timeout 20m
 func BenchmarkThrottleFeedback(b *testing.B) {
-	sc := pacingScaleFromEnv(b)
+	sc := pacingScaleFromEnv(b, 2000)
 	num := func(name string, def float64) float64 {
 		if v := os.Getenv("CAPPER_BENCH_PACING_" + name); v != "" {
 			f, err := strconv.ParseFloat(v, 64)
