@@ -46,8 +46,7 @@ func newPacer(cfg *config.Config, rdb redis.UniversalClient, admin *capkafka.Adm
 		return nil, err
 	}
 	pc := &pacer{Pacer: p, prefix: prefix, admin: admin}
-	pc.gate = &pacing.Gate{Pacer: p, Prefix: prefix, Header: dispatch.HeaderReleasedAt, HeldHeader: dispatch.HeaderHeldSince,
-		Stamp: dispatch.StampHeld, Held: dispatch.HeldSince}
+	pc.gate = &pacing.Gate{Pacer: p, Prefix: prefix, Stamp: dispatch.StampReleased, Held: dispatch.HeldSince}
 	return pc, nil
 }
 

@@ -135,32 +135,6 @@ func heldOf(m *kafka.Message) []byte {
 	return nil
 }
 
-// StampHeld stamps a compact lane record's release time in place and
-// reports whether m is one (pacing.Gate's Stamp): its bytes are the
-// reader's own, and nothing else is copied for it.
-func StampHeld(m *kafka.Message, at time.Time) bool {
-	v := heldOf(m)
-	if len(v) < 9 || v[0] != heldVersion {
-		return false
-	}
-	binary.BigEndian.PutUint64(v[1:9], uint64(at.UnixMilli()))
-	return true
-}
-
-// HeldSince is when a compact lane record was held (pacing.Gate's Held;
-// zero: not one, or unreadable).
-func HeldSince(m *kafka.Message) time.Time {
-	v := heldOf(m)
-	if v == nil {
-		return time.Time{}
-	}
-	r, err := parseHeld(v)
-	if err != nil {
-		return time.Time{}
-	}
-	return r.since
-}
-
 // readHeld reads a compact lane record's capper-held into li and e (what
 // readLane reads of the headers it replaces) and returns its lane.
 func readHeld(v []byte, li *laneInfo, e *entry) (lane []byte, ok bool) {

@@ -11,11 +11,12 @@ import (
 )
 
 // BenchmarkGate is pacing's own CPU per released intent: the lane gate
-// stamping a fetch of 100 records and the pacer handing them their tokens,
+// passing a fetch of 100 records and the pacer handing them their tokens,
 // leases from a real redis-server included (a budget high enough never to
-// make it wait: what is measured is the work, not the rate). The worker's
-// cost of holding an intent (one more Kafka write and read) is
-// BenchmarkPacing's (cmd/capper).
+// make it wait: what is measured is the work, not the rate). Stamping the
+// records is the lanes' owner's (dispatch's BenchmarkLaneRecord); the
+// worker's cost of holding an intent (one more Kafka write and read) is
+// BenchmarkHoldCost's (cmd/capper).
 func BenchmarkGate(b *testing.B) {
 	r := testenv.StartRedis(b, testenv.RedisOptions{})
 	set, err := pacing.NewSet([]pacing.Budget{{Name: "push", Rate: 1e8, Burst: 1e7, Lanes: []pacing.Lane{{Name: "bulk"}}}})
@@ -27,7 +28,7 @@ func BenchmarkGate(b *testing.B) {
 		b.Fatal(err)
 	}
 	p.SetBudgets(set)
-	g := &pacing.Gate{Pacer: p, Prefix: "lanes", Header: "capper-released-at", HeldHeader: "capper-held-since"}
+	g := &pacing.Gate{Pacer: p, Prefix: "lanes", Held: heldSince}
 	topic := pacing.Topic("lanes", "push", "bulk")
 	held := []kafka.Header{{Key: "capper-held-since", Value: []byte("2026-11-27T05:00:00.000Z")}}
 	msgs := make([]kafka.Message, 100)
