@@ -109,14 +109,14 @@ func reportHold(b *testing.B, sc pacingScale, rounds [][3]holdRun) {
 		peer  string
 		diffs []float64
 	}{{"the same intents arriving at the rate, decided at once (holding's own cost)", atRate}, {"the blast decided at once", atOnce}} {
-		v := slices.Sorted(slices.Values(d.diffs))
-		med := median(v)
+		v := slices.Clone(d.diffs)
+		med := median(v) // sorts v
 		fmt.Printf("paced over %s: median of %d rounds %+.2f us, goal within %.0f us: %s (rounds from %+.2f to %+.2f, middle half %+.2f to %+.2f)\n",
 			d.peer, len(v), med, goalCPUDelta, paceRatio(math.Abs(med), goalCPUDelta), v[0], v[len(v)-1], v[len(v)/4], v[(3*len(v)-1)/4])
 	}
-	v := slices.Sorted(slices.Values(spread))
+	ms := median(spread) // sorts spread
 	fmt.Printf("unpaced at the rate over at once (the rate's time, without holding): median %+.2f us (rounds from %+.2f to %+.2f)\n",
-		median(v), v[0], v[len(v)-1])
+		ms, spread[0], spread[len(spread)-1])
 	da := median(alloc)
 	fmt.Printf("bytes allocated per intent, paced over at the rate: median %+.0f B\n", da)
 	b.ReportMetric(median(atRate), "cpu-us/held-intent-over-at-rate")
@@ -144,7 +144,10 @@ func runHold(b *testing.B, sc pacingScale, m holdMode) holdRun {
 	d.profileAt([...]string{"paced", "atonce", "atrate"}[m], 0, 10*time.Second)
 	var err error
 	if m == holdAtRate {
-		err = produceAtRate(d.s.kafka.Addrs, sc.blast, sc.rate)
+		err = produceAtRate(context.Background(), d.s.kafka.Addrs, sc.blast, sc.rate, func(i int, now time.Time) kafka.Message {
+			k, v := blastIntent(i)
+			return kafka.Message{Key: []byte(k), Value: []byte(v), Time: now}
+		}, nil)
 	} else {
 		err = <-d.produceBlast()
 	}
@@ -165,28 +168,4 @@ func runHold(b *testing.B, sc pacingScale, m holdMode) holdRun {
 	r.cpu, r.alloc, r.idle = d.r.cpu, d.r.alloc, d.r.cpuIdle
 	r.held, r.released = d.r.metrics["capper_pacing_held_total"], d.r.metrics["capper_pacing_released_total"]
 	return r
-}
-
-// produceAtRate writes the blast's n intents at rate a second (every 10
-// ms, what is due), from one writer with acks=all.
-func produceAtRate(addrs []string, n int, rate float64) error {
-	w := &kafka.Writer{Addr: kafka.TCP(addrs...), Topic: paceInput, RequiredAcks: kafka.RequireAll,
-		BatchTimeout: time.Millisecond, BatchSize: 1000, Balancer: &kafka.Murmur2Balancer{}}
-	defer w.Close()
-	start := time.Now()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	var msgs []kafka.Message
-	for i := 0; i < n; {
-		<-tick.C
-		due, now := min(int(rate*time.Since(start).Seconds()), n), time.Now()
-		for msgs = msgs[:0]; i < due; i++ {
-			k, v := blastIntent(i)
-			msgs = append(msgs, kafka.Message{Key: []byte(k), Value: []byte(v), Time: now})
-		}
-		if err := w.WriteMessages(context.Background(), msgs...); err != nil {
-			return fmt.Errorf("produce intents at %v/s, up to %d: %w", rate, i, err)
-		}
-	}
-	return nil
 }

@@ -93,8 +93,7 @@ func produceIntents(ctx context.Context, addrs []string, n, writers int, rec fun
 	errs := make(chan error, writers)
 	for range writers {
 		go func() {
-			w := &kafka.Writer{Addr: kafka.TCP(addrs...), Topic: paceInput, RequiredAcks: kafka.RequireAll,
-				BatchTimeout: time.Millisecond, BatchSize: 1000, Balancer: &kafka.Murmur2Balancer{}}
+			w := inputWriter(addrs)
 			defer w.Close()
 			msgs := make([]kafka.Message, 0, chunk)
 			for {
@@ -126,36 +125,52 @@ func produceIntents(ctx context.Context, addrs []string, n, writers int, rec fun
 // ctx ends, each stamped (record timestamp) when it is written; times[i]
 // is txn-i's.
 func produceTransactional(ctx context.Context, addrs []string, sc pacingScale, times []time.Time, sent *atomic.Int64) error {
-	w := &kafka.Writer{Addr: kafka.TCP(addrs...), Topic: paceInput, RequiredAcks: kafka.RequireAll,
-		BatchTimeout: time.Millisecond, Balancer: &kafka.Murmur2Balancer{}}
+	return produceAtRate(ctx, addrs, len(times), sc.txnRate, func(i int, now time.Time) kafka.Message {
+		u := 1000 + sc.blast + sc.campaign + i
+		times[i] = now
+		return kafka.Message{Key: []byte(strconv.Itoa(u)), Time: now,
+			Value: fmt.Appendf(nil, `{"id":"%s-%d","user_id":%d,"campaign_id":%q,"channel":"push","category":"transactional"}`, paceReceipts, i, u, paceReceipts)}
+	}, func(n int) { sent.Store(int64(n)) })
+}
+
+// produceAtRate writes records 0 to n-1 (rec makes record i, written
+// now) to the input at rate a second, every 10 ms what is due, until all
+// are written or ctx ends; written, when set, hears how many are.
+func produceAtRate(ctx context.Context, addrs []string, n int, rate float64, rec func(i int, now time.Time) kafka.Message, written func(int)) error {
+	w := inputWriter(addrs)
 	defer w.Close()
 	start := time.Now()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for n := 0; ; {
+	var msgs []kafka.Message
+	for i := 0; i < n; {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
-		due := min(int(sc.txnRate*time.Since(start).Seconds()), len(times))
-		if due <= n {
+		due, now := min(int(rate*time.Since(start).Seconds()), n), time.Now()
+		if due <= i {
 			continue
 		}
-		now := time.Now()
-		msgs := make([]kafka.Message, 0, due-n)
-		for i := n; i < due; i++ {
-			u := 1000 + sc.blast + sc.campaign + i
-			times[i] = now
-			msgs = append(msgs, kafka.Message{Key: []byte(strconv.Itoa(u)), Time: now,
-				Value: fmt.Appendf(nil, `{"id":"%s-%d","user_id":%d,"campaign_id":%q,"channel":"push","category":"transactional"}`, paceReceipts, i, u, paceReceipts)})
+		for msgs = msgs[:0]; i < due; i++ {
+			msgs = append(msgs, rec(i, now))
 		}
 		if err := w.WriteMessages(context.Background(), msgs...); err != nil {
-			return fmt.Errorf("produce transactional: %w", err)
+			return fmt.Errorf("produce intents at %v/s, up to %d: %w", rate, i, err)
 		}
-		n = due
-		sent.Store(int64(n))
+		if written != nil {
+			written(i)
+		}
 	}
+	return nil
+}
+
+// inputWriter writes to the input with acks=all, keyed as capper's
+// writers key (Murmur2).
+func inputWriter(addrs []string) *kafka.Writer {
+	return &kafka.Writer{Addr: kafka.TCP(addrs...), Topic: paceInput, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond, BatchSize: 1000, Balancer: &kafka.Murmur2Balancer{}}
 }
 
 // waitPacingDrained waits until nothing waits in the lanes (the delay

@@ -5,8 +5,9 @@ package kafka
 // (FindCoordinator) before every request that names a group, a round trip
 // more per commit (one per worker batch), and hands each request to a
 // connection goroutine and back. The member knows its coordinator (asked
-// when it joined, again after an answer says it moved), and sends its commits one at a time
-// (commitMu): over this connection, by the goroutine that commits.
+// when it joined, again after an answer says it moved), and sends its
+// commits one at a time (commitMu): over this connection, by the
+// goroutine that commits.
 
 import (
 	"bufio"
